@@ -1,0 +1,33 @@
+"""Patches applied to SGLang inside every process the harness launches.
+
+``activate()`` runs from ``hooks/_site/sitecustomize.py`` when the harness set
+SCRIPTED_RUNTIME_HOOKS=1. Each concern lives in its own module:
+
+* ``cpu_enablement``  - lets the real scheduler and a tiny model run on CPU;
+* ``scheduler_hook``  - freezes the scheduler loop between script commands;
+* ``sglang_compat``   - every SGLang-version difference the two above rely on.
+
+Patches are applied when the patched module is imported (``post_import``), so
+processes that never import the scheduler pay nothing.
+"""
+from __future__ import annotations
+
+import os
+
+from hooks import post_import, sglang_compat
+
+_activated = False
+
+
+def activate() -> None:
+    global _activated
+    if _activated:
+        return
+    _activated = True
+    if os.environ.get("SCRIPTED_RUNTIME_DEVICE", "cpu") == "cpu":
+        from hooks import cpu_enablement
+
+        cpu_enablement.install()
+    from hooks import scheduler_hook
+
+    post_import.when_imported(sglang_compat.SCHEDULER_MODULE, scheduler_hook.install)

@@ -1,0 +1,304 @@
+"""The object a script receives: ``def script(ctx, *args): ... yield ...``.
+
+One ``yield`` is one scheduler iteration (one microbatch slot under PP).
+Requests and control operations go through the server's real HTTP API; the
+context waits (bounded) until each has reached the scheduler's socket before
+returning, so the next iteration ingests it. ``update_weights_from_disk`` is
+the exception: the tokenizer holds it behind a writer lock that only
+scheduler progress releases, so it is posted fire-and-forget; step with
+``yield from op.wait()``.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Union
+
+from hooks import sglang_compat
+from scripted_runtime import state
+from scripted_runtime.context import radix, waits
+from scripted_runtime.context.requests import BatchRecord, ReqHandle
+from scripted_runtime.control import ControlOp
+
+if TYPE_CHECKING:
+    from scripted_runtime.driver import Driver
+
+ARRIVAL_TIMEOUT_S = 30.0
+# After the HTTP answer of an op that the tokenizer may drop (abort of a
+# request it no longer tracks), wait this long for a frame before concluding
+# that none was sent.
+NO_FRAME_GRACE_S = 0.1
+ENV_CHECKPOINT = "SCRIPTED_RUNTIME_CHECKPOINT"
+
+_rid_counter = itertools.count()
+
+
+class ScriptContext:
+    def __init__(self, driver: Driver) -> None:
+        self._driver = driver
+        self._exhausted: List[Any] = []
+
+    # --- direct access ---------------------------------------------------------
+    @property
+    def scheduler(self) -> Any:
+        return self._driver.scheduler
+
+    @property
+    def step(self) -> int:
+        """Iterations this script has run so far."""
+        return self._driver.step
+
+    @property
+    def loop_kind(self) -> str:
+        return sglang_compat.loop_kind(self.scheduler)
+
+    @property
+    def batch_log(self) -> List[BatchRecord]:
+        return self._driver.batch_log
+
+    @property
+    def control_ops(self) -> List[ControlOp]:
+        return self._driver.ledger.ops
+
+    # --- requests ----------------------------------------------------------------
+    def start_req(
+        self,
+        *,
+        prompt_len: Optional[int] = None,
+        max_new_tokens: int = 8,
+        rid: Optional[str] = None,
+        ignore_eos: bool = False,
+        prompt_token: int = 1,
+        input_ids: Optional[List[int]] = None,
+        temperature: Optional[float] = None,
+        stop_token_ids: Optional[List[int]] = None,
+        await_arrival: bool = True,
+    ) -> ReqHandle:
+        """Send a generate request of ``prompt_len`` copies of ``prompt_token``
+        (or explicit ``input_ids``); returns once it reached the scheduler."""
+        if input_ids is None:
+            if prompt_len is None or prompt_len < 1:
+                raise ValueError("start_req needs prompt_len >= 1 or input_ids")
+            input_ids = [prompt_token] * prompt_len
+        rid = rid or f"r{next(_rid_counter)}-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+        sampling: Dict[str, Any] = {"max_new_tokens": max_new_tokens, "ignore_eos": ignore_eos}
+        if temperature is not None:
+            sampling["temperature"] = temperature
+        if stop_token_ids is not None:
+            sampling["stop_token_ids"] = stop_token_ids
+        payload = {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": False}
+        answer = self._driver.poster.post("/generate", payload)
+        handle = ReqHandle(self, rid, answer, self.step)
+        if await_arrival:
+            self._driver.inbox.wait_for(
+                lambda obj: getattr(obj, "rid", None) == rid
+                and type(obj).__name__ in sglang_compat.work_request_type_names(),
+                timeout_s=ARRIVAL_TIMEOUT_S,
+                what=f"generate request {rid!r}",
+                already_arrived=lambda: answer.done,
+            )
+        return handle
+
+    # --- control operations --------------------------------------------------
+    def _control(
+        self,
+        name: str,
+        path: str,
+        payload: Optional[dict],
+        request_type: str,
+        *,
+        rid: Optional[str] = None,
+        await_arrival: bool = True,
+    ) -> ControlOp:
+        answer = self._driver.poster.post(path, payload)
+        op = self._driver.ledger.register(
+            ControlOp(name=name, request_type=request_type, rid=rid,
+                      posted_step=self.step, http=answer)
+        )
+        op.describe = self.describe
+        if await_arrival:
+            done_at: List[float] = []
+
+            def answered_without_frame() -> bool:
+                if op.arrived:
+                    return True
+                if not answer.done:
+                    return False
+                done_at.append(time.monotonic())
+                return done_at[-1] - done_at[0] >= NO_FRAME_GRACE_S
+
+            self._driver.inbox.wait_for(
+                lambda obj: type(obj).__name__ == request_type
+                and (rid is None or getattr(obj, "rid", None) == rid),
+                timeout_s=ARRIVAL_TIMEOUT_S,
+                what=f"{name} ({request_type})",
+                already_arrived=answered_without_frame,
+            )
+        return op
+
+    def flush_cache(self) -> ControlOp:
+        """Ask for a cache flush. ``op.success`` is False when the scheduler's
+        idle gate refused it (visible after the next yield)."""
+        return self._control("flush_cache", "/flush_cache", None, "FlushCacheReqInput")
+
+    def pause_generation(self, mode: str = "retract") -> ControlOp:
+        if mode not in ("retract", "in_place", "abort"):
+            raise ValueError(f"pause_generation mode must be retract|in_place|abort, got {mode!r}")
+        return self._control(
+            f"pause_generation({mode})", "/pause_generation", {"mode": mode},
+            "PauseGenerationReqInput", await_arrival=mode != "abort",
+        )
+
+    def continue_generation(self, *, torch_empty_cache: bool = False) -> ControlOp:
+        return self._control(
+            "continue_generation", "/continue_generation",
+            {"torch_empty_cache": torch_empty_cache}, "ContinueGenerationReqInput",
+        )
+
+    def abort(self, handle: Union[ReqHandle, str]) -> ControlOp:
+        rid = handle if isinstance(handle, str) else handle.rid
+        return self._control(
+            f"abort({rid})", "/abort_request", {"rid": rid, "abort_all": False},
+            "AbortReq", rid=rid,
+        )
+
+    def abort_all(self) -> ControlOp:
+        return self._control(
+            "abort_all", "/abort_request", {"rid": "", "abort_all": True}, "AbortReq"
+        )
+
+    def update_weights_from_disk(
+        self,
+        model_path: Optional[str] = None,
+        *,
+        flush_cache: bool = True,
+        load_format: Optional[str] = None,
+        abort_all_requests: bool = False,
+    ) -> ControlOp:
+        """Post /update_weights_from_disk fire-and-forget; ``yield from
+        op.wait()`` until the scheduler processed it. ``model_path`` defaults
+        to the harness's checkpoint (a tiny safetensors file for the tiny
+        model, the served model otherwise)."""
+        path = model_path or os.environ.get(ENV_CHECKPOINT)
+        if not path:
+            raise ValueError("update_weights_from_disk needs model_path (no harness checkpoint is set)")
+        payload: Dict[str, Any] = {
+            "model_path": path,
+            "flush_cache": flush_cache,
+            "abort_all_requests": abort_all_requests,
+        }
+        if load_format is not None:
+            payload["load_format"] = load_format
+        elif os.environ.get(ENV_CHECKPOINT) == path:
+            payload["load_format"] = "safetensors"
+        return self._control(
+            "update_weights_from_disk", "/update_weights_from_disk", payload,
+            "UpdateWeightFromDiskReqInput", await_arrival=False,
+        )
+
+    def exhaust_kv(self, *, leave_pages: int = 0) -> int:
+        """Take KV slots from the allocator until ``leave_pages`` pages remain
+        (given back at the next reset); returns the tokens taken."""
+        allocator = self.scheduler.token_to_kv_pool_allocator
+        need = allocator.available_size() - leave_pages * self.engine_stats()["page_size"]
+        if need <= 0:
+            return 0
+        held = allocator.alloc(need)
+        if held is None:
+            raise RuntimeError(f"exhaust_kv: the allocator refused {need} tokens")
+        self._exhausted.append(held)
+        return int(need)
+
+    def _release_exhausted(self) -> None:
+        for held in self._exhausted:
+            self.scheduler.token_to_kv_pool_allocator.free(held)
+        self._exhausted.clear()
+
+    # --- queries -------------------------------------------------------------
+    def find_req_by_rid(self, rid: str) -> Optional[Any]:
+        return state.find_req(self.scheduler, rid)
+
+    def list_active_reqs(self) -> List[Any]:
+        """Every unfinished request held anywhere (all PP slots, result_queue)."""
+        return list(state.live_reqs(self.scheduler).values())
+
+    def holders(self) -> List[state.Holder]:
+        return state.holders(self.scheduler)
+
+    def where_is(self, rid: str) -> List[str]:
+        return state.where_is(self.scheduler, rid)
+
+    def batch_composition(self) -> Dict[str, List[str]]:
+        s = self.scheduler
+        chunked = [s.chunked_req.rid] if getattr(s, "chunked_req", None) is not None else []
+        prefill: List[str] = []
+        decode: List[str] = []
+        seen = set()
+        for holder in state.holders(s):
+            batch = holder.batch
+            if batch is None or id(batch) in seen or holder.label.startswith("running"):
+                continue
+            seen.add(id(batch))
+            mode = getattr(batch, "forward_mode", None)
+            if mode is None:
+                continue
+            bucket = prefill if mode.is_extend() else decode if mode.is_decode() else None
+            if bucket is not None:
+                bucket.extend(r.rid for r in batch.reqs if r.rid not in bucket and r.rid not in chunked)
+        running = [r.rid for r in getattr(s.running_batch, "reqs", [])] if s.running_batch is not None else []
+        waiting = [r.rid for r in s.waiting_queue]
+        return {"prefill": prefill, "decode": decode, "chunked": chunked,
+                "running": running, "waiting": waiting}
+
+    def engine_stats(self) -> Dict[str, int]:
+        return state.engine_stats(self.scheduler)
+
+    def get_all_node_lock_refs(self) -> Dict[Any, int]:
+        return radix.all_lock_refs(self.scheduler.tree_cache)
+
+    def get_all_node_hit_counts(self) -> Dict[Any, int]:
+        return radix.all_hit_counts(self.scheduler.tree_cache)
+
+    def tree_node_count(self) -> int:
+        return radix.node_count(self.scheduler.tree_cache)
+
+    @property
+    def is_fully_idle(self) -> bool:
+        """The scheduler's own idle gate (what flush_cache trusts)."""
+        return sglang_compat.is_fully_idle(self.scheduler)
+
+    @property
+    def nothing_held(self) -> bool:
+        """The harness's complete scan: no request in any holder."""
+        return state.nothing_held(self.scheduler)
+
+    @property
+    def is_paused(self) -> bool:
+        return sglang_compat.is_paused(self.scheduler)
+
+    def describe(self) -> str:
+        return f"step={self.step} " + state.describe(self.scheduler)
+
+    # --- waiting ---------------------------------------------------------------
+    def wait_until(self, predicate: Callable[[], bool], *, max_steps: int = 200, what: str = "condition"):
+        """``yield from ctx.wait_until(pred, max_steps=50, what="...")``."""
+        return (yield from waits.wait_until(predicate, max_steps=max_steps, what=what, describe=self.describe))
+
+    def wait_finished(self, *handles: ReqHandle, max_steps: int = 500):
+        rids = ", ".join(h.rid for h in handles)
+        return (yield from self.wait_until(
+            lambda: all(h.finished for h in handles), max_steps=max_steps,
+            what=f"requests [{rids}] to finish"))
+
+    def wait_idle(self, *, max_steps: int = 500):
+        """Until the scheduler's idle gate holds and nothing is held anywhere."""
+        return (yield from self.wait_until(
+            lambda: self.is_fully_idle and self.nothing_held, max_steps=max_steps,
+            what="the scheduler to become idle"))
+
+    def steps(self, n: int):
+        """``yield from ctx.steps(n)``: run n iterations."""
+        for _ in range(n):
+            yield
+

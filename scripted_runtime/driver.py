@@ -1,0 +1,253 @@
+"""The script driver: runs on the driver rank (pp_rank == tp_rank == 0),
+inside the scheduler process, on the scheduler's own thread.
+
+``before_iteration()`` is called by the hook at the start of every event-loop
+iteration. It advances one generator (``_main``), which
+
+1. lets the scheduler run freely until the server's warmup request has been
+   served and the engine is idle again, then reports ``Ready``;
+2. blocks between scripts waiting for a command from the harness (the
+   scheduler is frozen meanwhile; other ranks wait in the cross-rank
+   broadcast);
+3. for ``RunScript``: resets the engine, then advances the script's generator
+   once per iteration, and reports ``ScriptDone``.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import pickle
+import sys
+import time
+import traceback
+from typing import Any, Generator, Optional
+
+import zmq
+
+from hooks import sglang_compat
+from scripted_runtime import protocol, script_loader, state
+from scripted_runtime.context.api import ScriptContext
+from scripted_runtime.context.requests import BatchRecord, RequestTracker
+from scripted_runtime.control import ControlLedger
+from scripted_runtime.http_poster import HttpPoster
+from scripted_runtime.inbox import TokenizerInbox
+
+WARMUP_TIMEOUT_S = 180.0
+RESET_MAX_STEPS = 400
+ENV_EXPECT_WARMUP = "SCRIPTED_RUNTIME_EXPECT_WARMUP"
+
+
+class ResetError(RuntimeError):
+    """The engine could not be brought back to idle between scripts."""
+
+
+class Driver:
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.step = 0  # iterations the current script has run
+        self.iteration = 0  # iterations since the driver started
+        self.batch_log: list = []
+        self.tracker = RequestTracker()
+        self.ledger = ControlLedger(lambda: self.step)
+        self.poster = HttpPoster(os.environ[protocol.ENV_HTTP_URL])
+        self.inbox: TokenizerInbox = sglang_compat.swap_tokenizer_socket(scheduler, TokenizerInbox)
+        self.inbox.arrival_listeners.append(self.ledger.on_arrival)
+        scheduler._request_dispatcher = self._recording_dispatcher(scheduler._request_dispatcher)
+        self.ctx = ScriptContext(self)
+        for entry in reversed(os.environ.get(protocol.ENV_SYS_PATH, "").split(os.pathsep)):
+            if entry and entry not in sys.path:
+                sys.path.insert(0, entry)
+        self._zmq = zmq.Context()
+        self._sock = self._zmq.socket(zmq.PAIR)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(os.environ[protocol.ENV_IPC_ADDR])
+        self._main_gen = self._main()
+
+    # --- called by the hook -------------------------------------------------
+    def before_iteration(self) -> None:
+        self.iteration += 1
+        next(self._main_gen)
+
+    def on_run_batch(self, batch: Any) -> None:
+        mode = getattr(getattr(batch, "forward_mode", None), "name", None)
+        chunked = getattr(self.scheduler, "chunked_req", None)
+        self.tracker.on_batch(batch)
+        self.batch_log.append(
+            BatchRecord(
+                step=self.step,
+                slot=state.pp_slot(self.scheduler),
+                mode=mode.lower() if mode else None,
+                rids=tuple(r.rid for r in batch.reqs),
+                chunked_rid=chunked.rid if chunked is not None else None,
+            )
+        )
+
+    def on_crash(self, tb: str) -> None:
+        try:
+            self._sock.send_pyobj(protocol.SchedulerCrashed(traceback=tb), flags=zmq.NOBLOCK)
+            time.sleep(0.2)  # let the frame leave before the process dies
+        except zmq.ZMQError:
+            pass
+
+    def _recording_dispatcher(self, dispatcher):
+        driver = self
+
+        def recording_dispatcher(recv_req):
+            output = dispatcher(recv_req)
+            driver.ledger.on_processed(recv_req, output)
+            if type(recv_req).__name__ == "TokenizedGenerateReqInput":
+                driver.tracker.on_ingested(recv_req.rid, driver.scheduler)
+            return output
+
+        recording_dispatcher.__wrapped__ = dispatcher
+        return recording_dispatcher
+
+    # --- the main generator -------------------------------------------------
+    def _main(self) -> Generator[None, None, None]:
+        yield from self._drain_warmup()
+        self._sock.send_pyobj(protocol.Ready(info=self._info()))
+        while True:
+            cmd = self._sock.recv_pyobj()  # the scheduler is frozen here, by design
+            if isinstance(cmd, protocol.Shutdown):
+                self._sock.close()
+                os._exit(0)
+            if isinstance(cmd, protocol.Cancel):
+                continue  # a cancel that raced with the end of its script
+            if isinstance(cmd, protocol.RunScript):
+                done = yield from self._run(cmd)
+                self._sock.send_pyobj(done)
+            else:
+                raise RuntimeError(f"scripted-runtime driver: unknown command {cmd!r}")
+
+    def _info(self) -> dict:
+        pp_rank, tp_rank, pp_size, tp_size = sglang_compat.rank_info(self.scheduler)
+        return {
+            "sglang_version": sglang_compat.installed_sglang_version(),
+            "loop_kind": sglang_compat.loop_kind(self.scheduler),
+            "pp_size": pp_size,
+            "tp_size": tp_size,
+            "pid": os.getpid(),
+            "iterations_to_ready": self.iteration,
+            "engine_stats": state.engine_stats(self.scheduler),
+        }
+
+    def _drain_warmup(self) -> Generator[None, None, None]:
+        """Run freely until the server warmup request was served and the
+        engine stayed idle for two full microbatch rotations."""
+        if os.environ.get(ENV_EXPECT_WARMUP, "1") != "1":
+            return
+        s = self.scheduler
+        quiesce = 2 * (len(getattr(s, "mbs", None) or ()) or 1)
+        deadline = time.monotonic() + WARMUP_TIMEOUT_S
+        idle_streak = 0
+        while idle_streak < quiesce:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"scripted-runtime: server warmup not served within {WARMUP_TIMEOUT_S:.0f}s "
+                    f"(work requests seen: {self.inbox.work_reqs_seen}; {state.describe(s)})"
+                )
+            yield
+            if self.inbox.work_reqs_seen > 0 and sglang_compat.is_fully_idle(s) and state.nothing_held(s):
+                idle_streak += 1
+            else:
+                idle_streak = 0
+                time.sleep(0.001)  # free-running before warmup: do not spin hot
+
+    def _reset(self) -> Generator[None, None, int]:
+        """Bring the engine back to a clean idle state; returns iterations used."""
+        s = self.scheduler
+        ctx = self.ctx
+        steps = 0
+        if sglang_compat.is_paused(s):
+            ctx.continue_generation()
+        ctx._release_exhausted()
+        ctx.abort_all()
+        while True:
+            yield
+            steps += 1
+            if sglang_compat.is_fully_idle(s) and state.nothing_held(s) and not self.inbox.pending():
+                break
+            if steps >= RESET_MAX_STEPS:
+                raise ResetError(
+                    f"the engine did not become idle within {RESET_MAX_STEPS} iterations "
+                    f"after abort_all; state: {state.describe(s)}"
+                )
+        op = ctx.flush_cache()
+        yield
+        steps += 1
+        if not op.processed or not op.success:
+            raise ResetError(f"flush_cache during reset was refused: {op}; state: {state.describe(s)}")
+        for _ in range(len(getattr(s, "mbs", None) or ())):
+            yield  # let every PP slot observe the flushed state
+            steps += 1
+        return steps
+
+    def _run(self, cmd: protocol.RunScript) -> Generator[None, None, protocol.ScriptDone]:
+        started = time.monotonic()
+
+        def done(passed: bool, error: Optional[str] = None, tb: Optional[str] = None,
+                 value: Any = None, reset_steps: int = 0) -> protocol.ScriptDone:
+            try:
+                pickle.dumps(value)
+            except Exception:  # noqa: BLE001
+                value = repr(value)
+            return protocol.ScriptDone(
+                passed=passed, steps=self.step, reset_steps=reset_steps,
+                duration_s=time.monotonic() - started, error=error, traceback=tb,
+                control_log=self.ledger.log(), value=value,
+            )
+
+        self.step = 0
+        try:
+            fn = script_loader.load(cmd.target)
+        except script_loader.ScriptLoadError as exc:
+            return done(False, f"ScriptLoadError: {exc}")
+
+        self.ledger.clear()
+        try:
+            reset_steps = yield from self._reset()
+        except ResetError as exc:
+            return done(False, f"ResetError: {exc}", traceback.format_exc())
+        self.ledger.clear()
+        self.tracker.clear()
+        self.batch_log.clear()
+        self.step = 0
+
+        try:
+            gen = fn(self.ctx, *cmd.args, **cmd.kwargs)
+        except Exception as exc:
+            return done(False, _one_line(exc), traceback.format_exc(), reset_steps=reset_steps)
+        if not inspect.isgenerator(gen):
+            return done(
+                False,
+                f"NotAGenerator: {cmd.target.describe()} returned {type(gen).__name__}, "
+                "not a generator; a script must `yield` (one yield = one scheduler iteration)",
+                reset_steps=reset_steps,
+            )
+        deadline = started + cmd.timeout_s
+        while True:
+            try:
+                next(gen)
+            except StopIteration as stop:
+                return done(True, value=stop.value, reset_steps=reset_steps)
+            except Exception as exc:
+                return done(False, _one_line(exc), traceback.format_exc(), reset_steps=reset_steps)
+            problem = None
+            if self.step >= cmd.max_steps:
+                problem = f"StepBudgetExceeded: script still running after {cmd.max_steps} steps"
+            elif time.monotonic() > deadline:
+                problem = f"ScriptTimeout: script still running after {cmd.timeout_s:.0f}s"
+            elif self._sock.poll(0):
+                msg = self._sock.recv_pyobj()
+                if isinstance(msg, protocol.Cancel):
+                    problem = f"Cancelled: {msg.reason}"
+            if problem:
+                gen.close()
+                return done(False, f"{problem}; state: {self.ctx.describe()}", reset_steps=reset_steps)
+            self.step += 1
+            yield
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"

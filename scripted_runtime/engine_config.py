@@ -1,0 +1,87 @@
+"""Engine arguments: per-device defaults and the named topologies.
+
+The CPU default is the configuration measured in ../shared/DESIGN.md §4: a
+tiny Qwen2 (config.json only) with dummy weights, float32, torch-native
+attention, no CUDA graphs, 8192 KV tokens, 64-token prefill chunks.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Any, Dict, List
+
+TOPOLOGIES: Dict[str, Dict[str, Any]] = {
+    # SGLang's default loop on pp=1 (overlap scheduling stays on, CPU included)
+    "pp1-overlap": {},
+    "pp1-normal": {"disable_overlap_schedule": True},
+    # PP disables overlap scheduling; pp_loop_size = pp_size + depth = 6
+    "pp4": {"pp_size": 4, "pp_async_batch_depth": 2},
+}
+
+DEVICE_MODELS = {"cpu": "tiny-qwen2", "cuda": "qwen2.5-0.5b"}
+
+COMMON: Dict[str, Any] = {
+    "load_format": "dummy",
+    "skip_tokenizer_init": True,
+    "max_total_tokens": 8192,
+    "chunked_prefill_size": 64,
+    "log_level": "warning",
+}
+
+DEVICE_DEFAULTS: Dict[str, Dict[str, Any]] = {
+    "cpu": {
+        "device": "cpu",
+        "dtype": "float32",
+        "attention_backend": "torch_native",
+        "sampling_backend": "pytorch",
+        "disable_cuda_graph": True,
+    },
+    "cuda": {
+        "device": "cuda",
+        "dtype": "bfloat16",
+        "mem_fraction_static": 0.5,
+        "disable_cuda_graph": True,
+    },
+}
+
+
+def engine_kwargs(device: str = "cpu", topology: str = "pp1-overlap", **overrides: Any) -> Dict[str, Any]:
+    """Full engine kwargs for ``device`` and ``topology``; ``overrides`` win.
+    ``model_path`` is left for the launcher to fill from ``DEVICE_MODELS``."""
+    if device not in DEVICE_DEFAULTS:
+        raise ValueError(f"device must be one of {sorted(DEVICE_DEFAULTS)}, got {device!r}")
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"topology must be one of {sorted(TOPOLOGIES)}, got {topology!r}")
+    kwargs = {**COMMON, **DEVICE_DEFAULTS[device], **TOPOLOGIES[topology]}
+    kwargs.update(overrides)
+    return kwargs
+
+
+def topology_for(pp: int, overlap: bool) -> str:
+    if pp == 4:
+        return "pp4"
+    if pp == 1:
+        return "pp1-overlap" if overlap else "pp1-normal"
+    raise ValueError(f"--pp must be 1 or 4 (the measured topologies), got {pp}")
+
+
+def parse_engine_args(pairs: List[str]) -> Dict[str, Any]:
+    """['chunked_prefill_size=32', 'enable_x=true'] -> {...}; values are
+    Python literals where they parse as one, else strings."""
+    out: Dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ValueError(f"engine argument must be key=value, got {pair!r}")
+        lowered = raw.strip().lower()
+        if lowered in ("true", "false"):
+            value: Any = lowered == "true"
+        elif lowered in ("none", "null"):
+            value = None
+        else:
+            try:
+                value = ast.literal_eval(raw)
+            except (ValueError, SyntaxError):
+                value = raw
+        out[key] = value
+    return out

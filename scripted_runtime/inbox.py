@@ -1,0 +1,93 @@
+"""Stands in for the scheduler's tokenizer socket on the driver rank.
+
+A script that sends a request over HTTP must know that the request has reached
+the scheduler's socket before it yields, so that the very next iteration
+ingests it. The inbox drains the real socket into a buffer, lets the driver
+wait (bounded) for a frame matching a predicate, and hands frames to the
+scheduler unchanged through the socket API it already uses.
+"""
+from __future__ import annotations
+
+import pickle
+import time
+from collections import deque
+from typing import Any, Callable, Deque, List, Optional, Tuple
+
+import zmq
+
+from hooks import sglang_compat
+
+
+class ArrivalTimeout(TimeoutError):
+    pass
+
+
+class TokenizerInbox:
+    def __init__(self, socket: zmq.Socket) -> None:
+        self._socket = socket
+        # (raw frame, decoded object for inspection)
+        self._buffer: Deque[Tuple[bytes, Any]] = deque()
+        self.work_reqs_seen = 0
+        self.arrival_listeners: List[Callable[[Any], None]] = []
+        self._work_types = sglang_compat.work_request_type_names()
+
+    # --- the socket API the scheduler uses -------------------------------
+    def recv(self, flags: int = 0, copy: bool = True, track: bool = False) -> bytes:
+        self._drain()
+        if self._buffer:
+            return self._buffer.popleft()[0]
+        raise zmq.Again("scripted-runtime inbox: no frame buffered")
+
+    def recv_pyobj(self, flags: int = 0) -> Any:
+        self._drain()
+        if self._buffer:
+            return pickle.loads(self._buffer.popleft()[0])
+        raise zmq.Again("scripted-runtime inbox: no frame buffered")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._socket, name)
+
+    # --- for the driver ----------------------------------------------------
+    def pending(self) -> List[Any]:
+        self._drain()
+        return [obj for _, obj in self._buffer]
+
+    def wait_for(
+        self,
+        predicate: Callable[[Any], bool],
+        *,
+        timeout_s: float,
+        what: str,
+        already_arrived: Optional[Callable[[], bool]] = None,
+    ) -> None:
+        """Block until a buffered frame satisfies ``predicate`` (or
+        ``already_arrived()`` says it came earlier)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._drain()
+            if any(predicate(obj) for _, obj in self._buffer):
+                return
+            if already_arrived is not None and already_arrived():
+                return
+            if time.monotonic() >= deadline:
+                seen = [type(obj).__name__ for _, obj in self._buffer]
+                raise ArrivalTimeout(
+                    f"{what} did not reach the scheduler within {timeout_s:.0f}s "
+                    f"(frames buffered: {seen or 'none'}). The HTTP post may have "
+                    "failed or the tokenizer manager may be blocked (e.g. an "
+                    "update_weights holding its writer lock)."
+                )
+            time.sleep(0.002)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                raw = self._socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            obj = sglang_compat.decode_ipc_frame(raw)
+            if type(obj).__name__ in self._work_types:
+                self.work_reqs_seen += 1
+            for listener in self.arrival_listeners:
+                listener(obj)
+            self._buffer.append((raw, obj))

@@ -1,0 +1,81 @@
+"""Write a model folder (config.json only, served with load_format="dummy")
+and, on request, a random safetensors checkpoint of the same shapes, which
+``update_weights_from_disk`` can load."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Dict
+
+HERE = Path(__file__).parent
+CONFIGS = {"tiny-qwen2": HERE / "tiny-qwen2.json", "qwen2.5-0.5b": HERE / "qwen2.5-0.5b.json"}
+
+
+def models_root() -> Path:
+    root = os.environ.get("SCRIPTED_RUNTIME_MODELS_DIR") or os.path.join(
+        tempfile.gettempdir(), "scripted-runtime-models"
+    )
+    return Path(root)
+
+
+def model_dir(name: str) -> Path:
+    """A folder holding only config.json for the named model (written once)."""
+    if name not in CONFIGS:
+        raise ValueError(f"unknown model {name!r}; known: {sorted(CONFIGS)}")
+    folder = models_root() / name
+    config_text = CONFIGS[name].read_text()
+    target = folder / "config.json"
+    if not target.exists() or target.read_text() != config_text:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".config.json.{os.getpid()}"
+        tmp.write_text(config_text)
+        tmp.replace(target)
+    return folder
+
+
+def qwen2_weight_shapes(cfg: Dict) -> Dict[str, tuple]:
+    h, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    head_dim = h // cfg["num_attention_heads"]
+    kv = cfg["num_key_value_heads"] * head_dim
+    shapes = {"model.embed_tokens.weight": (vocab, h), "model.norm.weight": (h,)}
+    if not cfg.get("tie_word_embeddings"):
+        shapes["lm_head.weight"] = (vocab, h)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "self_attn.q_proj.weight": (h, h), p + "self_attn.q_proj.bias": (h,),
+            p + "self_attn.k_proj.weight": (kv, h), p + "self_attn.k_proj.bias": (kv,),
+            p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.v_proj.bias": (kv,),
+            p + "self_attn.o_proj.weight": (h, h),
+            p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+            p + "mlp.down_proj.weight": (h, inter),
+            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+        })
+    return shapes
+
+
+def checkpoint_dir(name: str, seed: int = 0) -> Path:
+    """A folder with config.json + model.safetensors of random weights."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder = models_root() / f"{name}-checkpoint-{seed}"
+    weights = folder / "model.safetensors"
+    config_text = CONFIGS[name].read_text()
+    if weights.exists() and (folder / "config.json").read_text() == config_text:
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = json.loads(config_text)
+    gen = torch.Generator().manual_seed(seed)
+    dtype = getattr(torch, cfg.get("torch_dtype", "float32"))
+    tensors = {
+        k: (torch.randn(shape, generator=gen) * 0.02).to(dtype)
+        for k, shape in qwen2_weight_shapes(cfg).items()
+    }
+    tmp = folder / f".model.safetensors.{os.getpid()}"
+    save_file(tensors, str(tmp))
+    tmp.replace(weights)
+    (folder / "config.json").write_text(config_text)
+    return folder

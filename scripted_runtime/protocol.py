@@ -1,0 +1,75 @@
+"""Messages between the harness and the scheduler hook, and the environment
+variables through which the harness configures the hook.
+
+The harness binds a pyzmq PAIR socket on 127.0.0.1; the hook on the driver
+rank (pp_rank == tp_rank == 0) connects to it. Messages are pickled
+dataclasses: both ends run this same package.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+ENV_HOOKS = "SCRIPTED_RUNTIME_HOOKS"  # "1": activate hooks in this process tree
+ENV_DEVICE = "SCRIPTED_RUNTIME_DEVICE"  # "cpu" turns on the CPU enablement patches
+ENV_IPC_ADDR = "SCRIPTED_RUNTIME_IPC_ADDR"  # tcp://127.0.0.1:PORT of the harness
+ENV_HTTP_URL = "SCRIPTED_RUNTIME_HTTP_URL"  # the server's own HTTP base URL
+ENV_SYS_PATH = "SCRIPTED_RUNTIME_SYS_PATH"  # os.pathsep-joined entries for scripts
+ENV_SERVER_ID = "SCRIPTED_RUNTIME_SERVER_ID"  # marks every process of one server
+ENV_HARNESS_PID = "SCRIPTED_RUNTIME_HARNESS_PID"  # server exits when this pid dies
+ENV_CRASH_DIR = "SCRIPTED_RUNTIME_CRASH_DIR"  # where ranks write crash tracebacks
+
+
+@dataclass(frozen=True)
+class ScriptTarget:
+    """Where the hook finds a script: a file path (preferred) or a module."""
+
+    qualname: str
+    path: Optional[str] = None
+    module: Optional[str] = None
+
+    def describe(self) -> str:
+        return f"{self.path or self.module}:{self.qualname}"
+
+
+@dataclass(frozen=True)
+class RunScript:
+    target: ScriptTarget
+    args: Tuple[Any, ...] = ()
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    max_steps: int = 20_000
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Stop the running script at its next step (sent when the harness gives up)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Ready:
+    info: Dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ScriptDone:
+    passed: bool
+    steps: int
+    reset_steps: int
+    duration_s: float
+    error: Optional[str] = None  # one line: "ExceptionType: message"
+    traceback: Optional[str] = None
+    control_log: List[Dict[str, Any]] = field(default_factory=list)
+    value: Any = None  # the script's return value, if picklable
+
+
+@dataclass(frozen=True)
+class SchedulerCrashed:
+    traceback: str

@@ -1,0 +1,37 @@
+"""What ``ScriptedServer.run`` returns."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+@dataclass
+class ScriptResult:
+    script: str
+    passed: bool
+    steps: int = 0
+    reset_steps: int = 0
+    duration_s: float = 0.0
+    error: Optional[str] = None  # one line
+    traceback: Optional[str] = None
+    crashed: bool = False  # the scheduler died during the script
+    control_log: List[Dict[str, Any]] = field(default_factory=list)
+    value: Any = None
+
+    def summary(self) -> str:
+        verdict = "PASS" if self.passed else ("CRASH" if self.crashed else "FAIL")
+        line = f"{verdict} {self.script}: {self.steps} steps in {self.duration_s:.2f}s"
+        if self.error:
+            line += f"\n  {self.error}"
+        return line
+
+    def raise_if_failed(self) -> "ScriptResult":
+        if not self.passed:
+            raise ScriptFailedError(self)
+        return self
+
+
+class ScriptFailedError(AssertionError):
+    def __init__(self, result: ScriptResult) -> None:
+        self.result = result
+        super().__init__(f"{result.summary()}\n{result.traceback or ''}")

@@ -1,0 +1,184 @@
+"""Complete, read-only views of scheduler state (runs in the scheduler process).
+
+"Complete" is the point: a request can be held by ``running_batch``,
+``last_batch``, ``chunked_req``, the overlap ``result_queue``, every PP
+microbatch slot (``mbs``, ``last_mbs``, ``running_mbs``) and the
+``waiting_queue``. SGLang's own upstream script context looks only at the
+current slot; these views look at all of them.
+
+Attribute names are those of 0.5.23; where older releases differ the getter
+says so.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from hooks import sglang_compat
+
+
+@dataclass(frozen=True)
+class Holder:
+    label: str  # e.g. "running_batch", "mbs[2]", "result_queue[0]", "waiting_queue"
+    batch: Any  # the ScheduleBatch, or None for chunked_req / waiting_queue
+    reqs: Tuple[Any, ...]
+
+
+def _batch_reqs(batch: Any) -> Tuple[Any, ...]:
+    if batch is None:
+        return ()
+    return tuple(getattr(batch, "reqs", None) or ())
+
+
+def holders(s: Any) -> List[Holder]:
+    out: List[Holder] = []
+    for name in ("running_batch", "last_batch"):
+        batch = getattr(s, name, None)
+        if batch is not None:
+            out.append(Holder(name, batch, _batch_reqs(batch)))
+    if getattr(s, "chunked_req", None) is not None:
+        out.append(Holder("chunked_req", None, (s.chunked_req,)))
+    for i, entry in enumerate(getattr(s, "result_queue", None) or ()):
+        batch = entry[0] if isinstance(entry, tuple) else entry
+        out.append(Holder(f"result_queue[{i}]", batch, _batch_reqs(batch)))
+    for slots in ("mbs", "last_mbs", "running_mbs"):
+        for i, batch in enumerate(getattr(s, slots, None) or ()):
+            if batch is not None:
+                out.append(Holder(f"{slots}[{i}]", batch, _batch_reqs(batch)))
+    waiting = tuple(getattr(s, "waiting_queue", ()) or ())
+    if waiting:
+        out.append(Holder("waiting_queue", None, waiting))
+    return out
+
+
+def iter_reqs(s: Any) -> Iterator[Any]:
+    seen = set()
+    for holder in holders(s):
+        for req in holder.reqs:
+            if id(req) not in seen:
+                seen.add(id(req))
+                yield req
+
+
+def find_req(s: Any, rid: str) -> Optional[Any]:
+    for req in iter_reqs(s):
+        if req.rid == rid:
+            return req
+    return None
+
+
+def where_is(s: Any, rid: str) -> List[str]:
+    return [h.label for h in holders(s) if any(r.rid == rid for r in h.reqs)]
+
+
+def live_reqs(s: Any) -> Dict[str, Any]:
+    """Requests the scheduler still has work for (not finished)."""
+    return {r.rid: r for r in iter_reqs(s) if not r.finished()}
+
+
+def nothing_held(s: Any) -> bool:
+    """No request anywhere, finished or not: the harness's complete idle scan."""
+    return next(iter_reqs(s), None) is None
+
+
+def is_chunking(s: Any, rid: str) -> bool:
+    chunked = getattr(s, "chunked_req", None)
+    return chunked is not None and chunked.rid == rid
+
+
+def pp_slot(s: Any) -> Optional[int]:
+    """The microbatch slot the PP loop is about to run (None outside PP)."""
+    mbs = getattr(s, "mbs", None)
+    if not mbs:
+        return None
+    running = getattr(s, "running_batch", None)
+    for i, rb in enumerate(getattr(s, "running_mbs", ()) or ()):
+        if rb is running:
+            return i
+    return None
+
+
+# --- memory pools ------------------------------------------------------------
+
+
+def req_pool_idx(req: Any) -> Optional[int]:
+    """The request's req_to_token row (0.5.2x: req.kv.req_pool_idx; older: req.req_pool_idx)."""
+    kv = getattr(req, "kv", None)
+    if kv is not None and hasattr(kv, "req_pool_idx"):
+        return kv.req_pool_idx
+    return getattr(req, "req_pool_idx", None)
+
+
+def kv_committed_len(req: Any) -> int:
+    kv = getattr(req, "kv", None)  # 0.5.2x groups KV bookkeeping under req.kv
+    if kv is not None and hasattr(kv, "kv_committed_len"):
+        return kv.kv_committed_len
+    return getattr(req, "kv_committed_len", 0)
+
+
+def holds_kv(req: Any) -> bool:
+    kv = getattr(req, "kv", None)
+    if kv is not None and hasattr(kv, "holds_kv"):
+        return bool(kv.holds_kv)
+    return req_pool_idx(req) is not None
+
+
+def kv_allocated_len(req: Any) -> int:
+    kv = getattr(req, "kv", None)
+    if kv is not None and hasattr(kv, "kv_allocated_len"):
+        return kv.kv_allocated_len
+    return getattr(req, "kv_allocated_len", kv_committed_len(req))
+
+
+def engine_stats(s: Any) -> Dict[str, int]:
+    allocator = s.token_to_kv_pool_allocator
+    tree = s.tree_cache
+    stats = {
+        "kv_pool_free": int(allocator.available_size()),
+        "kv_pool_total": int(getattr(allocator, "size", 0)),
+        "req_pool_free": int(s.req_to_token_pool.available_size()),
+        "req_pool_total": int(s.req_to_token_pool.size),
+        "page_size": int(getattr(s, "page_size", 1)),
+        "evictable": int(_call_or(tree, "evictable_size", 0)),
+        "protected": int(_call_or(tree, "protected_size", 0)),
+        "tree_tokens": int(_call_or(tree, "total_size", 0)),
+    }
+    return stats
+
+
+def _call_or(obj: Any, name: str, default: Any) -> Any:
+    fn = getattr(obj, name, None)
+    if fn is None:
+        return default
+    try:
+        value = fn()
+    except Exception:  # noqa: BLE001 - a stat we cannot read is reported as default
+        return default
+    # unified radix caches (0.5.2x) report total_size as (full, other) tokens
+    return value[0] if isinstance(value, tuple) else value
+
+
+# --- one-line description, for error messages --------------------------------
+
+
+def describe(s: Any) -> str:
+    parts = [f"loop={sglang_compat.loop_kind(s)}"]
+    if sglang_compat.is_paused(s):
+        parts.append("PAUSED")
+    slot = pp_slot(s)
+    if slot is not None:
+        parts.append(f"slot={slot}")
+    for holder in holders(s):
+        if not holder.reqs:
+            continue
+        rids = ",".join(
+            f"{r.rid}{'*' if r.finished() else ''}" for r in holder.reqs[:6]
+        )
+        more = f"+{len(holder.reqs) - 6}" if len(holder.reqs) > 6 else ""
+        mode = getattr(getattr(holder.batch, "forward_mode", None), "name", None)
+        parts.append(f"{holder.label}{'(' + mode.lower() + ')' if mode else ''}=[{rids}{more}]")
+    stats = engine_stats(s)
+    parts.append(f"kv_free={stats['kv_pool_free']}/{stats['kv_pool_total']}")
+    parts.append(f"rows_free={stats['req_pool_free']}/{stats['req_pool_total']}")
+    parts.append(f"fully_idle={sglang_compat.is_fully_idle(s)}")
+    return " ".join(parts)
