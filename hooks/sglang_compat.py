@@ -21,6 +21,10 @@ ROTARY_CPU_FLAG_MODULES = (
     "sglang.srt.layers.rotary_embedding.base",
     "sglang.srt.layers.rotary_embedding",
 )
+# Environment the harness gives every server. 0.5.2x's default Rust radix tree
+# core cannot be walked from Python (node_by_id / root_node raise
+# NotImplementedError); the Python core can. Ignored by older releases.
+SERVER_ENV = {"SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python"}
 # The loops whose exceptions the hook reports before the scheduler dies.
 EVENT_LOOP_METHODS = ("event_loop_normal", "event_loop_overlap", "event_loop_pp")
 

@@ -146,7 +146,7 @@ class ScriptedServer:
         self._sock.setsockopt(zmq.LINGER, 0)
         ipc_port = self._sock.bind_to_random_port(f"tcp://{HOST}")
 
-        env = dict(os.environ)
+        env = {**sglang_compat.SERVER_ENV, **os.environ}
         env.update({
             protocol.ENV_HOOKS: "1",
             protocol.ENV_DEVICE: self.device,

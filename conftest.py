@@ -1,0 +1,68 @@
+"""pytest wiring for the harness's own tests.
+
+Options:
+  --device cpu|cuda        where the SGLang servers run (default cpu)
+  --topology NAME[,NAME]   restrict server tests to these topologies
+                           (pp1-overlap, pp1-normal, pp4; default: all)
+  --server-log-dir DIR     keep the server logs there
+
+Fixtures:
+  server_pool  session-wide: one live server per topology, restarted if dead
+  server       parametrized over the topologies; a test using it runs once per
+               topology (pp4 runs carry the ``pp4`` marker)
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from scripted_runtime.engine_config import TOPOLOGIES
+
+TOPOLOGY_MARKS = {"pp4": [pytest.mark.pp4]}
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("scripted-runtime")
+    group.addoption("--device", default=os.environ.get("SCRIPTED_RUNTIME_TEST_DEVICE", "cpu"),
+                    choices=["cpu", "cuda"], help="device for the SGLang servers")
+    group.addoption("--topology", default="", help="comma-separated topologies to test (default: all)")
+    group.addoption("--server-log-dir", default="", help="directory for server logs")
+
+
+def pytest_collection_modifyitems(config, items):
+    wanted = {t for t in config.getoption("--topology").split(",") if t}
+    unknown = wanted - set(TOPOLOGIES)
+    if unknown:
+        raise pytest.UsageError(f"--topology: unknown {sorted(unknown)}; known: {sorted(TOPOLOGIES)}")
+    device = config.getoption("--device")
+    skip_gpu = pytest.mark.skip(reason="gpu test: run with --device cuda on a GPU runner")
+    keep, drop = [], []
+    for item in items:
+        if "gpu" in item.keywords and device != "cuda":
+            item.add_marker(skip_gpu)
+        topology = getattr(getattr(item, "callspec", None), "params", {}).get("server")
+        if wanted and topology is not None and topology not in wanted:
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(scope="session")
+def server_pool(request):
+    from scripted_runtime.pool import ServerPool
+
+    log_dir = request.config.getoption("--server-log-dir") or None
+    pool = ServerPool(device=request.config.getoption("--device"),
+                      log_dir=Path(log_dir) if log_dir else None)
+    yield pool
+    pool.shutdown_all()
+
+
+@pytest.fixture(params=[pytest.param(t, marks=TOPOLOGY_MARKS.get(t, [])) for t in TOPOLOGIES])
+def server(request, server_pool):
+    return server_pool.get(request.param)

@@ -1,0 +1,116 @@
+"""``scripted-runtime`` command line.
+
+    scripted-runtime run PATH_OR_MODULE:FUNCTION [--pp N] [--overlap/--no-overlap]
+                     [--device cpu|cuda] [--sglang-arg k=v ...] [--timeout S]
+
+Exit codes: 0 the scenario passed, 1 it failed, 2 a usage error (bad path,
+missing function, bad engine argument) or the server could not start.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import os
+import sys
+import time
+from typing import List, Optional
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+def check_script_spec(spec: str) -> str:
+    """Validate PATH.py:FUNCTION or MODULE:FUNCTION without importing it
+    (scenarios import scheduler-side code); returns the spec to run."""
+    where, sep, func = spec.rpartition(":")
+    if not sep or not where or not func:
+        raise UsageError(f"scenario must be PATH.py:FUNCTION or MODULE:FUNCTION, got {spec!r}")
+    if where.endswith(".py") or os.sep in where:
+        path = os.path.abspath(where)
+        if not os.path.isfile(path):
+            raise UsageError(f"scenario file not found: {where}")
+    else:
+        try:
+            found = importlib.util.find_spec(where)
+        except (ImportError, ValueError):
+            found = None
+        if found is None or not found.origin or not found.origin.endswith(".py"):
+            raise UsageError(f"scenario module not found: {where}")
+        path = found.origin
+    with open(path) as f:
+        try:
+            tree = ast.parse(f.read(), filename=path)
+        except SyntaxError as exc:
+            raise UsageError(f"{where}: syntax error at line {exc.lineno}: {exc.msg}") from exc
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if func.split(".")[0] not in names:
+        known = ", ".join(sorted(names)) or "none"
+        raise UsageError(f"{where} has no function {func!r} (functions: {known})")
+    return f"{path}:{func}"
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from scripted_runtime import engine_config
+    from scripted_runtime.errors import EngineArgumentError, ServerStartError
+    from scripted_runtime.server import ScriptedServer
+
+    try:
+        spec = check_script_spec(args.scenario)
+        topology = engine_config.topology_for(args.pp, args.overlap)
+        overrides = engine_config.parse_engine_args(args.sglang_arg or [])
+    except (UsageError, ValueError) as exc:
+        print(f"scripted-runtime: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    print(f"[scripted-runtime] starting SGLang ({topology}, {args.device})...", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    try:
+        server = ScriptedServer.start(device=args.device, topology=topology,
+                                      start_timeout_s=args.start_timeout, **overrides)
+    except EngineArgumentError as exc:
+        print(f"scripted-runtime: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ServerStartError as exc:
+        print(f"scripted-runtime: server did not start: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        print(f"[scripted-runtime] server ready in {time.monotonic() - t0:.1f}s "
+              f"(sglang {server.info.get('sglang_version')}, loop {server.info.get('loop_kind')})",
+              file=sys.stderr, flush=True)
+        result = server.run(spec, timeout=args.timeout)
+    finally:
+        server.shutdown()
+    print(result.summary())
+    if not result.passed and result.traceback:
+        print(result.traceback)
+    return EXIT_PASS if result.passed else EXIT_FAIL
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="scripted-runtime", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run one scenario against a freshly started server")
+    run.add_argument("scenario", help="PATH.py:FUNCTION or MODULE:FUNCTION")
+    run.add_argument("--pp", type=int, default=1, help="pipeline-parallel size: 1 or 4 (default 1)")
+    run.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                     help="overlap scheduling for pp=1 (SGLang's default: on)")
+    run.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    run.add_argument("--sglang-arg", action="append", metavar="KEY=VALUE",
+                     help="extra SGLang ServerArgs field (repeatable)")
+    run.add_argument("--timeout", type=float, default=120.0, help="script timeout in seconds")
+    run.add_argument("--start-timeout", type=float, default=300.0, help="server start timeout in seconds")
+    run.set_defaults(func=_cmd_run)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""The script context API against the real SGLang scheduler, on every topology.
+
+Each ``script_*`` function runs inside the scheduler process (one yield = one
+iteration); the ``test_*`` functions run them through the ``server`` fixture,
+which is parametrized over pp1-overlap, pp1-normal and pp4.
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import run_ok
+
+pytestmark = pytest.mark.sglang
+
+
+# --- request lifecycle ----------------------------------------------------------
+
+def script_lifecycle(ctx):
+    before = ctx.engine_stats()
+    r = ctx.start_req(prompt_len=16, max_new_tokens=6, ignore_eos=True)
+    seen = [r.status]  # reached the socket, not yet ingested
+    yield
+    seen.append(r.status)
+    yield from ctx.wait_finished(r, max_steps=100)
+    seen.append(r.status)
+    yield from ctx.wait_idle(max_steps=50)
+    after = ctx.engine_stats()
+    return {"statuses": seen, "output_len": len(r.output_ids), "reason": r.finish_reason,
+            "rows_free_before": before["req_pool_free"], "rows_free_after": after["req_pool_free"]}
+
+
+def test_request_lifecycle(server):
+    value = run_ok(server, script_lifecycle).value
+    assert value["statuses"][0] == "posted"
+    assert value["statuses"][1] in ("waiting", "running")
+    assert value["statuses"][2] == "finished"
+    assert value["output_len"] == 6
+    assert value["reason"] == "FINISH_LENGTH"
+    assert value["rows_free_after"] == value["rows_free_before"]
+
+
+# --- chunked prefill ---------------------------------------------------------------
+
+def script_chunking(ctx):
+    r = ctx.start_req(prompt_len=200, max_new_tokens=2, ignore_eos=True)  # 64-token chunks
+    yield from ctx.wait_until(lambda: r.is_chunking, max_steps=10, what="the first chunk")
+    rows, chunk_counts = set(), []
+    while r.is_chunking:
+        rows.add(r.req_pool_idx)
+        chunk_counts.append(r.chunks_done)
+        yield
+    yield from ctx.wait_finished(r, max_steps=100)
+    return {"rows": sorted(rows), "chunk_counts": chunk_counts, "chunks": r.chunks_done}
+
+
+def test_chunking_visible_mid_prefill(server):
+    value = run_ok(server, script_chunking).value
+    assert len(value["rows"]) == 1, "a chunked request keeps one req_to_token row"
+    assert value["chunks"] == 4  # 200 tokens = 64 + 64 + 64 + 8
+    assert value["chunk_counts"][0] >= 1 and value["chunk_counts"] == sorted(value["chunk_counts"])
+
+
+# --- pause / continue ----------------------------------------------------------------
+
+def script_pause_retract(ctx):
+    r = ctx.start_req(prompt_len=16, max_new_tokens=40, ignore_eos=True)
+    yield from ctx.wait_until(lambda: len(r.output_ids) >= 2, max_steps=50, what="two tokens")
+    op = ctx.pause_generation("retract")
+    yield from op.wait(max_steps=10)
+    frozen_len = len(r.output_ids)
+    status, row = r.status, r.req_pool_idx
+    yield from ctx.steps(5)
+    assert len(r.output_ids) == frozen_len, "generation advanced while paused"
+    flush = ctx.flush_cache()
+    yield from flush.wait(max_steps=10)
+    ctx.continue_generation()
+    yield from ctx.wait_finished(r, max_steps=200)
+    return {"paused": status, "row": row, "output_len": len(r.output_ids),
+            "flush_while_retracted": flush.success}
+
+
+def test_pause_retract_then_resume(server):
+    value = run_ok(server, script_pause_retract).value
+    assert value["paused"] == "waiting", "retract puts the request back in the waiting queue"
+    assert value["row"] is None, "a retracted request gives its req_to_token row back"
+    assert value["output_len"] == 40
+    # 0.5.23 flushes while paused with only KV-less waiting requests (ignore_waiting)
+    assert value["flush_while_retracted"] is True
+
+
+def script_pause_in_place(ctx):
+    r = ctx.start_req(prompt_len=16, max_new_tokens=40, ignore_eos=True)
+    yield from ctx.wait_until(lambda: len(r.output_ids) >= 2, max_steps=50, what="two tokens")
+    op = ctx.pause_generation("in_place")
+    yield from op.wait(max_steps=10)
+    row, frozen_len = r.req_pool_idx, len(r.output_ids)
+    yield from ctx.steps(5)
+    assert len(r.output_ids) == frozen_len, "generation advanced while paused in place"
+    assert r.req_pool_idx == row
+    flush = ctx.flush_cache()
+    yield from flush.wait(max_steps=10)
+    ctx.continue_generation()
+    yield from ctx.wait_finished(r, max_steps=200)
+    return {"status_row": row, "flush": flush.success, "output_len": len(r.output_ids)}
+
+
+def test_pause_in_place_freezes_then_resumes(server):
+    value = run_ok(server, script_pause_in_place).value
+    assert value["status_row"] is not None, "in_place keeps the request's row"
+    assert value["flush"] is False, "flush must be refused while paused in place with a live request"
+    assert value["output_len"] == 40
+
+
+# --- abort -------------------------------------------------------------------------------
+
+def script_abort(ctx):
+    r = ctx.start_req(prompt_len=16, max_new_tokens=500, ignore_eos=True)
+    yield from ctx.wait_until(lambda: len(r.output_ids) >= 2, max_steps=50, what="two tokens")
+    op = ctx.abort(r)
+    yield from ctx.wait_finished(r, max_steps=20)
+    yield from ctx.wait_idle(max_steps=50)
+    stats = ctx.engine_stats()
+    return {"status": r.status, "processed": op.processed, "output_len": len(r.output_ids),
+            "rows_free": stats["req_pool_free"], "rows_total": stats["req_pool_total"]}
+
+
+def test_abort_running_request(server):
+    value = run_ok(server, script_abort).value
+    assert value["status"] == "aborted"
+    assert value["processed"] is True
+    assert value["output_len"] < 500
+    assert value["rows_free"] == value["rows_total"]
+
+
+# --- flush_cache ---------------------------------------------------------------------------
+
+def script_flush_clears_tree(ctx):
+    r = ctx.start_req(prompt_len=32, max_new_tokens=4, ignore_eos=True)
+    yield from ctx.wait_finished(r, max_steps=100)
+    yield from ctx.wait_idle(max_steps=50)
+    nodes_before = ctx.tree_node_count()
+    op = ctx.flush_cache()
+    assert op.processed is False, "the flush cannot be processed before the next iteration"
+    yield
+    stats = ctx.engine_stats()
+    return {"nodes_before": nodes_before, "nodes_after": ctx.tree_node_count(),
+            "success": op.success, "processed_step_delta": op.processed_step - op.posted_step,
+            "kv_free": stats["kv_pool_free"], "kv_total": stats["kv_pool_total"]}
+
+
+def test_flush_clears_tree(server):
+    value = run_ok(server, script_flush_clears_tree).value
+    assert value["nodes_before"] > 0
+    assert value["success"] is True
+    assert value["processed_step_delta"] == 1
+    assert value["nodes_after"] == 0
+    assert value["kv_free"] == value["kv_total"]
+
+
+def script_refused_flush(ctx):
+    r = ctx.start_req(prompt_len=16, max_new_tokens=200, ignore_eos=True)
+    yield from ctx.wait_until(lambda: len(r.output_ids) >= 1, max_steps=50, what="first token")
+    op = ctx.flush_cache()
+    yield from op.wait(max_steps=5)
+    answered = yield from ctx.wait_until(lambda: op.http.done, max_steps=200, what="the HTTP answer")
+    ctx.abort(r)
+    yield from ctx.wait_finished(r, max_steps=20)
+    return {"success": op.success, "answer": type(op.answer).__name__, "http": op.http.status,
+            "still_running_when_refused": r.status}
+
+
+def test_refused_flush_is_reported(server):
+    value = run_ok(server, script_refused_flush).value
+    assert value["success"] is False
+    assert value["answer"] == "FlushCacheReqOutput"
+    assert value["http"] is not None and value["http"] >= 400
+
+
+# --- radix lock refs -----------------------------------------------------------------------
+
+def script_lock_refs(ctx):
+    r = ctx.start_req(prompt_len=32, max_new_tokens=30, ignore_eos=True)
+    yield from ctx.wait_until(lambda: len(r.output_ids) >= 3, max_steps=60, what="three tokens")
+    held = r.lock_refs
+    locked_nodes = sum(1 for v in ctx.get_all_node_lock_refs().values() if v > 0)
+    yield from ctx.wait_finished(r, max_steps=200)
+    yield from ctx.wait_idle(max_steps=50)
+    refs_after = ctx.get_all_node_lock_refs()
+    return {"held": held, "locked_nodes": locked_nodes, "nodes_after": len(refs_after),
+            "max_ref_after": max(refs_after.values(), default=0)}
+
+
+def test_lock_refs_held_then_released(server):
+    value = run_ok(server, script_lock_refs).value
+    assert value["held"] > 0 and value["locked_nodes"] > 0
+    assert value["nodes_after"] > 0, "the finished request's prefix stays cached"
+    assert value["max_ref_after"] == 0
+
+
+# --- update_weights_from_disk --------------------------------------------------------------
+
+def script_update_weights(ctx, flush):
+    r = ctx.start_req(prompt_len=32, max_new_tokens=3, ignore_eos=True)
+    yield from ctx.wait_finished(r, max_steps=100)
+    yield from ctx.wait_idle(max_steps=50)
+    op = ctx.update_weights_from_disk(flush_cache=flush)
+    yield from op.wait(max_steps=200)
+    nodes_after = ctx.tree_node_count()
+    r2 = ctx.start_req(prompt_len=8, max_new_tokens=3, ignore_eos=True)
+    yield from ctx.wait_finished(r2, max_steps=100)
+    return {"success": op.success, "message": op.message, "nodes_after": nodes_after,
+            "second_output": len(r2.output_ids)}
+
+
+@pytest.mark.parametrize("flush", [True, False], ids=["flush", "no-flush"])
+def test_update_weights_from_disk(server, flush):
+    value = run_ok(server, script_update_weights, flush).value
+    assert value["success"] is True, value["message"]
+    assert (value["nodes_after"] == 0) is flush
+    assert value["second_output"] == 3
+
+
+# --- failures the harness must report cleanly ------------------------------------------------
+
+def script_raises(ctx):
+    ctx.start_req(prompt_len=8, max_new_tokens=100, ignore_eos=True)
+    yield
+    raise AssertionError("boom at step %d" % ctx.step)
+
+
+def script_not_a_generator(ctx):
+    return 42
+
+
+def script_waits_forever(ctx):
+    yield from ctx.wait_until(lambda: False, max_steps=3, what="the impossible")
+
+
+def test_failing_script_reports_and_server_stays_usable(server):
+    result = server.run(script_raises)
+    assert not result.passed and not result.crashed
+    assert result.error == "AssertionError: boom at step 1"
+    assert "script_raises" in result.traceback
+    result = server.run(script_not_a_generator)
+    assert not result.passed
+    assert result.error.startswith("NotAGenerator:") and "yield" in result.error
+    result = server.run(script_waits_forever)
+    assert not result.passed
+    assert "waited 3 steps for the impossible" in result.error
+    assert "state seen: step=3" in result.error
+    # the next script starts from a reset engine: the aborted leftover is gone
+    run_ok(server, script_lifecycle)

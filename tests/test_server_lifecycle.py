@@ -1,0 +1,55 @@
+"""Crashes, restarts, shutdown time and leftover processes (real SGLang)."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from scripted_runtime import ScriptedServer, processes
+from scripted_runtime.errors import ServerDeadError
+from tests.helpers import run_ok
+from tests.test_scheduler_api import script_lifecycle
+
+pytestmark = pytest.mark.sglang
+
+
+def script_sabotage(ctx):
+    """Make the scheduler's own event loop raise in the next iteration."""
+    r = ctx.start_req(prompt_len=8, max_new_tokens=50, ignore_eos=True)
+    yield from ctx.wait_until(lambda: len(r.output_ids) >= 1, max_steps=50, what="first token")
+
+    def get_next_batch_to_run(*args, **kwargs):
+        raise RuntimeError("sabotaged by the test")
+
+    ctx.scheduler.get_next_batch_to_run = get_next_batch_to_run
+    for _ in range(5):
+        yield
+
+
+def test_crash_is_reported_then_restart(server, server_pool):
+    t0 = time.monotonic()
+    result = server.run(script_sabotage)
+    elapsed = time.monotonic() - t0
+    assert result.crashed and not result.passed
+    assert "sabotaged by the test" in result.traceback
+    assert result.error.startswith("SchedulerCrashed:")
+    assert elapsed < 15, f"crash took {elapsed:.1f}s to report"
+    assert not server.alive
+    assert server.pids() == [], "a crashed server must leave no process behind"
+    with pytest.raises(ServerDeadError, match="restart"):
+        server.run(script_lifecycle)
+    restarted = server_pool.get(server.topology)
+    run_ok(restarted, script_lifecycle)
+
+
+def test_shutdown_is_fast_and_leaves_nothing():
+    server = ScriptedServer.start(topology="pp1-normal")
+    pids = server.pids()
+    assert len(pids) >= 2, f"expected launcher + scheduler processes, found {pids}"
+    run_ok(server, script_lifecycle)
+    took = server.shutdown()
+    assert took < 5.0, f"shutdown took {took:.1f}s"
+    assert server.pids() == []
+    alive = [p for p in pids if os.path.exists(f"/proc/{p}") and processes.pids_of_server(server.server_id)]
+    assert alive == []
