@@ -28,6 +28,7 @@ def activate() -> None:
         from hooks import cpu_enablement
 
         cpu_enablement.install()
-    from hooks import scheduler_hook
+    if os.environ.get("SCRIPTED_RUNTIME_SCHEDULER_HOOK", "1") == "1":
+        from hooks import scheduler_hook
 
-    post_import.when_imported(sglang_compat.SCHEDULER_MODULE, scheduler_hook.install)
+        post_import.when_imported(sglang_compat.SCHEDULER_MODULE, scheduler_hook.install)

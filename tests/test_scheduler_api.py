@@ -61,54 +61,52 @@ def test_chunking_visible_mid_prefill(server):
 
 
 # --- pause / continue ----------------------------------------------------------------
+# 0.5.23's event_loop_pp never checks _engine_paused (the normal and overlap
+# loops skip scheduling while paused), so under PP a pause is acknowledged but
+# generation goes on. The scripts record what happened; the tests assert the
+# behaviour of each loop.
 
-def script_pause_retract(ctx):
+def script_pause(ctx, mode):
     r = ctx.start_req(prompt_len=16, max_new_tokens=40, ignore_eos=True)
     yield from ctx.wait_until(lambda: len(r.output_ids) >= 2, max_steps=50, what="two tokens")
-    op = ctx.pause_generation("retract")
+    op = ctx.pause_generation(mode)
     yield from op.wait(max_steps=10)
+    status, row, paused = r.status, r.req_pool_idx, ctx.is_paused
     frozen_len = len(r.output_ids)
-    status, row = r.status, r.req_pool_idx
-    yield from ctx.steps(5)
-    assert len(r.output_ids) == frozen_len, "generation advanced while paused"
+    yield from ctx.steps(8)
+    advanced = len(r.output_ids) - frozen_len
     flush = ctx.flush_cache()
     yield from flush.wait(max_steps=10)
     ctx.continue_generation()
-    yield from ctx.wait_finished(r, max_steps=200)
-    return {"paused": status, "row": row, "output_len": len(r.output_ids),
-            "flush_while_retracted": flush.success}
+    yield from ctx.wait_finished(r, max_steps=300)
+    return {"status": status, "row": row, "paused": paused, "advanced": advanced,
+            "flush": flush.success, "output_len": len(r.output_ids)}
 
 
 def test_pause_retract_then_resume(server):
-    value = run_ok(server, script_pause_retract).value
-    assert value["paused"] == "waiting", "retract puts the request back in the waiting queue"
-    assert value["row"] is None, "a retracted request gives its req_to_token row back"
-    assert value["output_len"] == 40
-    # 0.5.23 flushes while paused with only KV-less waiting requests (ignore_waiting)
-    assert value["flush_while_retracted"] is True
-
-
-def script_pause_in_place(ctx):
-    r = ctx.start_req(prompt_len=16, max_new_tokens=40, ignore_eos=True)
-    yield from ctx.wait_until(lambda: len(r.output_ids) >= 2, max_steps=50, what="two tokens")
-    op = ctx.pause_generation("in_place")
-    yield from op.wait(max_steps=10)
-    row, frozen_len = r.req_pool_idx, len(r.output_ids)
-    yield from ctx.steps(5)
-    assert len(r.output_ids) == frozen_len, "generation advanced while paused in place"
-    assert r.req_pool_idx == row
-    flush = ctx.flush_cache()
-    yield from flush.wait(max_steps=10)
-    ctx.continue_generation()
-    yield from ctx.wait_finished(r, max_steps=200)
-    return {"status_row": row, "flush": flush.success, "output_len": len(r.output_ids)}
+    value = run_ok(server, script_pause, "retract").value
+    assert value["paused"] is True
+    assert value["output_len"] == 40, "generation resumes and completes after continue"
+    if server.info["loop_kind"] == "pp":
+        assert value["advanced"] > 0, "0.5.23's PP loop ignores the pause flag"
+    else:
+        assert value["advanced"] == 0, "generation advanced while paused"
+        assert value["status"] == "waiting", "retract puts the request back in the waiting queue"
+        assert value["row"] is None, "a retracted request gives its req_to_token row back"
+        # 0.5.23 flushes while paused with only KV-less waiting requests (ignore_waiting)
+        assert value["flush"] is True
 
 
 def test_pause_in_place_freezes_then_resumes(server):
-    value = run_ok(server, script_pause_in_place).value
-    assert value["status_row"] is not None, "in_place keeps the request's row"
-    assert value["flush"] is False, "flush must be refused while paused in place with a live request"
+    value = run_ok(server, script_pause, "in_place").value
+    assert value["paused"] is True
     assert value["output_len"] == 40
+    assert value["row"] is not None, "in_place keeps the request's row"
+    assert value["flush"] is False, "flush must be refused while a request holds KV"
+    if server.info["loop_kind"] == "pp":
+        assert value["advanced"] > 0, "0.5.23's PP loop ignores the pause flag"
+    else:
+        assert value["advanced"] == 0, "generation advanced while paused in place"
 
 
 # --- abort -------------------------------------------------------------------------------

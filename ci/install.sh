@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install the harness and the SGLang release CI pins into ./.venv (idempotent).
+#   bash ci/install.sh            # SGLang from ci/sglang-version.txt
+#   SGLANG_SPEC='sglang==0.5.22' bash ci/install.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SGLANG_SPEC="${SGLANG_SPEC:-sglang==$(tr -d '[:space:]' < ci/sglang-version.txt)}"
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "[install] creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+if .venv/bin/python - "$SGLANG_SPEC" <<'PYEOF' 2>/dev/null
+import importlib.metadata as m, sys
+spec = sys.argv[1]
+want = spec.split("==", 1)[1] if "==" in spec else None
+have = m.version("sglang")
+m.version("scripted-runtime"); m.version("pytest-xdist"); m.version("hypothesis")
+sys.exit(0 if want is None or have == want else 1)
+PYEOF
+then
+  echo "[install] .venv already has $SGLANG_SPEC and the harness"
+  exit 0
+fi
+echo "[install] installing $SGLANG_SPEC and the harness into .venv (first time: ~5 min, ~11 GB)"
+.venv/bin/python -m pip install --progress-bar off -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install --progress-bar off -q -e ".[test]" "$SGLANG_SPEC" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import sglang, scripted_runtime; print('[install] ok: sglang', sglang.__version__)"

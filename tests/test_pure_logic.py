@@ -1,0 +1,196 @@
+"""Unit tests of pure logic (no SGLang process): small fakes are fine here."""
+from __future__ import annotations
+
+import pickle
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import zmq
+
+from hooks import sglang_compat
+from scripted_runtime import cli, engine_config
+from scripted_runtime.context.waits import WaitTimeout, wait_until
+from scripted_runtime.control import ControlLedger, ControlOp
+from scripted_runtime.http_poster import HttpAnswer
+from scripted_runtime.protocol import ScriptTarget
+from scripted_runtime.server import last_traceback, script_target
+
+
+def test_parse_version_orders_releases():
+    assert sglang_compat.parse_version("0.5.12.post1") == (0, 5, 12, 1)
+    assert sglang_compat.parse_version("0.5.8.post1") < sglang_compat.parse_version("0.5.9")
+    assert sglang_compat.parse_version("0.5.23") > sglang_compat.parse_version("0.5.13")
+
+
+def test_omp_bind_rule_per_release():
+    # 0.5.23: one entry per world rank; 0.5.12.post1: one per TP rank (DESIGN.md §4)
+    assert sglang_compat.omp_bind_rule("0.5.23").value(tp_size=1, pp_size=4, cores=2) == "0|1|0|1"
+    assert sglang_compat.omp_bind_rule("0.5.12.post1").value(tp_size=1, pp_size=4, cores=2) == "0-1"
+    assert sglang_compat.omp_bind_rule("0.5.23").value(tp_size=1, pp_size=1, cores=2) == "0-1"
+
+
+def test_iteration_entry_by_feature():
+    class New:
+        def ingest_requests(self): ...
+        def recv_requests(self): ...
+
+    class Old:
+        def recv_requests(self): ...
+
+    assert sglang_compat.iteration_entry_name(New) == "ingest_requests"
+    assert sglang_compat.iteration_entry_name(Old) == "recv_requests"
+
+
+def test_engine_kwargs_and_topologies():
+    kw = engine_config.engine_kwargs("cpu", "pp4", chunked_prefill_size=32)
+    assert kw["pp_size"] == 4 and kw["pp_async_batch_depth"] == 2
+    assert kw["chunked_prefill_size"] == 32 and kw["device"] == "cpu"
+    assert engine_config.engine_kwargs("cpu", "pp1-normal")["disable_overlap_schedule"] is True
+    assert engine_config.topology_for(1, True) == "pp1-overlap"
+    assert engine_config.topology_for(1, False) == "pp1-normal"
+    with pytest.raises(ValueError, match="--pp must be 1 or 4"):
+        engine_config.topology_for(2, True)
+    with pytest.raises(ValueError, match="topology must be one of"):
+        engine_config.engine_kwargs("cpu", "pp8")
+
+
+def test_parse_engine_args():
+    parsed = engine_config.parse_engine_args(
+        ["chunked-prefill-size=32", "disable_radix_cache=true", "log_level=info", "x=None"])
+    assert parsed == {"chunked_prefill_size": 32, "disable_radix_cache": True, "log_level": "info", "x": None}
+    with pytest.raises(ValueError, match="key=value"):
+        engine_config.parse_engine_args(["novalue"])
+
+
+def test_script_target_forms(tmp_path):
+    def local(ctx):
+        yield
+
+    t = script_target(local)
+    assert t.qualname.endswith("local") and t.path == __file__
+    assert script_target("pkg.mod:fn") == ScriptTarget(qualname="fn", module="pkg.mod")
+    assert script_target("a/b.py:fn").path.endswith("a/b.py")
+    with pytest.raises(ValueError, match="PATH.py:FUNCTION"):
+        script_target("nocolon")
+
+
+def test_wait_until_counts_steps_and_names_what_it_waited_for():
+    box = {"n": 0}
+
+    def pred():
+        box["n"] += 1
+        return box["n"] >= 3
+
+    gen = wait_until(pred, max_steps=10, what="x")
+    steps = 0
+    with pytest.raises(StopIteration) as stop:
+        while True:
+            next(gen)
+            steps += 1
+    assert stop.value.value == 2 and steps == 2
+    gen = wait_until(lambda: False, max_steps=2, what="the thing", describe=lambda: "STATE")
+    with pytest.raises(WaitTimeout, match="waited 2 steps for the thing; state seen: STATE"):
+        for _ in range(5):
+            next(gen)
+
+
+class _Req:
+    def __init__(self, rid=None):
+        self.rid = rid
+
+
+class FlushCacheReqInput(_Req):
+    pass
+
+
+class AbortReq(_Req):
+    pass
+
+
+class _Out:
+    def __init__(self, success):
+        self.success = success
+        self.message = "m"
+
+
+def test_ledger_matches_answers_to_ops_in_order():
+    step = {"v": 1}
+    ledger = ControlLedger(lambda: step["v"])
+    a = ledger.register(ControlOp("flush", "FlushCacheReqInput", None, 0, HttpAnswer()))
+    b = ledger.register(ControlOp("flush", "FlushCacheReqInput", None, 0, HttpAnswer()))
+    ab = ledger.register(ControlOp("abort", "AbortReq", "r2", 0, HttpAnswer()))
+    ledger.on_processed(AbortReq("r1"), None)  # someone else's abort
+    assert not ab.processed
+    ledger.on_processed(FlushCacheReqInput(), _Out(False))
+    step["v"] = 2
+    ledger.on_processed(FlushCacheReqInput(), _Out(True))
+    ledger.on_processed(AbortReq("r2"), None)
+    assert (a.success, a.processed_step) == (False, 1)
+    assert (b.success, b.processed_step) == (True, 2)
+    assert ab.processed and ab.success is True  # processed, no verdict to give
+    assert [d["op"] for d in ledger.log()] == ["flush", "flush", "abort"]
+
+
+def test_op_success_falls_back_to_http():
+    op = ControlOp("pause", "PauseGenerationReqInput", None, 0, HttpAnswer())
+    assert op.success is None
+    op.http.status, op.http.body = 400, {"success": False, "message": "nope"}
+    assert op.success is False and op.message == "nope"
+
+
+def test_last_traceback_extracts_final_block():
+    log = "noise\nTraceback (most recent call last):\n  File x\nValueError: first\nmore\n" \
+          "Traceback (most recent call last):\n  File y\n    boom()\nRuntimeError: second\ntrailing"
+    tb = last_traceback(log)
+    assert tb.startswith("Traceback") and tb.endswith("RuntimeError: second")
+
+
+def test_inbox_buffers_frames_and_waits_with_deadline():
+    from scripted_runtime.inbox import ArrivalTimeout, TokenizerInbox
+
+    ctx = zmq.Context()
+    push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    push.connect(f"tcp://127.0.0.1:{port}")
+    try:
+        inbox = TokenizerInbox(pull)
+        seen = []
+        inbox.arrival_listeners.append(lambda obj: seen.append(obj))
+        push.send(pickle.dumps(FlushCacheReqInput("x")))
+        inbox.wait_for(lambda o: isinstance(o, FlushCacheReqInput), timeout_s=5, what="flush")
+        assert [o.rid for o in seen] == ["x"]
+        assert pickle.loads(inbox.recv(zmq.NOBLOCK)).rid == "x"  # handed on unchanged
+        with pytest.raises(zmq.Again):
+            inbox.recv(zmq.NOBLOCK)
+        t0 = time.monotonic()
+        with pytest.raises(ArrivalTimeout, match="abort did not reach the scheduler within 0s"):
+            inbox.wait_for(lambda o: False, timeout_s=0.2, what="abort")
+        assert time.monotonic() - t0 < 2
+    finally:
+        push.close(0)
+        pull.close(0)
+        ctx.term()
+
+
+def test_cli_usage_errors_exit_2(tmp_path):
+    scenario = tmp_path / "s.py"
+    scenario.write_text("def real(ctx):\n    yield\n")
+    assert cli.check_script_spec(f"{scenario}:real").endswith("s.py:real")
+    for spec, message in [
+        (f"{tmp_path}/missing.py:real", "scenario file not found"),
+        (f"{scenario}:nope", "has no function 'nope' (functions: real)"),
+        ("no.such.module:fn", "scenario module not found"),
+        ("justaname", "PATH.py:FUNCTION"),
+    ]:
+        with pytest.raises(cli.UsageError, match=re.escape(message)):
+            cli.check_script_spec(spec)
+    proc = subprocess.run([sys.executable, "-m", "scripted_runtime.cli", "run", f"{scenario}:nope"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0, "a usage error is one line"
+    proc = subprocess.run([sys.executable, "-m", "scripted_runtime.cli", "run", f"{scenario}:real", "--pp", "3"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--pp must be 1 or 4" in proc.stderr
