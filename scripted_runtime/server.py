@@ -137,7 +137,7 @@ class ScriptedServer:
         checkpoint = None
         if "model_path" not in kwargs:
             kwargs["model_path"] = str(model_files.model_dir(model_name))
-            checkpoint = model_files.checkpoint_dir(model_name) if self.device == "cpu" else None
+            checkpoint = model_files.checkpoint_dir(model_name)
         http_port = free_port()
         kwargs.update(host=HOST, port=http_port)
 
