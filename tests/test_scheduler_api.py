@@ -234,6 +234,11 @@ def script_waits_forever(ctx):
     yield from ctx.wait_until(lambda: False, max_steps=3, what="the impossible")
 
 
+def script_yields_forever(ctx):
+    while True:
+        yield
+
+
 def test_failing_script_reports_and_server_stays_usable(server):
     result = server.run(script_raises)
     assert not result.passed and not result.crashed
@@ -246,5 +251,8 @@ def test_failing_script_reports_and_server_stays_usable(server):
     assert not result.passed
     assert "waited 3 steps for the impossible" in result.error
     assert "state seen: step=3" in result.error
+    result = server.run(script_yields_forever, max_steps=7)
+    assert not result.passed and result.steps == 7
+    assert result.error.startswith("StepBudgetExceeded: script still running after 7 steps")
     # the next script starts from a reset engine: the aborted leftover is gone
     run_ok(server, script_lifecycle)
