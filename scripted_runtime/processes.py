@@ -14,6 +14,15 @@ from typing import List
 from scripted_runtime.protocol import ENV_SERVER_ID
 
 
+def is_running(pid: int) -> bool:
+    """The process exists and is not a zombie (a zombie has already exited)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().split(b") ", 1)[1][:1] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
 def pids_of_server(server_id: str) -> List[int]:
     marker = f"{ENV_SERVER_ID}={server_id}".encode()
     found = []
@@ -23,12 +32,9 @@ def pids_of_server(server_id: str) -> List[int]:
         try:
             with open(f"/proc/{name}/environ", "rb") as f:
                 env = f.read()
-            with open(f"/proc/{name}/stat", "rb") as f:
-                if f.read().split(b") ", 1)[1][:1] == b"Z":  # zombie: already dead
-                    continue
         except OSError:
             continue
-        if marker in env.split(b"\0"):
+        if marker in env.split(b"\0") and is_running(int(name)):
             found.append(int(name))
     return sorted(found)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 from hooks import sglang_compat
 from scripted_runtime import state
