@@ -160,3 +160,69 @@ def loop_kind(scheduler: Any) -> str:
     return "normal"
 
 
+
+
+# ---------------------------------------------------------------------------
+# Memory pools (0.5.23: TokenToKVPoolAllocator keeps free_pages and
+# release_pages tensors of page ids; per-request KV bookkeeping lives in
+# req.kv with kv_allocated_len and cache_protected_len).
+
+
+def allocator_free_indices(allocator: Any) -> Optional[Any]:
+    """Every free KV token index of the allocator as one tensor, or None when
+    this allocator's free list is not readable."""
+    import torch
+
+    parts = [p for p in (getattr(allocator, "free_pages", None), getattr(allocator, "release_pages", None))
+             if isinstance(p, torch.Tensor)]
+    if not parts:
+        return None
+    pages = torch.cat(parts) if len(parts) > 1 else parts[0]
+    page_size = int(getattr(allocator, "page_size", 1) or 1)
+    if page_size == 1:
+        return pages
+    offsets = torch.arange(page_size, dtype=pages.dtype, device=pages.device)
+    return (pages[:, None] * page_size + offsets[None, :]).reshape(-1)
+
+
+def uncached_tokens(reqs: Any, page_size: int) -> Optional[int]:
+    """KV tokens that requests own outside the radix tree, counted as SGLang's
+    own invariant checker does (0.5.2x: ceil(kv_allocated_len) -
+    cache_protected_len); None where the release lacks those fields."""
+    total = 0
+    for req in reqs:
+        kv = getattr(req, "kv", None)
+        if kv is None or not hasattr(kv, "cache_protected_len"):
+            return None
+        allocated = -(-int(kv.kv_allocated_len) // page_size) * page_size
+        total += allocated - int(kv.cache_protected_len)
+    return total
+
+
+class _ScriptHeldKv:
+    """Wraps SGLang's pool-stats observer so its own idle leak check counts KV
+    a script took with ``ctx.exhaust_kv`` as held (0.5.2x: "session_held")."""
+
+    def __init__(self, inner: Any, held: int) -> None:
+        self._inner, self._held = inner, held
+
+    def session_held_tokens(self) -> int:
+        return self._inner.session_held_tokens() + self._held
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def set_script_held_tokens(scheduler: Any, tokens: int) -> bool:
+    """Tell SGLang's own pool-leak check (0.5.2x ``invariant_checker``, run at
+    every idle iteration) about ``tokens`` KV slots a script holds; without it
+    the check kills the scheduler once the engine idles. False where the
+    release has no such check."""
+    checker = getattr(scheduler, "invariant_checker", None)
+    if checker is None or not hasattr(checker, "pool_stats_observer"):
+        return False
+    inner = checker.pool_stats_observer
+    if isinstance(inner, _ScriptHeldKv):
+        inner = inner._inner
+    checker.pool_stats_observer = _ScriptHeldKv(inner, tokens) if tokens else inner
+    return True

@@ -31,6 +31,8 @@ from scripted_runtime.context.requests import BatchRecord, RequestTracker
 from scripted_runtime.control import ControlLedger
 from scripted_runtime.http_poster import HttpPoster
 from scripted_runtime.inbox import TokenizerInbox
+from scripted_runtime.invariants import InvariantViolation
+from scripted_runtime.step_observer import StepObserver
 
 WARMUP_TIMEOUT_S = 180.0
 RESET_MAX_STEPS = 400
@@ -54,6 +56,7 @@ class Driver:
         self.inbox.arrival_listeners.append(self.ledger.on_arrival)
         scheduler._request_dispatcher = self._recording_dispatcher(scheduler._request_dispatcher)
         self.ctx = ScriptContext(self)
+        self.observer = StepObserver(self)
         for entry in reversed(os.environ.get(protocol.ENV_SYS_PATH, "").split(os.pathsep)):
             if entry and entry not in sys.path:
                 sys.path.insert(0, entry)
@@ -186,17 +189,22 @@ class Driver:
         started = time.monotonic()
 
         def done(passed: bool, error: Optional[str] = None, tb: Optional[str] = None,
-                 value: Any = None, reset_steps: int = 0) -> protocol.ScriptDone:
+                 value: Any = None, reset_steps: int = 0,
+                 violation: Optional[dict] = None) -> protocol.ScriptDone:
             try:
                 pickle.dumps(value)
             except Exception:  # noqa: BLE001
                 value = repr(value)
+            report = self.observer.end() if observing else {}
             return protocol.ScriptDone(
                 passed=passed, steps=self.step, reset_steps=reset_steps,
                 duration_s=time.monotonic() - started, error=error, traceback=tb,
-                control_log=self.ledger.log(), value=value,
+                control_log=self.ledger.log(), value=value, violation=violation,
+                windows=report.get("windows", {}),
+                timeline="" if passed or not observing else self.observer.timeline_tail(),
             )
 
+        observing = False
         self.step = 0
         try:
             fn = script_loader.load(cmd.target)
@@ -212,6 +220,11 @@ class Driver:
         self.tracker.clear()
         self.batch_log.clear()
         self.step = 0
+        try:
+            self.observer.begin(cmd)
+        except (ValueError, OSError) as exc:
+            return done(False, f"{type(exc).__name__}: {exc}", reset_steps=reset_steps)
+        observing = True
 
         try:
             gen = fn(self.ctx, *cmd.args, **cmd.kwargs)
@@ -226,12 +239,29 @@ class Driver:
             )
         deadline = started + cmd.timeout_s
         while True:
+            self.observer.observe_windows()
+            finished = False
             try:
                 next(gen)
             except StopIteration as stop:
-                return done(True, value=stop.value, reset_steps=reset_steps)
+                finished, value = True, stop.value
             except Exception as exc:
                 return done(False, _one_line(exc), traceback.format_exc(), reset_steps=reset_steps)
+            try:
+                violation = self.observer.after_script()
+            except Exception as exc:  # a harness bug must not kill the scheduler
+                gen.close()
+                return done(False, f"HarnessError: the step observer raised {_one_line(exc)}",
+                            traceback.format_exc(), reset_steps=reset_steps)
+            if violation is not None:
+                gen.close()
+                owners = "; ".join(f"{rid}: row {o['row']} in {'+'.join(o['holders'])}"
+                                   for rid, o in violation.owners.items())
+                return done(False, f"{violation.headline()} (iteration {violation.iteration})"
+                            + (f"; owners: {owners}" if owners else ""),
+                            violation=violation.as_dict(), reset_steps=reset_steps)
+            if finished:
+                return done(True, value=value, reset_steps=reset_steps)
             problem = None
             if self.step >= cmd.max_steps:
                 problem = f"StepBudgetExceeded: script still running after {cmd.max_steps} steps"

@@ -39,6 +39,9 @@ class RunScript:
     kwargs: Dict[str, Any] = field(default_factory=dict)
     max_steps: int = 20_000
     timeout_s: float = 120.0
+    disabled_invariants: Tuple[str, ...] = ()  # names from scripted_runtime.invariants.NAMES
+    trace: bool = True  # record the step trace
+    trace_path: Optional[str] = None  # where the scheduler writes it (JSON lines)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,9 @@ class ScriptDone:
     traceback: Optional[str] = None
     control_log: List[Dict[str, Any]] = field(default_factory=list)
     value: Any = None  # the script's return value, if picklable
+    violation: Optional[Dict[str, Any]] = None  # the invariant that failed the script
+    windows: Dict[str, Dict[str, int]] = field(default_factory=dict)  # name -> hit counts
+    timeline: str = ""  # last steps of the trace, one line each (on failure)
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,26 @@ class ScriptResult:
     crashed: bool = False  # the scheduler died during the script
     control_log: List[Dict[str, Any]] = field(default_factory=list)
     value: Any = None
+    violation: Optional[Dict[str, Any]] = None  # the invariant that failed the script
+    windows: Dict[str, Dict[str, int]] = field(default_factory=dict)  # name -> reached/open_steps/entered
+    timeline: str = ""  # last steps of the trace (on failure)
+    trace_path: Optional[str] = None  # the JSONL step trace of this run
 
     def summary(self) -> str:
         verdict = "PASS" if self.passed else ("CRASH" if self.crashed else "FAIL")
         line = f"{verdict} {self.script}: {self.steps} steps in {self.duration_s:.2f}s"
         if self.error:
             line += f"\n  {self.error}"
+        if not self.passed and self.timeline:
+            line += "\n  last steps (>> marks the violation):\n" + "\n".join(
+                "    " + l for l in self.timeline.splitlines())
+        if not self.passed and self.trace_path:
+            line += f"\n  trace: {self.trace_path}"
         return line
+
+    def windows_reached(self) -> Dict[str, int]:
+        """Windows that opened at least once in this run, with their count."""
+        return {name: st["reached"] for name, st in self.windows.items() if st.get("reached")}
 
     def raise_if_failed(self) -> "ScriptResult":
         if not self.passed:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -20,16 +21,18 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import zmq
 
 from hooks import sglang_compat
 from scripted_runtime import engine_config, processes, protocol
+from scripted_runtime import invariants as invariant_names
 from scripted_runtime.errors import EngineArgumentError, ServerDeadError, ServerStartError
 from scripted_runtime.launch import BAD_ARGS_MARKER, EXIT_BAD_ENGINE_ARGS
 from scripted_runtime.models import files as model_files
 from scripted_runtime.result import ScriptResult
+from scripted_runtime.trace import timeline
 
 HOST = "127.0.0.1"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -85,6 +88,16 @@ def last_traceback(text: str) -> Optional[str]:
     return "\n".join(out)
 
 
+def invariant_selection(invariants: Union[bool, Iterable[str]]) -> Tuple[str, ...]:
+    """The invariant names to switch off for ``run(invariants=...)``."""
+    if invariants is True:
+        return ()
+    if invariants is False or invariants is None:
+        return tuple(invariant_names.NAMES)
+    wanted = invariant_names.validate_names(invariants)
+    return tuple(n for n in invariant_names.NAMES if n not in wanted)
+
+
 class ScriptedServer:
     def __init__(self, *, device: str, topology: str, engine_kwargs: Dict[str, Any],
                  start_timeout_s: float, log_dir: Optional[Path]) -> None:
@@ -100,6 +113,8 @@ class ScriptedServer:
         self._sock: Optional[zmq.Socket] = None
         self._dead_reason: Optional[str] = None
         self.server_id = ""
+        self._runs = 0
+        self._trace_dir: Optional[Path] = None
         self.workdir = Path()
         self.log_path = Path()
 
@@ -210,6 +225,15 @@ class ScriptedServer:
             f"(waiting for warmup to drain; log: {self.log_path}):\n{log_tail(self.log_path)}")
 
     @property
+    def trace_dir(self) -> Path:
+        """Where runs write their step traces (kept after shutdown)."""
+        return self._trace_dir or (self._log_dir or self.workdir) / "traces"
+
+    @trace_dir.setter
+    def trace_dir(self, path: Union[str, Path]) -> None:
+        self._trace_dir = Path(path)
+
+    @property
     def alive(self) -> bool:
         return self._dead_reason is None and self._proc is not None and self._proc.poll() is None
 
@@ -255,17 +279,34 @@ class ScriptedServer:
 
     # --- scripts --------------------------------------------------------------
     def run(self, script: ScriptLike, *args: Any, timeout: float = DEFAULT_RUN_TIMEOUT_S,
-            max_steps: int = 20_000, **kwargs: Any) -> ScriptResult:
+            max_steps: int = 20_000, invariants: Union[bool, Iterable[str]] = True,
+            trace: Union[bool, str, Path] = True, **kwargs: Any) -> ScriptResult:
         """Run one script (after an engine reset); never raises for script
-        failures: inspect ``result.passed`` / ``result.error``."""
+        failures: inspect ``result.passed`` / ``result.error``.
+
+        ``invariants``: True (all, the default), False (none), or the names
+        to check (see ``scripted_runtime.invariants.NAMES``).
+        ``trace``: True writes the step trace under ``trace_dir``; a path
+        writes it there; False records none."""
         target = script_target(script)
         name = target.describe()
         if not self.alive:
             raise ServerDeadError(
                 f"cannot run {name}: the server is not running ({self._dead_reason}); call restart()")
+        disabled = invariant_selection(invariants)
+        trace_path: Optional[str] = None
+        if trace:
+            if trace is True:
+                self._runs += 1
+                slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", target.qualname)[:60]
+                trace_path = str(self.trace_dir / f"{self._runs:04d}-{slug}.jsonl")
+            else:
+                trace_path = str(Path(trace).resolve())
+            Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         self._sock.send_pyobj(protocol.RunScript(
-            target=target, args=tuple(args), kwargs=kwargs, max_steps=max_steps, timeout_s=timeout))
+            target=target, args=tuple(args), kwargs=kwargs, max_steps=max_steps, timeout_s=timeout,
+            disabled_invariants=disabled, trace=bool(trace), trace_path=trace_path))
         cancel_sent = False
         while True:
             if self._sock.poll(int(POLL_S * 1000)):
@@ -274,15 +315,16 @@ class ScriptedServer:
                     return ScriptResult(
                         script=name, passed=msg.passed, steps=msg.steps, reset_steps=msg.reset_steps,
                         duration_s=msg.duration_s, error=msg.error, traceback=msg.traceback,
-                        control_log=msg.control_log, value=msg.value)
+                        control_log=msg.control_log, value=msg.value, violation=msg.violation,
+                        windows=msg.windows, timeline=msg.timeline, trace_path=trace_path)
                 if isinstance(msg, protocol.SchedulerCrashed):
-                    return self._crashed(name, msg.traceback, t0)
+                    return self._with_trace(self._crashed(name, msg.traceback, t0), trace_path)
             crash = self._crash_file_text()
             if crash is not None or (self._proc is not None and self._proc.poll() is not None):
                 time.sleep(0.3)  # a SchedulerCrashed frame may be in flight
                 if self._sock.poll(0):
                     continue
-                return self._crashed(name, crash, t0)
+                return self._with_trace(self._crashed(name, crash, t0), trace_path)
             elapsed = time.monotonic() - t0
             if elapsed > timeout + 5 and not cancel_sent:
                 self._sock.send_pyobj(protocol.Cancel(reason=f"harness timeout {timeout:.0f}s"))
@@ -294,6 +336,18 @@ class ScriptedServer:
                 return ScriptResult(script=name, passed=False, duration_s=elapsed,
                                     error=f"HarnessTimeout: {self._dead_reason}; server killed",
                                     traceback=tail)
+
+    @staticmethod
+    def _with_trace(result: ScriptResult, trace_path: Optional[str]) -> ScriptResult:
+        """A crashed run keeps the trace the scheduler flushed up to its death."""
+        result.trace_path = trace_path
+        if trace_path and os.path.exists(trace_path):
+            try:
+                _, records = timeline.load(trace_path)
+                result.timeline = timeline.format_timeline(records, last=20)
+            except (OSError, ValueError):
+                pass
+        return result
 
     def _crash_file_text(self) -> Optional[str]:
         crash_dir = self.workdir / "crashes"

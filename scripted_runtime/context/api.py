@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 from hooks import sglang_compat
-from scripted_runtime import state
+from scripted_runtime import state, windows
 from scripted_runtime.context import radix, waits
 from scripted_runtime.context.requests import BatchRecord, ReqHandle
 from scripted_runtime.control import ControlOp
@@ -175,11 +175,20 @@ class ScriptContext:
         flush_cache: bool = True,
         load_format: Optional[str] = None,
         abort_all_requests: bool = False,
+        await_arrival: bool = False,
     ) -> ControlOp:
-        """Post /update_weights_from_disk fire-and-forget; ``yield from
-        op.wait()`` until the scheduler processed it. ``model_path`` defaults
-        to the harness's checkpoint (a tiny safetensors file for the tiny
-        model, the served model otherwise)."""
+        """Post /update_weights_from_disk; ``yield from op.wait()`` until the
+        scheduler processed it. ``model_path`` defaults to the harness's
+        checkpoint (a tiny safetensors file for the tiny model, the served
+        model otherwise).
+
+        By default the post is fire-and-forget: the tokenizer holds the update
+        behind a writer lock that waits for every in-flight generate request,
+        so it reaches the scheduler some iterations later. With
+        ``await_arrival=True`` the call blocks (bounded) until it reached the
+        scheduler, so it is processed in the very next iteration; use that
+        only when no generate request is in flight any more (e.g. inside
+        ``finished_not_pruned``), or the wait times out."""
         path = model_path or os.environ.get(ENV_CHECKPOINT)
         if not path:
             raise ValueError("update_weights_from_disk needs model_path (no harness checkpoint is set)")
@@ -194,7 +203,7 @@ class ScriptContext:
             payload["load_format"] = "safetensors"
         return self._control(
             "update_weights_from_disk", "/update_weights_from_disk", payload,
-            "UpdateWeightFromDiskReqInput", await_arrival=False,
+            "UpdateWeightFromDiskReqInput", await_arrival=await_arrival,
         )
 
     def exhaust_kv(self, *, leave_pages: int = 0) -> int:
@@ -208,12 +217,17 @@ class ScriptContext:
         if held is None:
             raise RuntimeError(f"exhaust_kv: the allocator refused {need} tokens")
         self._exhausted.append(held)
+        sglang_compat.set_script_held_tokens(self.scheduler, self._exhausted_tokens())
         return int(need)
+
+    def _exhausted_tokens(self) -> int:
+        return sum(int(held.numel()) for held in self._exhausted)
 
     def _release_exhausted(self) -> None:
         for held in self._exhausted:
             self.scheduler.token_to_kv_pool_allocator.free(held)
         self._exhausted.clear()
+        sglang_compat.set_script_held_tokens(self.scheduler, 0)
 
     # --- queries -------------------------------------------------------------
     def find_req_by_rid(self, rid: str) -> Optional[Any]:
@@ -296,6 +310,40 @@ class ScriptContext:
         return (yield from self.wait_until(
             lambda: self.is_fully_idle and self.nothing_held, max_steps=max_steps,
             what="the scheduler to become idle"))
+
+    # --- race windows ----------------------------------------------------------
+    def window_open(self, name: str) -> Optional[str]:
+        """The detail of window ``name`` if it is open now, else None."""
+        windows.get(name)
+        return self._driver.observer.windows.open.get(name)
+
+    def window_stats(self) -> Dict[str, Dict[str, int]]:
+        """Per window: reached (times opened), open_steps, entered (so far this run)."""
+        return self._driver.observer.windows.report()
+
+    def wait_for_window(self, name: str, *, max_steps: int = 200):
+        """``detail = yield from ctx.wait_for_window("finished_not_pruned")``:
+        step until the named window is open; the script then has control inside
+        it (inject now: the op is processed in the window's iteration). Raises
+        WaitTimeout with the state seen if it does not open within max_steps."""
+        window = windows.get(name)
+        loop = self.loop_kind
+        if loop not in window.loops:
+            raise ValueError(
+                f"window {name!r} ({window.source}) cannot open on the {loop} loop; "
+                f"it applies to: {', '.join(window.loops)}")
+        observer = self._driver.observer
+        for waited in range(max_steps + 1):
+            detail = observer.windows.open.get(name)
+            if detail is not None:
+                observer.note_entered(name)
+                return detail
+            if waited == max_steps:
+                break
+            yield
+        raise waits.WaitTimeout(
+            f"window {name!r} ({window.source}) not reached within {max_steps} steps; "
+            f"it is: {window.doc} State seen: {self.describe()}")
 
     def steps(self, n: int):
         """``yield from ctx.steps(n)``: run n iterations."""

@@ -70,3 +70,26 @@ def all_hit_counts(tree: Any) -> Dict[Any, int]:
 
 def node_count(tree: Any) -> int:
     return sum(1 for _ in iter_nodes(tree))
+
+
+def in_current_tree(tree: Any, handle: Any) -> bool:
+    """Whether a node a request holds (node or node id) is still part of the
+    current tree; False once a reset replaced the tree under it."""
+    if isinstance(handle, int):
+        return resolve(tree, handle) is not None
+    root = _root(tree)
+    node = handle
+    for _ in range(100_000):
+        if node is root:
+            return True
+        parent = getattr(node, "parent", None)
+        if parent is None:
+            return False
+        node = parent
+    return False
+
+
+def node_label(handle: Any) -> str:
+    if isinstance(handle, int):
+        return f"#{handle}"
+    return f"#{getattr(handle, 'id', '?')}"

@@ -1,0 +1,106 @@
+"""Builds one step-trace record per iteration and appends it to a JSONL file
+(scheduler process). One record describes iteration N: the forwards it
+launched and the control answers it produced, the state it left behind,
+the windows open and the invariant verdict at the start of iteration N+1,
+and the operations the script injected right after (processed in N+1).
+
+The file is flushed after every line, so a scheduler crash leaves the trace
+up to the step before it.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional
+
+from hooks import sglang_compat
+from scripted_runtime import state
+from scripted_runtime.context import radix
+
+FORMAT_VERSION = 1
+
+
+def _rid(req: Any) -> str:
+    return req.rid + ("*" if req.finished() else "")
+
+
+def _mode(batch: Any) -> Optional[str]:
+    mode = getattr(getattr(batch, "forward_mode", None), "name", None)
+    return mode.lower() if mode else None
+
+
+def snapshot(s: Any, view: Any) -> Dict[str, Any]:
+    """The state part of a record, from an invariants ``StateView`` (one scan)."""
+    batches: Dict[str, Dict[str, Any]] = {}
+    waiting: List[str] = []
+    rows: Dict[str, int] = {}
+    for holder in view.holders:
+        if holder.label == "waiting_queue":
+            waiting = [_rid(r) for r in holder.reqs]
+        elif holder.batch is not None and holder.reqs:
+            batches[holder.label] = {"mode": _mode(holder.batch), "rids": [_rid(r) for r in holder.reqs]}
+        for r in holder.reqs:
+            row = state.req_pool_idx(r)
+            if row is not None:
+                rows[r.rid] = int(row)
+    chunked = getattr(s, "chunked_req", None)
+    stats = state.engine_stats(s)
+    tree = s.tree_cache
+    try:
+        locks = radix.all_lock_refs(tree)
+        tree_nodes, locked = len(locks), sum(1 for n in locks.values() if n)
+    except radix.TreeNotInspectable:
+        tree_nodes = locked = None
+    return {
+        "slot": state.pp_slot(s),
+        "paused": sglang_compat.is_paused(s),
+        "fully_idle": view.fully_idle,
+        "batches": batches,
+        "chunked": chunked.rid if chunked is not None else None,
+        "waiting": waiting,
+        "rows": rows,
+        "rows_free": stats["req_pool_free"],
+        "rows_total": stats["req_pool_total"],
+        "kv_free": stats["kv_pool_free"],
+        "kv_total": stats["kv_pool_total"],
+        "tree_nodes": tree_nodes,
+        "tree_locked": locked,
+    }
+
+
+def header(*, script: str, loop: str, pp_size: int, sglang_version: Optional[str],
+           invariants: List[str]) -> Dict[str, Any]:
+    return {"trace_format": FORMAT_VERSION, "script": script, "loop": loop, "pp_size": pp_size,
+            "sglang_version": sglang_version, "invariants": invariants}
+
+
+class TraceWriter:
+    """Appends JSON lines to ``path`` (or keeps nothing when path is None);
+    keeps the last records in memory for the failure timeline."""
+
+    def __init__(self, path: Optional[str], keep: int = 64) -> None:
+        self.path = path
+        self._f = open(path, "w", encoding="utf-8") if path else None
+        self.keep = keep
+        self.recent: List[Dict[str, Any]] = []
+        self.header: Dict[str, Any] = {}
+
+    def write_header(self, head: Dict[str, Any]) -> None:
+        self.header = head
+        self._write(head)
+
+    def append(self, record: Dict[str, Any]) -> None:
+        self.recent.append(record)
+        if len(self.recent) > 2 * self.keep:
+            del self.recent[: len(self.recent) - self.keep]
+        self._write(record)
+
+    def _write(self, obj: Dict[str, Any]) -> None:
+        if self._f is not None:
+            self._f.write(json.dumps(obj, separators=(",", ":"), default=str))
+            self._f.write("\n")
+            self._f.flush()
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None

@@ -1,0 +1,253 @@
+"""Invariants, window counting, timeline and rendering on small fakes (pure
+logic; the real-scheduler behaviour is in test_invariants.py / test_windows.py)."""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections import deque
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from scripted_runtime import cli, invariants
+from scripted_runtime.invariants import InvariantChecker, StateView
+from scripted_runtime.trace import render, timeline
+from scripted_runtime.windows import Window, WindowTracker
+
+TOTAL = 100
+
+
+class FakeKv:
+    def __init__(self, row, allocated=0, protected=0):
+        self.req_pool_idx = row
+        self.kv_allocated_len = allocated
+        self.cache_protected_len = protected
+        self.kv_committed_len = allocated
+
+    @property
+    def holds_kv(self):
+        return self.req_pool_idx is not None
+
+
+class FakeReq:
+    def __init__(self, rid, row=None, allocated=0, protected=0, done=False):
+        self.rid = rid
+        self.kv = FakeKv(row, allocated, protected)
+        self.done = done
+        self.last_node = None
+
+    def finished(self):
+        return self.done
+
+
+class FakeBatch:
+    def __init__(self, reqs, mode="decode"):
+        self.reqs = list(reqs)
+        self.forward_mode = SimpleNamespace(name=mode.upper(), is_extend=lambda: mode == "extend",
+                                            is_decode=lambda: mode == "decode")
+
+    def is_empty(self):
+        return not self.reqs
+
+
+class FakeTree:
+    def __init__(self, evictable=0, protected=0):
+        self.root_node = SimpleNamespace(children={})
+        self._evictable, self._protected = evictable, protected
+
+    def evictable_size(self):
+        return self._evictable
+
+    def protected_size(self):
+        return self._protected
+
+    def total_size(self):
+        return self._evictable + self._protected
+
+
+class FakeScheduler:
+    """Just the attributes the invariants read; rows 1..8, KV slots 0..TOTAL-1."""
+
+    def __init__(self, *, idle=False, reqs=(), free_rows=None, free_kv=None, evictable=0, protected=0):
+        self.running_batch = FakeBatch(reqs)
+        self.last_batch = None
+        self.chunked_req = None
+        self.waiting_queue = []
+        self.result_queue = deque()
+        self.enable_overlap = True
+        self.max_total_num_tokens = TOTAL
+        self._idle = idle
+        owned = {r.kv.req_pool_idx for r in reqs}
+        self.req_to_token_pool = SimpleNamespace(
+            free_slots=free_rows if free_rows is not None else [i for i in range(1, 9) if i not in owned],
+            req_to_token=torch.zeros((9, 128), dtype=torch.int32), size=8)
+        self.req_to_token_pool.available_size = lambda: len(self.req_to_token_pool.free_slots)
+        used = 0
+        for r in reqs:  # give each request its own KV indices
+            n = r.kv.kv_allocated_len
+            if r.kv.req_pool_idx is not None and n:
+                self.req_to_token_pool.req_to_token[r.kv.req_pool_idx, :n] = torch.arange(used, used + n)
+                used += n
+        free = free_kv if free_kv is not None else torch.arange(used + evictable + protected, TOTAL)
+        self.token_to_kv_pool_allocator = SimpleNamespace(
+            free_pages=free, release_pages=torch.empty(0, dtype=torch.int64), page_size=1, size=TOTAL,
+            available_size=lambda: len(self.token_to_kv_pool_allocator.free_pages))
+        self.tree_cache = FakeTree(evictable, protected)
+        self.page_size = 1
+
+    def is_fully_idle(self, **_):
+        return self._idle
+
+
+def check(s, disabled=(), memory=None):
+    checker = InvariantChecker(disabled)
+    if memory is not None:
+        checker.memory = memory
+    return checker.check(StateView(s))
+
+
+def test_quiet_on_a_consistent_busy_state():
+    s = FakeScheduler(reqs=[FakeReq("a", row=1, allocated=10), FakeReq("b", row=2, allocated=5)])
+    assert check(s) is None
+
+
+def test_idle_gate_fires_when_the_gate_says_idle_with_live_requests():
+    s = FakeScheduler(idle=True, reqs=[FakeReq("a", row=1, allocated=10)])
+    v = check(s)
+    assert v.invariant == "idle_gate"
+    assert "1 live request(s) are held: a in running_batch" in v.message
+    assert v.owners == {"a": {"row": 1, "holders": ["running_batch"]}}
+
+
+def test_idle_gate_ignores_finished_requests_and_plain_waiters():
+    s = FakeScheduler(idle=True, reqs=[FakeReq("a", done=True)])
+    s.waiting_queue = [FakeReq("w")]  # waiting without KV owns nothing
+    assert check(s, disabled=["pool_accounting"]) is None
+
+
+def test_slot_ownership_two_live_owners_of_one_row():
+    s = FakeScheduler(reqs=[FakeReq("a", row=3), FakeReq("b", row=3)])
+    v = check(s)
+    assert v.invariant == "slot_ownership" and "row 3 is owned by 2 live requests: a,b" in v.message
+
+
+def test_slot_ownership_duplicate_free_rows():
+    s = FakeScheduler(reqs=[], free_rows=[1, 2, 2, 3])
+    v = check(s)
+    assert v.invariant == "slot_ownership" and "duplicate rows [2]" in v.message
+
+
+def test_slot_ownership_owned_row_in_free_list():
+    s = FakeScheduler(reqs=[FakeReq("a", row=4, allocated=3)], free_rows=[1, 2, 4])
+    assert "row 4 of live request a is in the free list" in check(s).message
+
+
+def test_slot_ownership_chunked_request_changes_row():
+    req = FakeReq("c", row=5, allocated=64)
+    s = FakeScheduler(reqs=[req])
+    s.chunked_req = req
+    memory = invariants.InvariantMemory()
+    assert check(s, memory=memory) is None
+    req.kv.req_pool_idx = 6  # PR 17850: released after the chunk, re-allocated elsewhere
+    s.req_to_token_pool.free_slots = [i for i in range(1, 9) if i != 6]
+    s.req_to_token_pool.req_to_token[6, :64] = torch.arange(64)
+    v = check(s, memory=memory)
+    assert v.invariant == "slot_ownership"
+    assert "chunked request c moved from row 5 to row 6" in v.message
+
+
+def test_slot_ownership_kv_index_of_live_row_is_free():
+    s = FakeScheduler(reqs=[FakeReq("a", row=1, allocated=10)])
+    s.token_to_kv_pool_allocator.free_pages = torch.cat([torch.tensor([7]), torch.arange(10, TOTAL)])
+    v = check(s, disabled=["pool_accounting"])
+    assert v.invariant == "slot_ownership" and "KV indices [7] of live request a (row 1)" in v.message
+
+
+def test_pool_accounting_busy_and_idle_forms():
+    s = FakeScheduler(reqs=[FakeReq("a", row=1, allocated=10, protected=4)], evictable=3, protected=4)
+    # available 83 + evictable 3 + protected 4 + uncached (10 - 4) = 96 != 100
+    v = check(s)
+    assert v.invariant == "pool_accounting" and "= 96 != total 100" in v.message
+    balanced = FakeScheduler(reqs=[FakeReq("a", row=1, allocated=10, protected=4)], evictable=3)
+    balanced.tree_cache._protected = 4
+    balanced.token_to_kv_pool_allocator.free_pages = torch.arange(13, TOTAL - 0)[:87]
+    assert check(balanced) is None
+    idle = FakeScheduler(idle=True, reqs=[], free_kv=torch.arange(0, 95), evictable=0)
+    assert "leaked 5 tokens" in check(idle).message
+    assert check(FakeScheduler(idle=True, reqs=[], free_kv=torch.arange(0, 95)), disabled=["pool_accounting"]) is None
+
+
+def test_unknown_invariant_name_is_rejected():
+    with pytest.raises(ValueError, match="unknown invariant.*slot_owner.*known: idle_gate"):
+        InvariantChecker(["slot_owner"])
+
+
+def test_window_tracker_counts_reached_open_and_entered():
+    flag = {"open": False}
+    tracker = WindowTracker({"w": Window("w", ("overlap",), "test", "doc",
+                                         lambda s: "d" if flag["open"] else None)})
+    sequence = [False, True, True, False, True, False]
+    for value in sequence:
+        flag["open"] = value
+        tracker.observe(None, "overlap")
+    tracker.mark_entered("w")
+    assert tracker.report() == {"w": {"reached": 2, "open_steps": 3, "entered": 1}}
+    tracker.observe(None, "normal")  # not applicable on this loop: never open
+    assert tracker.open == {}
+
+
+def _sample_records():
+    return [
+        {"step": 0, "slot": None, "batches": {}, "waiting": [], "rows": {}, "rows_free": 8, "rows_total": 8,
+         "kv_free": 100, "kv_total": 100, "tree_nodes": 0, "tree_locked": 0, "fully_idle": True,
+         "launched": [], "answers": [], "windows": {}, "windows_opened": [], "entered": [],
+         "ops": [], "violation": None},
+        {"step": 1, "slot": None, "batches": {"last_batch": {"mode": "extend", "rids": ["a"]},
+                                              "result_queue[0]": {"mode": "extend", "rids": ["a"]}},
+         "chunked": "a", "waiting": ["b"], "rows": {"a": 1}, "rows_free": 7, "rows_total": 8,
+         "kv_free": 36, "kv_total": 100, "tree_nodes": 1, "tree_locked": 1, "fully_idle": False,
+         "launched": [{"slot": None, "mode": "extend", "rids": ["a"]}],
+         "answers": [{"op": "flush_cache", "success": False, "message": "busy"}],
+         "windows": {"chunked_between_chunks": "a@row1"}, "windows_opened": ["chunked_between_chunks"],
+         "entered": ["chunked_between_chunks"], "ops": [{"op": "flush_cache"}],
+         "violation": {"invariant": "slot_ownership", "message": "m", "owners": {}, "step": 1}},
+    ]
+
+
+def test_timeline_lines():
+    lines = timeline.format_timeline(_sample_records(), header={"script": "s", "loop": "overlap"}).splitlines()
+    assert lines[0].startswith("trace of s on overlap loop")
+    assert lines[1] == "      0      idle | rows 0 kv 0 tree 0n/0L"
+    assert lines[2] == (">>    1      last:E[a] rq0:E[a] chk:a wait:[b] | rows 1 kv 64 tree 1n/1L | "
+                        "=flush_cache:REFUSED {chunked_between_chunks} @chunked_between_chunks "
+                        "+flush_cache !!slot_ownership")
+
+
+def test_trace_files_round_trip_through_the_cli(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(o) for o in [{"trace_format": 1, "script": "s", "loop": "overlap",
+                                                        "pp_size": 1, "invariants": ["idle_gate"]}]
+                              + _sample_records()) + "\n")
+    assert cli.main(["trace", "show", str(path), "--last", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "1 earlier steps not shown" in out and "!!slot_ownership" in out
+    svg = tmp_path / "t.svg"
+    assert cli.main(["trace", "render", str(path), "-o", str(svg)]) == 0
+    root = ET.parse(svg).getroot()
+    texts = [e.text for e in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert "!! slot_ownership (step 1)" in texts and "row 1" in texts and "1: flush_cache" in texts
+    page = tmp_path / "t.html"
+    assert cli.main(["trace", "render", str(path), "-o", str(page)]) == 0
+    assert "<svg" in page.read_text() and "!!slot_ownership" in page.read_text()
+
+
+def test_trace_cli_errors_are_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    assert cli.main(["trace", "show", str(bad)]) == 2
+    assert "bad.jsonl:1: not a JSON line" in capsys.readouterr().err
+    assert cli.main(["trace", "render", str(bad), "-o", str(tmp_path / "x.pdf")]) == 2
+    assert "-o must end in .svg, .html or .png" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="no steps to draw"):
+        render.render_svg({}, [])
