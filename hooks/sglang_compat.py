@@ -151,13 +151,21 @@ def rank_info(scheduler: Any) -> Tuple[int, int, int, int]:
 
 
 def loop_kind(scheduler: Any) -> str:
-    """'pp', 'overlap' or 'normal': which event loop this scheduler runs."""
+    """'pp', 'overlap' or 'normal': which event loop this scheduler runs
+    (fixed for the process; cached on the scheduler, read every step)."""
+    cached = getattr(scheduler, "__dict__", {}).get("_scripted_runtime_loop_kind")
+    if cached is not None:
+        return cached
     _, _, pp_size, _ = rank_info(scheduler)
     if pp_size > 1:
-        return "pp"
-    if getattr(scheduler, "enable_overlap", False):
-        return "overlap"
-    return "normal"
+        kind = "pp"
+    elif getattr(scheduler, "enable_overlap", False):
+        kind = "overlap"
+    else:
+        kind = "normal"
+    if hasattr(scheduler, "__dict__"):
+        scheduler.__dict__["_scripted_runtime_loop_kind"] = kind
+    return kind
 
 
 

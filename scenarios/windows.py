@@ -92,6 +92,16 @@ def overlap_result_pending(ctx):
     return _report(ctx, "overlap_result_pending", detail, late_output=len(late.output_ids))
 
 
+def _flush_then_resume(ctx, req):
+    """Inject a flush into the pause, resume, and let the request finish
+    (600 steps: under PP a lone request decodes once per 6 slot steps)."""
+    flush = ctx.flush_cache()
+    yield from flush.wait()
+    ctx.continue_generation()
+    yield from ctx.wait_finished(req, max_steps=600)
+    return flush
+
+
 def paused_in_place_busy(ctx):
     """PR 10071: pause_generation(in_place) leaves the batch as it is, so a
     flush during the pause is refused; generation resumes intact."""
@@ -99,10 +109,7 @@ def paused_in_place_busy(ctx):
     yield from ctx.wait_until(lambda: req.status == "running", max_steps=40, what=f"{req.rid} decoding")
     pause = ctx.pause_generation("in_place")
     detail = yield from ctx.wait_for_window("paused_in_place_busy", max_steps=20)
-    flush = ctx.flush_cache()
-    yield from flush.wait()
-    ctx.continue_generation()
-    yield from ctx.wait_finished(req, max_steps=200)
+    flush = yield from _flush_then_resume(ctx, req)
     return _report(ctx, "paused_in_place_busy", detail, pause_success=pause.success,
                    flush_success=flush.success, output_len=len(req.output_ids))
 
@@ -116,10 +123,7 @@ def paused_retract_waiting_with_kv(ctx):
     yield from ctx.wait_until(lambda: len(req.output_ids) >= 4, max_steps=60, what=f"{req.rid} to decode 4 tokens")
     ctx.pause_generation("retract")
     detail = yield from ctx.wait_for_window("paused_retract_waiting_with_kv", max_steps=20)
-    flush = ctx.flush_cache()
-    yield from flush.wait()
-    ctx.continue_generation()
-    yield from ctx.wait_finished(req, max_steps=300)
+    flush = yield from _flush_then_resume(ctx, req)
     return _report(ctx, "paused_retract_waiting_with_kv", detail, flush_success=flush.success,
                    output_len=len(req.output_ids))
 

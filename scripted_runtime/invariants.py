@@ -119,8 +119,7 @@ def check_idle_gate(v: StateView, mem: InvariantMemory) -> Optional[Violation]:
 
 def check_slot_ownership(v: StateView, mem: InvariantMemory) -> Optional[Violation]:
     pool = v.s.req_to_token_pool
-    free_slots = getattr(pool, "free_slots", None)
-    free_list = list(free_slots) if free_slots is not None else []
+    free_list = getattr(pool, "free_slots", None) or []
     free_set = set(free_list)
     if len(free_set) != len(free_list):
         dups = sorted({x for x in free_list if free_list.count(x) > 1})[:8]
@@ -169,31 +168,26 @@ def _check_kv_not_free(v: StateView, by_row: Dict[int, List[Any]]) -> Optional[V
     free = sglang_compat.allocator_free_indices(v.s.token_to_kv_pool_allocator)
     if free is None or free.numel() == 0:
         return None
-    import torch
+    import numpy as np  # a numpy mask is ~25x faster than torch.isin here (bench/invariants.py)
 
+    free_np = free.cpu().numpy()
     table = v.s.req_to_token_pool.req_to_token
-    parts = []
-    owners_of_part = []
+    held = []
     for row, owners in by_row.items():
         n = state.kv_allocated_len(owners[0])
         if n > 0:
-            parts.append(table[row, :n])
-            owners_of_part.append(owners[0])
-    if not parts:
+            held.append((owners[0], table[row, :n].cpu().numpy()))
+    if not held:
         return None
-    held = torch.cat(parts).to(free.dtype)
-    hit = torch.isin(held, free)
-    if not bool(hit.any()):
-        return None
-    offset = 0
-    for part, req in zip(parts, owners_of_part):
-        bad = hit[offset:offset + len(part)]
-        if bool(bad.any()):
-            idx = part[bad][:6].tolist()
+    size = int(max(free_np.max(), max(int(idx.max()) for _, idx in held))) + 1
+    mask = np.zeros(size, dtype=bool)
+    mask[free_np] = True
+    for req, idx in held:
+        bad = idx[mask[idx]]
+        if bad.size:
             return Violation("slot_ownership",
-                             f"KV indices {idx} of live request {req.rid} (row {state.req_pool_idx(req)}) "
+                             f"KV indices {bad[:6].tolist()} of live request {req.rid} (row {state.req_pool_idx(req)}) "
                              "are in the allocator's free list", v.owner_info([req]))
-        offset += len(part)
     return None
 
 

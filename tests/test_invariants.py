@@ -46,7 +46,11 @@ def test_idle_gate_fires_when_the_idle_check_misses_in_flight_batches(overlap_se
 
 
 def script_pp_idle_gate_ignoring_mbs(ctx):
-    """The PR 27446 bug, re-created: the PP drain check ignores the mbs slots."""
+    """The PR 27446 bug, re-created: after a first request ran normally, the
+    PP drain check is made to ignore the mbs slots; the next 2-chunk prompt
+    opens the window in which that gate wrongly says idle."""
+    first = ctx.start_req(prompt_len=16, max_new_tokens=3, ignore_eos=True)
+    yield from ctx.wait_finished(first, max_steps=100)
     s = ctx.scheduler
     s._pp_microbatches_drained = lambda: all(x.is_empty() for x in s.running_mbs)
     try:

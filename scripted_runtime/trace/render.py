@@ -85,7 +85,8 @@ class _Png:
         except ImportError as exc:
             raise ValueError("PNG output needs Pillow (pip install pillow); use .svg or .html") from exc
         self._Image, self._ImageDraw, self._font = Image, ImageDraw, ImageFont
-        self.img = Image.new("RGBA", (int(width), int(height)), "white")
+        # An RGB image drawn through an RGBA Draw blends translucent fills.
+        self.img = Image.new("RGB", (int(width), int(height)), "white")
         self.draw = ImageDraw.Draw(self.img, "RGBA")
         self._fonts: Dict[int, Any] = {}
 
@@ -133,7 +134,7 @@ def render_svg(header: Dict[str, Any], records: List[Dict[str, Any]], *, title: 
 
 
 def render_png(header: Dict[str, Any], records: List[Dict[str, Any]], path: str, *, title: str = "") -> None:
-    _draw(header, records, title, _Png).convert("RGB").save(path)
+    _draw(header, records, title, _Png).save(path)
 
 
 def _draw(header: Dict[str, Any], records: List[Dict[str, Any]], title: str, surface_cls) -> Any:
@@ -141,7 +142,7 @@ def _draw(header: Dict[str, Any], records: List[Dict[str, Any]], title: str, sur
         raise ValueError("no steps to draw")
     n = len(records)
     cw = max(4.0, min(18.0, 1100.0 / n))
-    width = LABEL_W + n * cw + 20
+    width = max(LABEL_W + n * cw + 160, 760.0)  # room for the subtitle and a violation label
 
     rid_order: Dict[str, int] = {}
 
