@@ -5,7 +5,8 @@ SCRIPTED_RUNTIME_HOOKS=1. Each concern lives in its own module:
 
 * ``cpu_enablement``  - lets the real scheduler and a tiny model run on CPU;
 * ``scheduler_hook``  - freezes the scheduler loop between script commands;
-* ``sglang_compat``   - every SGLang-version difference the two above rely on.
+* ``fix_toggles``     - undoes named SGLang fixes on request (SCRIPTED_RUNTIME_REVERT_FIXES);
+* ``sglang_compat``   - every SGLang-version difference the others rely on.
 
 Patches are applied when the patched module is imported (``post_import``), so
 processes that never import the scheduler pay nothing.
@@ -32,3 +33,7 @@ def activate() -> None:
         from hooks import scheduler_hook
 
         post_import.when_imported(sglang_compat.SCHEDULER_MODULE, scheduler_hook.install)
+    from hooks import fix_toggles
+
+    if fix_toggles.requested():
+        post_import.when_imported(sglang_compat.SCHEDULER_MODULE, fix_toggles.install_requested)

@@ -3,6 +3,7 @@
     scripted-runtime run PATH_OR_MODULE:FUNCTION [--pp N] [--overlap/--no-overlap]
                      [--device cpu|cuda] [--sglang-arg k=v ...] [--timeout S]
                      [--no-invariants | --skip-invariant NAME ...] [--trace FILE]
+                     [--revert-fix NAME ...]
     scripted-runtime trace show FILE [--last N]
     scripted-runtime trace render FILE -o OUT.svg|OUT.html|OUT.png [--steps A:B]
 
@@ -69,6 +70,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         topology = engine_config.topology_for(args.pp, args.overlap)
         overrides = engine_config.parse_engine_args(args.sglang_arg or [])
         skipped = invariants.validate_names(args.skip_invariant or [])
+        from hooks import fix_toggles
+
+        reverted = fix_toggles.validate(args.revert_fix or [])
         checked = False if args.no_invariants else [n for n in invariants.NAMES if n not in skipped]
     except (UsageError, ValueError) as exc:
         print(f"scripted-runtime: {exc}", file=sys.stderr)
@@ -78,7 +82,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
         server = ScriptedServer.start(device=args.device, topology=topology,
-                                      start_timeout_s=args.start_timeout, **overrides)
+                                      start_timeout_s=args.start_timeout, revert_fixes=reverted,
+                                      **overrides)
     except EngineArgumentError as exc:
         print(f"scripted-runtime: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -172,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="do not check this invariant (repeatable): idle_gate, slot_ownership, "
                           "radix_locks, pool_accounting")
     run.add_argument("--trace", metavar="FILE", help="write the step trace (JSON lines) here")
+    run.add_argument("--revert-fix", action="append", metavar="NAME",
+                     help="undo this SGLang fix in-process (repeatable; see hooks/fix_toggles.py): pr27446")
     run.set_defaults(func=_cmd_run)
 
     trace = sub.add_parser("trace", help="read a step trace")

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import zmq
 
-from hooks import sglang_compat
+from hooks import fix_toggles, sglang_compat
 from scripted_runtime import engine_config, processes, protocol
 from scripted_runtime import invariants as invariant_names
 from scripted_runtime.errors import EngineArgumentError, ServerDeadError, ServerStartError
@@ -100,8 +100,10 @@ def invariant_selection(invariants: Union[bool, Iterable[str]]) -> Tuple[str, ..
 
 class ScriptedServer:
     def __init__(self, *, device: str, topology: str, engine_kwargs: Dict[str, Any],
-                 start_timeout_s: float, log_dir: Optional[Path]) -> None:
+                 start_timeout_s: float, log_dir: Optional[Path],
+                 revert_fixes: Iterable[str] = ()) -> None:
         self.device = device
+        self.revert_fixes = fix_toggles.validate(list(revert_fixes))
         self.topology = topology
         self.engine_kwargs = engine_kwargs
         self.start_timeout_s = start_timeout_s
@@ -122,10 +124,14 @@ class ScriptedServer:
     @classmethod
     def start(cls, *, device: str = "cpu", topology: str = "pp1-overlap",
               start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
-              log_dir: Optional[Union[str, Path]] = None, **engine_overrides: Any) -> "ScriptedServer":
+              log_dir: Optional[Union[str, Path]] = None, revert_fixes: Iterable[str] = (),
+              **engine_overrides: Any) -> "ScriptedServer":
+        """Start a server. ``revert_fixes`` names SGLang fixes to undo
+        in-process (``hooks/fix_toggles.py``), e.g. ``["pr27446"]``."""
         kwargs = engine_config.engine_kwargs(device, topology, **engine_overrides)
         server = cls(device=device, topology=topology, engine_kwargs=kwargs,
-                     start_timeout_s=start_timeout_s, log_dir=Path(log_dir) if log_dir else None)
+                     start_timeout_s=start_timeout_s, log_dir=Path(log_dir) if log_dir else None,
+                     revert_fixes=revert_fixes)
         server._launch()
         return server
 
@@ -175,6 +181,7 @@ class ScriptedServer:
                 [str(SITE_DIR), str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
             ),
             "PYTHONUNBUFFERED": "1",
+            fix_toggles.ENV_REVERT_FIXES: ",".join(self.revert_fixes),
         })
         if checkpoint is not None:
             env["SCRIPTED_RUNTIME_CHECKPOINT"] = str(checkpoint)
@@ -345,6 +352,8 @@ class ScriptedServer:
             try:
                 _, records = timeline.load(trace_path)
                 result.timeline = timeline.format_timeline(records, last=20)
+                if records:
+                    result.steps = int(records[-1].get("step", 0))
             except (OSError, ValueError):
                 pass
         return result

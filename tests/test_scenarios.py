@@ -25,3 +25,35 @@ def test_flush_vs_finished_request(server):
     else:
         assert result.passed, result.traceback
         assert "running_batch" in result.value["held_by"]
+
+
+# --- known races, proved against their fix toggles ------------------------------
+
+PP_FLUSH = f"{SCENARIOS / 'pp_flush_inflight.py'}:flush_with_chunk_in_flight"
+
+
+@pytest.fixture(scope="module")
+def pp4_without_pr27446():
+    from scripted_runtime import ScriptedServer
+
+    server = ScriptedServer.start(topology="pp4", revert_fixes=["pr27446"])
+    yield server
+    server.shutdown()
+
+
+@pytest.mark.pp4
+def test_pr27446_scenario_passes_on_the_fixed_build(server_pool):
+    result = server_pool.get("pp4").run(PP_FLUSH)
+    assert result.passed, result.summary()
+    assert result.value["window"].startswith("mbs[") and result.value["output_len"] == 4
+
+
+@pytest.mark.pp4
+def test_pr27446_scenario_catches_the_reverted_fix(pp4_without_pr27446):
+    caught = pp4_without_pr27446.run(PP_FLUSH)
+    assert not caught.passed and caught.violation["invariant"] == "idle_gate", caught.summary()
+    # Without invariants the flush is accepted and the in-flight chunk's result
+    # then meets a tree that was reset under it.
+    unchecked = pp4_without_pr27446.run(PP_FLUSH, invariants=False)
+    assert not unchecked.passed, unchecked.summary()
+    assert unchecked.crashed or "flush_cache was accepted" in unchecked.error, unchecked.summary()
