@@ -194,3 +194,12 @@ def test_cli_usage_errors_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "scripted_runtime.cli", "run", f"{scenario}:real", "--pp", "3"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--pp must be 1 or 4" in proc.stderr
+
+
+def test_fix_toggle_names_are_validated(capsys):
+    from hooks import fix_toggles
+
+    with pytest.raises(ValueError, match=r"unknown fix toggle\(s\) \['pr1'\]; known: pr27446"):
+        fix_toggles.validate(["pr1"])
+    assert cli.main(["run", "scenarios/demo.py:chunked_then_decode", "--revert-fix", "pr1"]) == 2
+    assert "unknown fix toggle(s) ['pr1']" in capsys.readouterr().err
