@@ -57,3 +57,19 @@ def test_pr27446_scenario_catches_the_reverted_fix(pp4_without_pr27446):
     unchecked = pp4_without_pr27446.run(PP_FLUSH, invariants=False)
     assert not unchecked.passed, unchecked.summary()
     assert unchecked.crashed or "flush_cache was accepted" in unchecked.error, unchecked.summary()
+
+
+def test_update_weights_vs_stale_batch_on_overlap(server_pool):
+    """Issue 14062 on 0.5.23 (>=0.5.22): refused flush reported, no crash."""
+    result = server_pool.get("pp1-overlap").run(
+        f"{SCENARIOS / 'update_weights_stale_batch.py'}:update_weights_in_window")
+    assert result.passed, result.summary()
+    assert result.value["update_success"] is False
+    assert "cache was not flushed" in result.value["update_message"]
+
+
+@pytest.mark.parametrize("mode", ["in_place", "retract"])
+def test_pause_then_flush(server_pool, mode):
+    result = server_pool.get("pp1-overlap").run(f"{SCENARIOS / 'pause_then_flush.py'}:{mode}")
+    assert result.passed, result.summary()
+    assert result.value["flush_success"] is (mode == "retract")  # 0.5.21+ accepts it after retract
