@@ -168,8 +168,6 @@ def loop_kind(scheduler: Any) -> str:
     return kind
 
 
-
-
 # ---------------------------------------------------------------------------
 # Memory pools (0.5.23: TokenToKVPoolAllocator keeps free_pages and
 # release_pages tensors of page ids; per-request KV bookkeeping lives in

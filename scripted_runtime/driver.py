@@ -31,7 +31,6 @@ from scripted_runtime.context.requests import BatchRecord, RequestTracker
 from scripted_runtime.control import ControlLedger
 from scripted_runtime.http_poster import HttpPoster
 from scripted_runtime.inbox import TokenizerInbox
-from scripted_runtime.invariants import InvariantViolation
 from scripted_runtime.step_observer import StepObserver
 
 WARMUP_TIMEOUT_S = 180.0
@@ -195,12 +194,12 @@ class Driver:
                 pickle.dumps(value)
             except Exception:  # noqa: BLE001
                 value = repr(value)
-            report = self.observer.end() if observing else {}
+            window_counts = self.observer.end() if observing else {}
             return protocol.ScriptDone(
                 passed=passed, steps=self.step, reset_steps=reset_steps,
                 duration_s=time.monotonic() - started, error=error, traceback=tb,
                 control_log=self.ledger.log(), value=value, violation=violation,
-                windows=report.get("windows", {}),
+                windows=window_counts,
                 timeline="" if passed or not observing else self.observer.timeline_tail(),
             )
 

@@ -1,4 +1,5 @@
-"""Invariants checked at the start of every iteration (scheduler process).
+"""Invariants checked once per iteration, after the script advanced and
+before the scheduler ingests (scheduler process).
 
 Each invariant is a function ``check(view) -> Optional[Violation]`` over one
 ``StateView`` (a single scan of scheduler state shared by all checks, so the
@@ -23,6 +24,7 @@ off per run by name.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
@@ -31,14 +33,6 @@ from scripted_runtime import state
 from scripted_runtime.context import radix
 
 NAMES = ("idle_gate", "slot_ownership", "radix_locks", "pool_accounting")
-
-
-class InvariantViolation(AssertionError):
-    """Raised into the run when an invariant fails; carries the details."""
-
-    def __init__(self, violation: "Violation", timeline: str = "") -> None:
-        self.violation = violation
-        super().__init__(violation.headline() + (f"\n{timeline}" if timeline else ""))
 
 
 @dataclass
@@ -82,6 +76,16 @@ class StateView:
             if not r.finished() and (where[k] != ["waiting_queue"] or state.holds_kv(r))
         ]
         self.nothing_held = not reqs
+
+    @property
+    def reqs(self) -> List[Any]:
+        """Every request held anywhere, each once, finished or not."""
+        return list(self._reqs.values())
+
+    @functools.cached_property
+    def stats(self) -> Dict[str, int]:
+        """``state.engine_stats`` of this scan (read by the checks and the trace)."""
+        return state.engine_stats(self.s)
 
     def holders_of(self, req: Any) -> List[str]:
         return self._where.get(id(req), [])
@@ -139,10 +143,9 @@ def check_slot_ownership(v: StateView, mem: InvariantMemory) -> Optional[Violati
                              f"row {row} of live request {owners[0].rid} is in the free list",
                              v.owner_info(owners))
     chunked = getattr(v.s, "chunked_req", None)
-    live_rids = {r.rid for r in v.live}
-    for rid in [rid for rid in mem.chunked_rows if rid not in live_rids]:
-        del mem.chunked_rows[rid]
-    if chunked is not None and not chunked.finished():
+    if chunked is not None and chunked.finished():
+        chunked = None
+    if chunked is not None:
         row = state.req_pool_idx(chunked)
         first = mem.chunked_rows.setdefault(chunked.rid, row)
         if row != first:
@@ -150,15 +153,17 @@ def check_slot_ownership(v: StateView, mem: InvariantMemory) -> Optional[Violati
                              f"chunked request {chunked.rid} moved from row {first} to row {row} "
                              "between chunks (PR 17850: its old row may be handed to another request)",
                              v.owner_info([chunked]))
-    for rid in list(mem.chunked_rows):
-        req = next((r for r in v.live if r.rid == rid), None)
-        if req is not None and req is not chunked:
-            row = state.req_pool_idx(req)
-            if row is not None and row != mem.chunked_rows[rid]:
-                return Violation("slot_ownership",
-                                 f"request {rid} left chunking in row {row}, not its first-chunk row "
-                                 f"{mem.chunked_rows[rid]}", v.owner_info([req]))
-            del mem.chunked_rows[rid]
+    live_by_rid = {r.rid: r for r in v.live}
+    for rid, first in list(mem.chunked_rows.items()):
+        if chunked is not None and rid == chunked.rid:
+            continue
+        del mem.chunked_rows[rid]  # done chunking (or gone): check its row once more
+        req = live_by_rid.get(rid)
+        row = state.req_pool_idx(req) if req is not None else None
+        if row is not None and row != first:
+            return Violation("slot_ownership",
+                             f"request {rid} left chunking in row {row}, not its first-chunk row "
+                             f"{first}", v.owner_info([req]))
     return _check_kv_not_free(v, by_row)
 
 
@@ -211,7 +216,7 @@ def check_radix_locks(v: StateView, mem: InvariantMemory) -> Optional[Violation]
 
 def check_pool_accounting(v: StateView, mem: InvariantMemory) -> Optional[Violation]:
     s = v.s
-    stats = state.engine_stats(s)
+    stats = v.stats
     total = int(getattr(s, "max_total_num_tokens", 0) or stats["kv_pool_total"])
     available = stats["kv_pool_free"]
     evictable = stats["evictable"]
@@ -223,7 +228,7 @@ def check_pool_accounting(v: StateView, mem: InvariantMemory) -> Optional[Violat
                              + (f" + script-held {held}" if held else "")
                              + f" != total {total} (leaked {total - available - evictable - held} tokens)")
         return None
-    owners = [r for r in _unique(v) if state.holds_kv(r)]
+    owners = [r for r in v.reqs if state.holds_kv(r)]
     uncached = sglang_compat.uncached_tokens(owners, stats["page_size"])
     if uncached is None:
         return None  # this release does not expose what the busy form needs
@@ -235,10 +240,6 @@ def check_pool_accounting(v: StateView, mem: InvariantMemory) -> Optional[Violat
                          f"uncached {uncached}" + (f" + script-held {held}" if held else "")
                          + f" = {accounted} != total {total}", v.owner_info(owners))
     return None
-
-
-def _unique(v: StateView) -> List[Any]:
-    return list(v._reqs.values())
 
 
 def _rids(reqs) -> str:
@@ -265,19 +266,16 @@ class InvariantChecker:
     def __init__(self, disabled: Iterable[str] = ()) -> None:
         self.disabled = set(validate_names(disabled))
         self.memory = InvariantMemory()
-        self.checked = 0
 
     def reset(self, disabled: Iterable[str] = ()) -> None:
         self.disabled = set(validate_names(disabled))
         self.memory = InvariantMemory()
-        self.checked = 0
 
     @property
     def enabled(self) -> List[str]:
         return [n for n in NAMES if n not in self.disabled]
 
     def check(self, view: StateView) -> Optional[Violation]:
-        self.checked += 1
         for name in NAMES:
             if name in self.disabled:
                 continue

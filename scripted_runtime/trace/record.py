@@ -43,7 +43,7 @@ def snapshot(s: Any, view: Any) -> Dict[str, Any]:
             if row is not None:
                 rows[r.rid] = int(row)
     chunked = getattr(s, "chunked_req", None)
-    stats = state.engine_stats(s)
+    stats = view.stats
     tree = s.tree_cache
     try:
         locks = radix.all_lock_refs(tree)
