@@ -7,12 +7,21 @@ Measured on 0.5.23 (and 0.5.12.post1 / 0.5.8.post1, see ../shared/DESIGN.md §4)
 2. with ``pp_size > 1`` the PyNccl communicator must not be built on CPU
    (gloo carries the PP traffic); ``pynccl_comm`` then stays None.
 
+3. releases that import ``sgl_kernel`` unconditionally (0.5.12.post1 does, in
+   ``mem_cache/memory_pool_host.py``) fail without libcuda: when the real
+   package cannot load, it is replaced by a stub whose attributes are mocks
+   (what SGLang's own ``maybe_stub_sgl_kernel`` test helper does). The tiny
+   CPU model never calls into it; a call would return a mock, not crash.
+
 ``SGLANG_CPU_OMP_THREADS_BIND`` is set by the launcher, not here: its format
 depends on the release (``sglang_compat.omp_bind_rule``).
 """
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import logging
+import sys
 
 from hooks import post_import, sglang_compat
 
@@ -36,7 +45,59 @@ def _no_pynccl_on_cpu(module) -> None:
     module.PyNcclCommunicator = cpu_pynccl_communicator
 
 
+def _stub_module(module, reason: str) -> None:
+    from unittest.mock import MagicMock
+
+    module.__path__ = []
+    module.__getattr__ = lambda name: MagicMock(name=f"{module.__name__}.{name}")
+    module.__scripted_runtime_stub__ = reason
+
+
+class _StubLoader(importlib.abc.Loader):
+    """Loads the real module; if that raises ImportError/OSError, the module
+    becomes a stub instead (and its submodules are stubs too)."""
+
+    def __init__(self, real: "importlib.abc.Loader | None") -> None:
+        self._real = real
+
+    def create_module(self, spec):
+        return self._real.create_module(spec) if self._real is not None else None
+
+    def exec_module(self, module) -> None:
+        if self._real is None:
+            _stub_module(module, "parent package stubbed")
+            return
+        try:
+            self._real.exec_module(module)
+        except (ImportError, OSError) as exc:
+            logger.warning("sgl_kernel cannot load on this machine (%s); using a stub", exc)
+            _stub_module(module, str(exc))
+
+
+class _SglKernelFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        root = sglang_compat.SGL_KERNEL_MODULE
+        if fullname != root and not fullname.startswith(root + "."):
+            return None
+        parent = sys.modules.get(root)
+        if fullname != root and getattr(parent, "__scripted_runtime_stub__", None):
+            return importlib.machinery.ModuleSpec(fullname, _StubLoader(None), is_package=True)
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _StubLoader(spec.loader)
+                return spec
+        if fullname == root:  # not installed at all
+            return importlib.machinery.ModuleSpec(fullname, _StubLoader(None), is_package=True)
+        return None
+
+
 def install() -> None:
     for name in sglang_compat.ROTARY_CPU_FLAG_MODULES:
         post_import.when_imported(name, _force_rotary_cpu_path)
     post_import.when_imported(sglang_compat.PYNCCL_MODULE, _no_pynccl_on_cpu)
+    if sglang_compat.needs_sgl_kernel_stub() and not any(
+            isinstance(f, _SglKernelFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SglKernelFinder())

@@ -4,8 +4,9 @@ Installed when ``sglang.srt.managers.scheduler`` is imported in a scheduler
 rank. Three wrappers, none of which depends on SGLang's built-in
 scripted-runtime hook points (older releases have none):
 
-* the iteration entry (``ingest_requests``, or ``recv_requests`` before it
-  existed): on the driver rank, hands control to the script driver *before*
+* the iteration entry (``sglang_compat.iteration_entry``: ``ingest_requests``
+  on 0.5.2x, the receiver component's ``recv_requests`` on 0.5.13,
+  ``Scheduler.recv_requests`` before): on the driver rank, hands control to the script driver *before*
   the scheduler reads its input, so whatever a script sends in step k is
   ingested in iteration k. Other ranks stay in lock-step because they wait in
   the cross-rank broadcast of the received requests.
@@ -53,23 +54,43 @@ def _write_crash_file(scheduler, tb: str) -> None:
         pass
 
 
+# id(receiver component) -> its scheduler. The component is a slotted frozen
+# dataclass (no new attributes, no weakrefs); one scheduler per process.
+_receiver_owner: dict = {}
+
+
+def _track_receiver_owner(scheduler_cls) -> None:
+    original_init = scheduler_cls.init_request_receiver
+
+    @functools.wraps(original_init)
+    def init_request_receiver(self, *args, **kwargs):
+        result = original_init(self, *args, **kwargs)
+        _receiver_owner[id(self.request_receiver)] = self
+        return result
+
+    scheduler_cls.init_request_receiver = init_request_receiver
+
+
 def install(scheduler_module) -> None:
     scheduler_cls = scheduler_module.Scheduler
     if getattr(scheduler_cls, "_scripted_runtime_installed", False):
         return
     scheduler_cls._scripted_runtime_installed = True
 
-    entry_name = sglang_compat.iteration_entry_name(scheduler_cls)
-    original_entry = getattr(scheduler_cls, entry_name)
+    entry = sglang_compat.iteration_entry(scheduler_module)
+    original_entry = getattr(entry.owner, entry.method)
+    if entry.on_receiver:
+        _track_receiver_owner(scheduler_cls)
 
     @functools.wraps(original_entry)
     def iteration_entry(self, *args, **kwargs):
-        driver = _driver_for(self)
+        scheduler = _receiver_owner.get(id(self)) if entry.on_receiver else self
+        driver = _driver_for(scheduler) if scheduler is not None else None
         if driver is not None:
             driver.before_iteration()
         return original_entry(self, *args, **kwargs)
 
-    setattr(scheduler_cls, entry_name, iteration_entry)
+    setattr(entry.owner, entry.method, iteration_entry)
 
     original_run_batch = scheduler_cls.run_batch
 

@@ -7,6 +7,7 @@ a version comparison, so that source trees between releases also work.
 """
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import re
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ from typing import Any, Optional, Tuple
 
 SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
 IO_STRUCT_MODULE = "sglang.srt.managers.io_struct"
+# CUDA kernels package: <=0.5.12.post1 imports it unconditionally (stubbed on CPU).
+SGL_KERNEL_MODULE = "sgl_kernel"
 PYNCCL_MODULE = "sglang.srt.distributed.device_communicators.pynccl"
 # 0.5.9+ : rotary_embedding is a package and the flag lives in .base;
 # <=0.5.8.post1: rotary_embedding is a single module holding the flag.
@@ -25,6 +28,20 @@ ROTARY_CPU_FLAG_MODULES = (
 # core cannot be walked from Python (node_by_id / root_node raise
 # NotImplementedError); the Python core can. Ignored by older releases.
 SERVER_ENV = {"SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python"}
+# ServerArgs a CPU server needs where the release has the field (applied in the
+# server process, only when the caller did not set it): 0.5.13 enables
+# piecewise CUDA graphs by default and dies on CPU ("module 'torch.cpu' has no
+# attribute 'graph_pool_handle'"); 0.5.2x turns them off on CPU itself.
+CPU_SERVER_ARGS = {"disable_piecewise_cuda_graph": True}
+
+
+def cpu_server_args(server_args_cls: type, given: dict) -> dict:
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(server_args_cls)}
+    return {k: v for k, v in CPU_SERVER_ARGS.items() if k in fields and k not in given}
+
+
 # The loops whose exceptions the hook reports before the scheduler dies.
 EVENT_LOOP_METHODS = ("event_loop_normal", "event_loop_overlap", "event_loop_pp")
 
@@ -37,11 +54,48 @@ def parse_version(text: str) -> Tuple[int, ...]:
     return tuple(nums[:4])
 
 
+@functools.lru_cache(maxsize=1)
 def installed_sglang_version() -> Optional[str]:
+    """The version of the sglang package this interpreter imports. A source
+    tree on PYTHONPATH shadows the installed wheel, so its own version is
+    read first: its generated ``_version.py`` if built, else ``git describe``
+    of its checkout ('v0.5.12.post1-40-gabc' -> '0.5.12.post1'); the
+    installed distribution's metadata otherwise."""
+    import importlib.util
+    import os
+
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        spec = None
+    pkg_dir = os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+    if pkg_dir and "site-packages" not in pkg_dir:
+        version = source_tree_version(pkg_dir)
+        if version:
+            return version
     try:
         return importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def source_tree_version(pkg_dir: str) -> Optional[str]:
+    import os
+    import subprocess
+
+    generated = os.path.join(pkg_dir, "_version.py")
+    if os.path.isfile(generated):
+        with open(generated) as f:
+            found = re.search(r"__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)", f.read())
+        if found:
+            return found.group(1)
+    try:
+        out = subprocess.run(["git", "-C", pkg_dir, "describe", "--tags", "--abbrev=0"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    tag = out.stdout.strip()
+    return tag.lstrip("v") if out.returncode == 0 and tag else None
 
 
 @dataclass(frozen=True)
@@ -61,24 +115,85 @@ class OmpBindRule:
         return "|".join(str(i % cores) for i in range(n))
 
 
-def omp_bind_rule(version: str) -> OmpBindRule:
-    return OmpBindRule(per_world_rank=parse_version(version) >= (0, 5, 13, 0))
+def needs_sgl_kernel_stub(version: Optional[str] = None) -> bool:
+    """<=0.5.12.post1 imports sgl_kernel unconditionally and dies without
+    libcuda; newer releases guard the import themselves and take a fallback
+    when it fails, which a stub would defeat (their guarded code would call
+    mocks). So only old releases get the stub."""
+    version = version or installed_sglang_version() or "0"
+    return parse_version(version) < (0, 5, 13, 0)
+
+
+def sglang_package_dir() -> Optional[str]:
+    """Directory of the sglang package this interpreter would import (not imported)."""
+    import importlib.util
+    import os
+
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        return None
+    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+
+
+def omp_bind_rule(version: Optional[str] = None, *, pkg_dir: Optional[str] = None) -> OmpBindRule:
+    """By feature when the package can be read (source trees between releases
+    too): 0.5.2x parses the variable in ``srt/utils/numa_utils.py``, one entry
+    per world rank; 0.5.13 and older assert in ``model_runner`` that it has one
+    entry per TP rank. By version otherwise (measured: 0.5.12.post1 and
+    0.5.13 per TP rank, 0.5.23 per world rank)."""
+    import os
+
+    if version is None:
+        pkg_dir = pkg_dir or sglang_package_dir()
+        numa = os.path.join(pkg_dir or "", "srt", "utils", "numa_utils.py")
+        if pkg_dir and os.path.isdir(pkg_dir):
+            per_world = False
+            if os.path.isfile(numa):
+                with open(numa, errors="replace") as f:
+                    per_world = "SGLANG_CPU_OMP_THREADS_BIND" in f.read()
+            return OmpBindRule(per_world_rank=per_world)
+        version = installed_sglang_version() or "0"
+    return OmpBindRule(per_world_rank=parse_version(version) > (0, 5, 13, 0))
 
 
 # ---------------------------------------------------------------------------
 # Scheduler structure (read off the 0.5.23 wheel; older releases noted).
 
 
-def iteration_entry_name(scheduler_cls: type) -> str:
-    """The Scheduler method that starts every event-loop iteration.
+@dataclass(frozen=True)
+class IterationEntry:
+    """The method that starts every event-loop iteration, and where it lives.
 
-    0.5.23 funnels input through ``ingest_requests`` (once per iteration, once
-    per microbatch slot under PP). Older releases call ``recv_requests``
-    directly from the loops.
+    * 0.5.2x: ``Scheduler.ingest_requests`` (once per iteration, once per
+      microbatch slot under PP);
+    * 0.5.13 (and nearby): the loops call ``self.request_receiver.recv_requests()``
+      on a ``SchedulerRequestReceiver`` component (a slotted frozen
+      dataclass), built by ``Scheduler.init_request_receiver``;
+    * <=0.5.12.post1: ``Scheduler.recv_requests``, called from the loops.
     """
-    if hasattr(scheduler_cls, "ingest_requests"):
-        return "ingest_requests"
-    return "recv_requests"
+
+    owner: type
+    method: str
+    on_receiver: bool  # the owner is the receiver component, not the Scheduler
+
+    def describe(self) -> str:
+        return f"{self.owner.__name__}.{self.method}"
+
+
+def iteration_entry(scheduler_module: Any) -> IterationEntry:
+    cls = scheduler_module.Scheduler
+    for name in ("ingest_requests", "recv_requests"):
+        if hasattr(cls, name):
+            return IterationEntry(cls, name, False)
+    receiver_cls = getattr(scheduler_module, "SchedulerRequestReceiver", None)
+    if receiver_cls is not None and hasattr(receiver_cls, "recv_requests") \
+            and hasattr(cls, "init_request_receiver"):
+        return IterationEntry(receiver_cls, "recv_requests", True)
+    raise RuntimeError(
+        "scripted-runtime: this SGLang release has no known iteration entry (Scheduler.ingest_requests, "
+        "Scheduler.recv_requests, or SchedulerRequestReceiver.recv_requests); add it to "
+        "hooks/sglang_compat.iteration_entry")
 
 
 def request_receiver(scheduler: Any) -> Any:
@@ -141,13 +256,17 @@ def rank_info(scheduler: Any) -> Tuple[int, int, int, int]:
 
         p = get_parallel()
         return p.pp_rank, p.tp_rank, p.pp_size, p.tp_size
-    except Exception:  # older releases keep them on the scheduler
-        return (
-            getattr(scheduler, "pp_rank", 0),
-            getattr(scheduler, "tp_rank", 0),
-            getattr(scheduler, "pp_size", 1),
-            getattr(scheduler, "tp_size", 1),
-        )
+    except Exception:
+        pass
+    ps = getattr(scheduler, "ps", None)  # 0.5.13: a ParallelState dataclass on the scheduler
+    if ps is not None and hasattr(ps, "pp_rank"):
+        return ps.pp_rank, ps.tp_rank, ps.pp_size, ps.tp_size
+    return (  # <=0.5.12.post1 keeps them on the scheduler itself
+        getattr(scheduler, "pp_rank", 0),
+        getattr(scheduler, "tp_rank", 0),
+        getattr(scheduler, "pp_size", 1),
+        getattr(scheduler, "tp_size", 1),
+    )
 
 
 def loop_kind(scheduler: Any) -> str:

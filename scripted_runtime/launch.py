@@ -38,6 +38,10 @@ def main() -> None:
     from sglang.srt.entrypoints.http_server import launch_server
     from sglang.srt.server_args import ServerArgs
 
+    if kwargs.get("device") == "cpu":
+        from hooks import sglang_compat
+
+        kwargs.update(sglang_compat.cpu_server_args(ServerArgs, kwargs))
     try:
         server_args = ServerArgs(**kwargs)
     except TypeError as exc:  # unknown keyword

@@ -45,10 +45,24 @@ POLL_S = 0.05
 ScriptLike = Union[Callable, str, protocol.ScriptTarget]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+# SGLang derives ports from the HTTP port (0.5.13: gRPC at port + 10000, which
+# must stay <= 65535), so the HTTP port comes from below the kernel's ephemeral
+# range (32768+), where an OS-assigned port could land too high.
+HTTP_PORT_RANGE = (20000, 30000)
+
+
+def free_port(port_range: Tuple[int, int] = HTTP_PORT_RANGE, tries: int = 200) -> int:
+    import random
+
+    for _ in range(tries):
+        port = random.randrange(*port_range)
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    raise ServerStartError(f"no free TCP port in {port_range[0]}-{port_range[1]} after {tries} tries")
 
 
 def script_target(script: ScriptLike) -> protocol.ScriptTarget:
@@ -188,8 +202,7 @@ class ScriptedServer:
         else:
             env["SCRIPTED_RUNTIME_CHECKPOINT"] = kwargs["model_path"]
         if self.device == "cpu":
-            version = sglang_compat.installed_sglang_version() or "0"
-            env["SGLANG_CPU_OMP_THREADS_BIND"] = sglang_compat.omp_bind_rule(version).value(
+            env["SGLANG_CPU_OMP_THREADS_BIND"] = sglang_compat.omp_bind_rule().value(
                 tp_size=kwargs.get("tp_size", 1), pp_size=kwargs.get("pp_size", 1),
                 cores=os.cpu_count() or 1)
         log = open(self.log_path, "wb")
