@@ -4,12 +4,19 @@
                      [--device cpu|cuda] [--sglang-arg k=v ...] [--timeout S]
                      [--no-invariants | --skip-invariant NAME ...] [--trace FILE]
                      [--revert-fix NAME ...]
+    scripted-runtime ab SCENARIO... --a SPEC --b SPEC [--pp N] [--base-env SPEC]
+    scripted-runtime bisect-check SCENARIO --sglang SPEC [--pp N] [--base-env SPEC]
     scripted-runtime trace show FILE [--last N]
     scripted-runtime trace render FILE -o OUT.svg|OUT.html|OUT.png [--steps A:B]
 
-Exit codes: 0 the scenario passed, 1 it failed, 2 a usage error (bad path,
-missing function, bad engine argument, unreadable trace) or the server could
-not start.
+SPEC: ``current``, a pip requirement (``sglang==0.5.13``: a cached environment
+built once), an SGLang source tree, or ``REPO@REV`` (a throwaway worktree);
+append ``+revert=FIX`` to undo a fix in-process (scripted_runtime/builds/spec.py).
+
+Exit codes: run: 0 every scenario passed, 1 one failed, 2 a usage error (bad
+path, missing function, bad engine argument, unreadable trace) or the server
+could not start. ab: 0 both sides ran, 1 a side could not start. bisect-check:
+0 pass, 1 fail, 125 the build cannot start, 255 usage error (aborts a bisect).
 """
 from __future__ import annotations
 
@@ -58,6 +65,28 @@ def check_script_spec(spec: str) -> str:
     return f"{path}:{func}"
 
 
+def outcome_of(result) -> dict:
+    """One scenario's outcome as the A/B table and bisect-check read it."""
+    verdict = "PASS" if result.passed else ("CRASH" if result.crashed else "FAIL")
+    if result.passed:
+        signature = ""
+    elif result.violation:
+        signature = f"InvariantViolation[{result.violation['invariant']}]"
+    else:
+        signature = (result.error or "").strip().splitlines()[0][:160] if result.error else "failed"
+    return {"scenario": result.script, "status": verdict, "signature": signature,
+            "steps": result.steps, "seconds": round(result.duration_s, 2)}
+
+
+def _write_json(path: Optional[str], payload: dict) -> None:
+    if not path:
+        return
+    import json
+
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=1)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from scripted_runtime import engine_config
     from scripted_runtime.errors import EngineArgumentError, ServerStartError
@@ -66,7 +95,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from scripted_runtime import invariants
 
     try:
-        spec = check_script_spec(args.scenario)
+        specs = [check_script_spec(s) for s in args.scenario]
         topology = engine_config.topology_for(args.pp, args.overlap)
         overrides = engine_config.parse_engine_args(args.sglang_arg or [])
         skipped = invariants.validate_names(args.skip_invariant or [])
@@ -74,30 +103,56 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         reverted = fix_toggles.validate(args.revert_fix or [])
         checked = False if args.no_invariants else [n for n in invariants.NAMES if n not in skipped]
+        if args.trace and len(specs) > 1:
+            raise UsageError("--trace FILE takes one scenario; with several, traces go to the server's trace dir")
     except (UsageError, ValueError) as exc:
         print(f"scripted-runtime: {exc}", file=sys.stderr)
+        _write_json(args.result_json, {"status": "USAGE", "error": str(exc), "outcomes": []})
         return EXIT_USAGE
 
-    print(f"[scripted-runtime] starting SGLang ({topology}, {args.device})...", file=sys.stderr, flush=True)
+    from hooks import sglang_compat
+
+    version = sglang_compat.installed_sglang_version()
+    print(f"[scripted-runtime] starting SGLang {version} ({topology}, {args.device})...",
+          file=sys.stderr, flush=True)
     t0 = time.monotonic()
     try:
         server = ScriptedServer.start(device=args.device, topology=topology,
                                       start_timeout_s=args.start_timeout, revert_fixes=reverted,
                                       **overrides)
-    except EngineArgumentError as exc:
-        print(f"scripted-runtime: {exc}", file=sys.stderr)
-        return EXIT_USAGE
     except ServerStartError as exc:
-        print(f"scripted-runtime: server did not start: {exc}", file=sys.stderr)
+        usage = isinstance(exc, EngineArgumentError)
+        print(f"scripted-runtime: {'' if usage else 'server did not start: '}{exc}", file=sys.stderr)
+        _write_json(args.result_json, {"status": "USAGE" if usage else "NO-START",
+                                       "sglang_version": version, "error": str(exc), "outcomes": []})
         return EXIT_USAGE
+    outcomes, results = [], []
     try:
-        print(f"[scripted-runtime] server ready in {time.monotonic() - t0:.1f}s "
+        started_s = time.monotonic() - t0
+        print(f"[scripted-runtime] server ready in {started_s:.1f}s "
               f"(sglang {server.info.get('sglang_version')}, loop {server.info.get('loop_kind')})",
               file=sys.stderr, flush=True)
-        result = server.run(spec, timeout=args.timeout, invariants=checked,
-                            trace=args.trace or True)
+        for spec in specs:
+            if not server.alive:
+                print(f"[scripted-runtime] scheduler dead; restarting for {spec}", file=sys.stderr, flush=True)
+                server.shutdown()
+                server = ScriptedServer.start(device=args.device, topology=topology,
+                                              start_timeout_s=args.start_timeout,
+                                              revert_fixes=reverted, **overrides)
+            result = server.run(spec, timeout=args.timeout, invariants=checked,
+                                trace=args.trace or True)
+            results.append(result)
+            outcomes.append(outcome_of(result))
+            _report(result)
     finally:
         server.shutdown()
+        _write_json(args.result_json, {"status": "RAN", "sglang_version": version,
+                                       "start_s": round(started_s, 1) if outcomes else None,
+                                       "outcomes": outcomes})
+    return EXIT_PASS if results and all(r.passed for r in results) else EXIT_FAIL
+
+
+def _report(result) -> None:
     print(result.summary())
     if result.passed and result.value is not None:
         print(f"  returned: {result.value!r}")
@@ -108,7 +163,97 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"  trace: {result.trace_path}")
     if not result.passed and result.traceback:
         print(result.traceback)
-    return EXIT_PASS if result.passed else EXIT_FAIL
+
+
+def _side_options(args: argparse.Namespace) -> dict:
+    extra = []
+    for kv in args.sglang_arg or []:
+        extra += ["--sglang-arg", kv]
+    if args.no_invariants:
+        extra.append("--no-invariants")
+    return dict(pp=args.pp, overlap=args.overlap, timeout_s=args.timeout,
+                start_timeout_s=args.start_timeout, extra_args=extra)
+
+
+def _base_python(text: Optional[str]) -> str:
+    """The interpreter source-tree and git sides run over (--base-env SPEC)."""
+    if not text or text == "current":
+        return sys.executable
+    from scripted_runtime.builds import envs, spec as build_spec
+
+    base = build_spec.parse(text)
+    if base.kind != "pip" or base.revert:
+        raise UsageError(f"--base-env must be 'current' or a pip requirement such as sglang==0.5.12.post1, "
+                         f"got {text!r}")
+    return str(envs.ensure_env(base.requirement))
+
+
+def _cmd_ab(args: argparse.Namespace) -> int:
+    from scripted_runtime.builds import ab, side, spec as build_spec
+
+    try:
+        scenarios = [check_script_spec(s) for s in args.scenario]
+        sides = [build_spec.parse(args.a), build_spec.parse(args.b)]
+        base = _base_python(args.base_env)
+    except (UsageError, ValueError) as exc:
+        print(f"scripted-runtime: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    reports = []
+    for s in sides:
+        report = side.run_side(s, scenarios, base_python=base, **_side_options(args))
+        reports.append(report)
+        if not report.started or args.verbose:
+            print((report.log or "").rstrip()[-3000:], file=sys.stderr)
+    print(ab.format_table(reports))
+    if args.json:
+        import dataclasses
+        import json
+
+        with open(args.json, "w") as f:
+            json.dump([dataclasses.asdict(r) | {"log": None} for r in reports], f, indent=1)
+    return EXIT_PASS if all(r.started for r in reports) else EXIT_FAIL
+
+
+EXIT_BISECT_SKIP, EXIT_BISECT_ABORT = 125, 255
+
+
+def _cmd_bisect_check(args: argparse.Namespace) -> int:
+    """Exit codes for ``git bisect run``: 0 good, 1 bad, 125 skip (the build
+    cannot start), 255 abort the bisect (usage error: bisecting on would be
+    meaningless)."""
+    from scripted_runtime.builds import side, spec as build_spec
+
+    try:
+        scenario = check_script_spec(args.scenario)
+        build = build_spec.parse(args.sglang)
+        base = _base_python(args.base_env)
+    except (UsageError, ValueError) as exc:
+        print(f"scripted-runtime: {exc}", file=sys.stderr)
+        return EXIT_BISECT_ABORT
+    report = side.run_side(build, [scenario], base_python=base, **_side_options(args))
+    outcome = report.outcomes[0]
+    print((report.log or "").rstrip()[-4000:], file=sys.stderr)
+    verdict = {"PASS": EXIT_PASS, "FAIL": EXIT_FAIL, "CRASH": EXIT_FAIL,
+               "NO-START": EXIT_BISECT_SKIP}.get(outcome.status, EXIT_BISECT_ABORT)
+    meaning = {EXIT_PASS: "good", EXIT_FAIL: "bad", EXIT_BISECT_SKIP: "skip (build cannot start)",
+               EXIT_BISECT_ABORT: "abort (harness error)"}[verdict]
+    print(f"bisect-check: {outcome.status} on {args.sglang} (sglang {report.sglang_version or '?'})"
+          f"{': ' + outcome.signature if outcome.signature else ''} -> exit {verdict} ({meaning})")
+    return verdict
+
+
+def _add_side_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pp", type=int, default=1, help="pipeline-parallel size: 1 or 4 (default 1)")
+    p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                   help="overlap scheduling for pp=1 (SGLang's default: on)")
+    p.add_argument("--sglang-arg", action="append", metavar="KEY=VALUE",
+                   help="extra SGLang ServerArgs field (repeatable)")
+    p.add_argument("--timeout", type=float, default=120.0, help="script timeout in seconds")
+    p.add_argument("--start-timeout", type=float, default=300.0, help="server start timeout in seconds")
+    p.add_argument("--no-invariants", action="store_true", help="check no invariant after each step")
+    p.add_argument("--base-env", metavar="SPEC", default="current",
+                   help="environment source-tree and REPO@REV sides run over: 'current' (default) or "
+                        "a pip requirement such as sglang==0.5.12.post1")
 
 
 def _parse_steps(text: Optional[str]):
@@ -163,7 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="scripted-runtime", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run one scenario against a freshly started server")
-    run.add_argument("scenario", help="PATH.py:FUNCTION or MODULE:FUNCTION")
+    run.add_argument("scenario", nargs="+",
+                     help="PATH.py:FUNCTION or MODULE:FUNCTION (several run one after another on one server)")
     run.add_argument("--pp", type=int, default=1, help="pipeline-parallel size: 1 or 4 (default 1)")
     run.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
                      help="overlap scheduling for pp=1 (SGLang's default: on)")
@@ -178,8 +324,28 @@ def build_parser() -> argparse.ArgumentParser:
                           "radix_locks, pool_accounting")
     run.add_argument("--trace", metavar="FILE", help="write the step trace (JSON lines) here")
     run.add_argument("--revert-fix", action="append", metavar="NAME",
-                     help="undo this SGLang fix in-process (repeatable; see hooks/fix_toggles.py): pr27446")
+                     help="undo this SGLang fix in-process (repeatable; see hooks/fix_toggles.py): pr27446, pr17850")
+    run.add_argument("--result-json", metavar="FILE",
+                     help="write each scenario's outcome (status, failure signature, steps, time) here")
     run.set_defaults(func=_cmd_run)
+
+    abp = sub.add_parser("ab", help="run scenarios against two SGLang builds and compare")
+    abp.add_argument("scenario", nargs="+", help="PATH.py:FUNCTION or MODULE:FUNCTION")
+    abp.add_argument("--a", required=True, metavar="SPEC",
+                     help="side A: current | sglang==X | SOURCE_TREE | REPO@REV, optionally +revert=FIX")
+    abp.add_argument("--b", required=True, metavar="SPEC", help="side B (same forms as --a)")
+    abp.add_argument("--json", metavar="FILE", help="also write the outcomes as JSON")
+    abp.add_argument("-v", "--verbose", action="store_true", help="print each side's output")
+    _add_side_options(abp)
+    abp.set_defaults(func=_cmd_ab)
+
+    bis = sub.add_parser("bisect-check", help="one scenario on one build; exit 0 pass, 1 fail, "
+                                               "125 build cannot start (for git bisect run)")
+    bis.add_argument("scenario", help="PATH.py:FUNCTION or MODULE:FUNCTION")
+    bis.add_argument("--sglang", required=True, metavar="SPEC",
+                     help="the build: an SGLang source tree (e.g. . in a checkout), REPO@REV, sglang==X or current")
+    _add_side_options(bis)
+    bis.set_defaults(func=_cmd_bisect_check)
 
     trace = sub.add_parser("trace", help="read a step trace")
     trace_sub = trace.add_subparsers(dest="trace_command", required=True)

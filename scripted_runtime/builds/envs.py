@@ -1,0 +1,171 @@
+"""Cached virtual environments, one per pip requirement (``sglang==X``).
+
+Each SGLang release pins its own torch/transformers/... so two releases cannot
+share an environment (../shared/DESIGN.md §4). An environment is built once
+under the cache root (``$SCRIPTED_RUNTIME_ENV_CACHE``, default
+``~/.cache/scripted-runtime/envs``) and reused: a ``READY`` file written after
+a successful build and import check marks it usable. A build prints progress
+while pip runs (it takes ~5-8 minutes and ~10 GB per release), keeps pip's
+output in ``build.log`` beside it, and is serialised with a lock file so two
+harness processes never build the same environment at once.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from scripted_runtime.builds import constraints
+
+ENV_CACHE_VAR = "SCRIPTED_RUNTIME_ENV_CACHE"
+READY = "READY"
+BUILD_TIMEOUT_S = 40 * 60
+# Our own runtime needs (sglang already depends on both; pinned here so a
+# requirement that does not pull them still yields a usable side).
+HARNESS_REQUIREMENTS = ("pyzmq>=25", "requests>=2.28")
+
+
+class EnvBuildError(RuntimeError):
+    """An environment could not be built; the message names the log."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get(ENV_CACHE_VAR) or Path.home() / ".cache" / "scripted-runtime" / "envs")
+
+
+def slug(requirement: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", requirement.replace("==", "-")).strip("_")
+
+
+def env_dir(requirement: str) -> Path:
+    return cache_root() / slug(requirement)
+
+
+def python_of(env: Path) -> Path:
+    return env / "bin" / "python"
+
+
+def ready_info(env: Path) -> Optional[dict]:
+    marker = env / READY
+    if not marker.is_file() or not python_of(env).exists():
+        return None
+    try:
+        return json.loads(marker.read_text())
+    except ValueError:
+        return None
+
+
+def _dir_size_gb(path: Path) -> float:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total / 1e9
+
+
+def _last_line(log: Path) -> str:
+    """pip's latest action (``Collecting torch==...``), for progress lines."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, os.path.getsize(log) - 4096))
+            lines = [l for l in f.read().decode(errors="replace").splitlines()
+                     if l.strip() and not l.startswith("WARNING: Location")]
+    except OSError:
+        return ""
+    return lines[-1].strip()[:120] if lines else ""
+
+
+def _run_logged(cmd: List[str], log: Path, *, label: str, progress: Callable[[str], None],
+                timeout_s: float, every_s: float = 30.0, watch: Optional[Path] = None) -> None:
+    """Run ``cmd`` with its output appended to ``log``; report progress every
+    ``every_s`` seconds; raise EnvBuildError on failure or timeout."""
+    t0 = time.monotonic()
+    with open(log, "a") as out:
+        out.write(f"\n$ {' '.join(cmd)}\n")
+        out.flush()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        done = threading.Event()
+
+        def report() -> None:
+            while not done.wait(every_s):
+                size = f", {_dir_size_gb(watch):.1f} GB installed" if watch else ""
+                progress(f"{label}: {time.monotonic() - t0:.0f}s{size}; {_last_line(log)}")
+
+        threading.Thread(target=report, daemon=True).start()
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            raise EnvBuildError(f"{label}: still running after {timeout_s:.0f}s, killed; see {log}")
+        finally:
+            done.set()
+    if code != 0:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
+        raise EnvBuildError(f"{label} failed (exit {code}); last lines of {log}:\n{tail}")
+
+
+def ensure_env(requirement: str, *, progress: Callable[[str], None] = None,
+               python: str = sys.executable, timeout_s: float = BUILD_TIMEOUT_S) -> Path:
+    """The python executable of a cached environment holding ``requirement``,
+    built now if it does not exist yet."""
+    progress = progress or (lambda line: print(f"[env] {line}", file=sys.stderr, flush=True))
+    env = env_dir(requirement)
+    info = ready_info(env)
+    if info:
+        progress(f"reusing {env} (sglang {info.get('sglang_version')})")
+        return python_of(env)
+    env.parent.mkdir(parents=True, exist_ok=True)
+    with open(env.parent / f".{env.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"another process is building {env}; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        info = ready_info(env)
+        if info:  # built by the process we waited for
+            progress(f"reusing {env} (sglang {info.get('sglang_version')})")
+            return python_of(env)
+        return _build(requirement, env, progress=progress, python=python, timeout_s=timeout_s)
+
+
+def _build(requirement: str, env: Path, *, progress, python: str, timeout_s: float) -> Path:
+    if env.exists():
+        progress(f"removing unfinished environment {env}")
+        shutil.rmtree(env)
+    env.mkdir(parents=True)
+    log = env / "build.log"
+    pins = constraints.for_requirement(requirement)
+    t0 = time.monotonic()
+    progress(f"building {env} for {requirement} (once; ~5-8 min, ~10 GB)")
+    for pin in pins:
+        progress(f"  with {pin.requirement}: {pin.why}")
+    _run_logged([python, "-m", "venv", str(env)], log, label="venv", progress=progress, timeout_s=300)
+    cmd = [str(python_of(env)), "-m", "pip", "install", "--progress-bar", "off",
+           requirement, *HARNESS_REQUIREMENTS, *(p.requirement for p in pins)]
+    _run_logged(cmd, log, label=f"pip install {requirement}", progress=progress,
+                timeout_s=timeout_s, watch=env)
+    check = subprocess.run([str(python_of(env)), "-c", "import importlib.metadata as m; "
+                            "print(m.version('sglang'))"], capture_output=True, text=True, timeout=120)
+    if check.returncode != 0:
+        raise EnvBuildError(f"{env}: sglang not importable after install: {check.stderr.strip()[-500:]}")
+    version = check.stdout.strip()
+    (env / READY).write_text(json.dumps({
+        "requirement": requirement, "sglang_version": version,
+        "constraints": [p.requirement for p in pins],
+        "built_s": round(time.monotonic() - t0, 1), "size_gb": round(_dir_size_gb(env), 1),
+        "built_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }, indent=1))
+    progress(f"built {env} (sglang {version}) in {time.monotonic() - t0:.0f}s")
+    return python_of(env)

@@ -1,0 +1,170 @@
+"""Build SPECs, cached environments, worktrees and the A/B table (pure logic,
+plus git on a throwaway repository; no SGLang server)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripted_runtime import cli
+from scripted_runtime.builds import ab, constraints, envs, side, spec, worktrees
+from hooks import sglang_compat
+
+
+def _fake_tree(root: Path, version: str = None) -> Path:
+    pkg = root / "python" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    if version:
+        (pkg / "_version.py").write_text(f"__version__ = version = '{version}'\n")
+    return root
+
+
+def _git_repo(root: Path) -> Path:
+    _fake_tree(root)
+    run = lambda *a: subprocess.run(["git", "-C", str(root), *a], check=True, capture_output=True)
+    run("init", "-q")
+    run("-c", "user.email=t@t", "-c", "user.name=t", "add", ".")
+    run("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "one")
+    run("tag", "v0.5.12.post1")
+    return root
+
+
+def test_spec_forms(tmp_path):
+    assert spec.parse("current").kind == "current"
+    pip = spec.parse("sglang==0.5.12.post1")
+    assert (pip.kind, pip.requirement) == ("pip", "sglang==0.5.12.post1")
+    tree = _fake_tree(tmp_path / "src")
+    src = spec.parse(str(tree))
+    assert src.kind == "source" and src.source == (tree / "python").resolve()
+    assert spec.parse(str(tree / "python")).source == (tree / "python").resolve()
+    reverted = spec.parse("current+revert=pr27446,pr17850")
+    assert reverted.kind == "current" and reverted.revert == ("pr27446", "pr17850")
+
+
+def test_spec_git_revision(tmp_path):
+    repo = _git_repo(tmp_path / "repo")
+    g = spec.parse(f"{repo}@v0.5.12.post1")
+    assert (g.kind, g.repo, g.rev) == ("git", repo.resolve(), "v0.5.12.post1")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("nonsense", "is not a build SPEC"),
+    ("torch==2.1", "must install sglang"),
+    ("current+revert=", "needs fix names"),
+    ("current+revert=pr1", r"unknown fix toggle\(s\) \['pr1'\]"),
+])
+def test_spec_errors_say_what_is_accepted(text, message):
+    with pytest.raises(ValueError, match=message):
+        spec.parse(text)
+
+
+def test_spec_rejects_a_directory_without_sglang(tmp_path):
+    with pytest.raises(spec.SpecError, match="no sglang/__init__.py"):
+        spec.parse(str(tmp_path))
+
+
+def test_release_constraints():
+    pins = [c.requirement for c in constraints.for_requirement("sglang==0.5.12.post1")]
+    assert pins == ["kernels>=0.14.1,<0.15"]
+    assert constraints.for_requirement("sglang==0.5.23") == []
+    assert constraints.for_requirement("sglang") == []
+
+
+def test_env_cache_layout_and_ready_marker(tmp_path, monkeypatch):
+    monkeypatch.setenv(envs.ENV_CACHE_VAR, str(tmp_path))
+    env = envs.env_dir("sglang==0.5.12.post1")
+    assert env == tmp_path / "sglang-0.5.12.post1"
+    assert envs.ready_info(env) is None
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python").symlink_to(sys.executable)
+    assert envs.ready_info(env) is None  # no READY: an unfinished build is not reused
+    (env / envs.READY).write_text(json.dumps({"sglang_version": "0.5.12.post1"}))
+    lines = []
+    assert envs.ensure_env("sglang==0.5.12.post1", progress=lines.append) == env / "bin" / "python"
+    assert lines == [f"reusing {env} (sglang 0.5.12.post1)"]
+
+
+def test_env_build_failure_names_the_log(tmp_path, monkeypatch):
+    monkeypatch.setenv(envs.ENV_CACHE_VAR, str(tmp_path))
+    # A requirement pip cannot satisfy offline-or-not: fails fast, reported with the log path.
+    with pytest.raises(envs.EnvBuildError, match=r"pip install sglang==0\.0\.0\.nonexistent failed .*build\.log"):
+        envs.ensure_env("sglang==0.0.0.nonexistent", progress=lambda line: None, timeout_s=240)
+    assert envs.ready_info(envs.env_dir("sglang==0.0.0.nonexistent")) is None
+
+
+def test_worktree_checkout_is_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv(envs.ENV_CACHE_VAR, str(tmp_path / "cache" / "envs"))
+    repo = _git_repo(tmp_path / "repo")
+    first = worktrees.ensure_worktree(repo, "v0.5.12.post1", progress=lambda line: None)
+    assert (first / "python" / "sglang" / "__init__.py").is_file()
+    said = []
+    assert worktrees.ensure_worktree(repo, "HEAD", progress=said.append) == first
+    assert said and said[0].startswith("reusing")
+    with pytest.raises(worktrees.WorktreeError, match="rev-parse"):
+        worktrees.ensure_worktree(repo, "no-such-rev", progress=lambda line: None)
+    worktrees.remove_worktree(repo, first)
+    assert not first.exists()
+
+
+def test_source_tree_version(tmp_path):
+    built = _fake_tree(tmp_path / "built", version="0.5.13.dev40")
+    assert sglang_compat.source_tree_version(str(built / "python" / "sglang")) == "0.5.13.dev40"
+    repo = _git_repo(tmp_path / "repo")
+    assert sglang_compat.source_tree_version(str(repo / "python" / "sglang")) == "0.5.12.post1"
+
+
+def test_sgl_kernel_stub_only_for_old_releases():
+    assert sglang_compat.needs_sgl_kernel_stub("0.5.12.post1")
+    assert not sglang_compat.needs_sgl_kernel_stub("0.5.13")
+    assert not sglang_compat.needs_sgl_kernel_stub("0.5.23")
+
+
+def _report(side_label, version, *outcomes):
+    return side.SideReport(side=side_label, sglang_version=version, start_s=60.0, wall_s=90.0,
+                           outcomes=[side.Outcome(side_label, *o) for o in outcomes])
+
+
+def test_ab_table_and_difference():
+    a = _report("sglang==0.5.12.post1", "0.5.12.post1",
+                ("/x/scenarios/pp.py:flush", "FAIL", "InvariantViolation[idle_gate]", 3, 2.5))
+    b = _report("sglang==0.5.13", "0.5.13", ("/x/scenarios/pp.py:flush", "PASS", "", 40, 6.0))
+    table = ab.format_table([a, b])
+    lines = table.splitlines()
+    cells = lambda line: [c.strip() for c in line.split(" | ")]
+    assert cells(lines[0]) == ["scenario", "side", "sglang", "result", "signature", "steps", "time"]
+    assert cells(lines[2]) == ["pp.py:flush", "sglang==0.5.12.post1", "0.5.12.post1", "FAIL",
+                               "InvariantViolation[idle_gate]", "3", "2.5s"]
+    assert cells(lines[3]) == ["pp.py:flush", "sglang==0.5.13", "0.5.13", "PASS", "-", "40", "6.0s"]
+    assert ab.differs([a, b])
+    assert not ab.differs([a, a])
+
+
+def test_side_reports_an_unpreparable_build_as_no_start(tmp_path, monkeypatch):
+    monkeypatch.setenv(envs.ENV_CACHE_VAR, str(tmp_path / "envs"))
+    repo = _git_repo(tmp_path / "repo")
+    bad = spec.parse(f"{repo}@no-such-rev")
+    report = side.run_side(bad, ["/x/s.py:f"], progress=lambda line: None)
+    assert not report.started
+    assert report.outcomes[0].status == "NO-START"
+    assert report.outcomes[0].signature.startswith("build: git rev-parse")
+
+
+def test_bisect_check_exit_codes_for_usage_and_unstartable_builds(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(envs.ENV_CACHE_VAR, str(tmp_path / "envs"))
+    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "demo.py"
+    assert cli.main(["bisect-check", f"{scenario}:nope", "--sglang", "current"]) == 255
+    repo = _git_repo(tmp_path / "repo")
+    code = cli.main(["bisect-check", f"{scenario}:{_first_function(scenario)}",
+                     "--sglang", f"{repo}@no-such-rev"])
+    assert code == 125
+    assert "-> exit 125 (skip (build cannot start))" in capsys.readouterr().out
+
+
+def _first_function(path: Path) -> str:
+    import ast
+
+    return next(n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef))
