@@ -52,12 +52,55 @@ def _revert_pr27446(scheduler_module: Any) -> None:
     cls._pp_microbatches_drained = _pp_microbatches_drained
 
 
+def _revert_pr17850(scheduler_module: Any) -> None:
+    """PR 17850 (0.5.9) made ``ReqToTokenPool.alloc(reqs)`` keep the row of a
+    request that already holds one, so a chunked request keeps its
+    ``req_to_token`` row from first chunk to release. Before it, the scheduler
+    freed the chunked request's row after every chunk (in
+    ``get_next_batch_to_run``, right after caching the chunk) and the next
+    chunk allocated a row afresh: a different one, while the forward of the
+    previous chunk could still read the old row, which the next batch could
+    hand to another request.
+
+    0.5.23 has no such free to put back, so the buggy form is re-created at the
+    same point: after ``stash_chunked_request`` (0.5.2x's name for caching
+    the chunk) the request moves to a fresh row (the prefix copied over, as
+    the pre-fix prepare_for_extend rewrote it) and its old row goes back to
+    the free list."""
+    cls = scheduler_module.Scheduler
+    if not hasattr(cls, "stash_chunked_request"):
+        raise FixToggleError(
+            "fix toggle pr17850: Scheduler.stash_chunked_request not found; the toggle is written "
+            "against 0.5.2x (<=0.5.8.post1 carries the bug already)")
+    original = cls.stash_chunked_request
+
+    def stash_chunked_request(self, req: Any) -> None:
+        original(self, req)
+        pool = self.req_to_token_pool
+        old = getattr(getattr(req, "kv", None), "req_pool_idx", None)
+        if old is None or not hasattr(pool, "alloc_rows"):
+            return
+        fresh = pool.alloc_rows(1)
+        if not fresh:  # no spare row: the pre-fix free+alloc would have handed the same one back
+            return
+        pool.req_to_token[fresh[0]] = pool.req_to_token[old]
+        pool.free_rows([old])
+        req.kv.req_pool_idx = fresh[0]
+
+    stash_chunked_request.__wrapped__ = original
+    cls.stash_chunked_request = stash_chunked_request
+
+
 TOGGLES: Dict[str, FixToggle] = {
     t.name: t
     for t in (
         FixToggle("pr27446", "0.5.13",
                   "PP is_fully_idle ignores in-flight microbatches in mbs (flush during an in-flight chunk)",
                   _revert_pr27446),
+        FixToggle("pr17850", "0.5.9",
+                  "a chunked request leaves its req_to_token row after every chunk and takes a new one "
+                  "(the old row is free while the previous chunk's forward may still read it)",
+                  _revert_pr17850),
     )
 }
 
