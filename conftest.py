@@ -5,6 +5,9 @@ Options:
   --topology NAME[,NAME]   restrict server tests to these topologies
                            (pp1-overlap, pp1-normal, pp4; default: all)
   --server-log-dir DIR     keep the server logs there
+  --ab                     also run the cross-release A/B lane (tests marked ``ab``:
+                           builds or reuses one environment per SGLang release,
+                           ~10 GB and ~8 min each the first time)
 
 Fixtures:
   server_pool  session-wide: one live server per topology, restarted if dead
@@ -29,6 +32,7 @@ def pytest_addoption(parser):
                     choices=["cpu", "cuda"], help="device for the SGLang servers")
     group.addoption("--topology", default="", help="comma-separated topologies to test (default: all)")
     group.addoption("--server-log-dir", default="", help="directory for server logs")
+    group.addoption("--ab", action="store_true", help="run the cross-release A/B lane (tests marked ab)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -38,10 +42,14 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"--topology: unknown {sorted(unknown)}; known: {sorted(TOPOLOGIES)}")
     device = config.getoption("--device")
     skip_gpu = pytest.mark.skip(reason="gpu test: run with --device cuda on a GPU runner")
+    skip_ab = pytest.mark.skip(reason="cross-release A/B lane: run with --ab (builds ~10 GB per release)")
+    run_ab = config.getoption("--ab")
     keep, drop = [], []
     for item in items:
         if "gpu" in item.keywords and device != "cuda":
             item.add_marker(skip_gpu)
+        if "ab" in item.keywords and not run_ab:
+            item.add_marker(skip_ab)
         topology = getattr(getattr(item, "callspec", None), "params", {}).get("server")
         if wanted and topology is not None and topology not in wanted:
             drop.append(item)

@@ -91,6 +91,36 @@ def _revert_pr17850(scheduler_module: Any) -> None:
     cls.stash_chunked_request = stash_chunked_request
 
 
+WEIGHT_UPDATER_MODULE = "sglang.srt.managers.scheduler_components.weight_updater"
+
+
+def _revert_issue14062(scheduler_module: Any) -> None:
+    """0.5.22 made an update_weights call whose flush_cache is refused (a
+    finished request still in running_batch: issue 14062) answer
+    success=False ("Weights were updated, but the cache was not flushed
+    ..."). Up to 0.5.21 ``flush_cache_after_weight_update`` asserted the
+    flush instead ("Cache flush failed after updating weights"), which killed
+    the scheduler."""
+    import importlib
+
+    module = importlib.import_module(WEIGHT_UPDATER_MODULE)
+    cls = getattr(module, "SchedulerWeightUpdaterManager", None)
+    original = getattr(cls, "flush_cache_after_weight_update", None)
+    if original is None or "message" not in original.__code__.co_varnames:
+        raise FixToggleError(
+            "fix toggle issue14062: SchedulerWeightUpdaterManager.flush_cache_after_weight_update(recv_req, "
+            "success, message) not found; <=0.5.21 asserts the flush already")
+
+    def flush_cache_after_weight_update(self, recv_req, success, message):  # the <=0.5.21 form
+        if recv_req.flush_cache:
+            flush_cache_success = self.flush_cache(empty_cache=recv_req.torch_empty_cache)
+            assert flush_cache_success, "Cache flush failed after updating weights"
+        return success, message
+
+    flush_cache_after_weight_update.__wrapped__ = original
+    cls.flush_cache_after_weight_update = flush_cache_after_weight_update
+
+
 TOGGLES: Dict[str, FixToggle] = {
     t.name: t
     for t in (
@@ -101,6 +131,10 @@ TOGGLES: Dict[str, FixToggle] = {
                   "a chunked request leaves its req_to_token row after every chunk and takes a new one "
                   "(the old row is free while the previous chunk's forward may still read it)",
                   _revert_pr17850),
+        FixToggle("issue14062", "0.5.22",
+                  "update_weights with flush_cache asserts the flush (kills the scheduler) instead of "
+                  "answering success=False when requests are still held",
+                  _revert_issue14062),
     )
 }
 

@@ -36,9 +36,9 @@ CPU_SERVER_ARGS = {"disable_piecewise_cuda_graph": True}
 
 
 def cpu_server_args(server_args_cls: type, given: dict) -> dict:
-    import dataclasses
+    import inspect
 
-    fields = {f.name for f in dataclasses.fields(server_args_cls)}
+    fields = set(inspect.signature(server_args_cls).parameters)  # a dataclass in 0.5.13, not in 0.5.23
     return {k: v for k, v in CPU_SERVER_ARGS.items() if k in fields and k not in given}
 
 
@@ -219,6 +219,23 @@ def is_fully_idle(scheduler: Any) -> bool:
     if hasattr(scheduler, "is_fully_idle"):
         return bool(scheduler.is_fully_idle())
     return bool(scheduler._is_no_request())  # releases before is_fully_idle
+
+
+def row_reuse_fence(scheduler: Any) -> Optional[str]:
+    """What keeps a forward's reads of a row ordered before the next
+    schedule's writes to it (issue 18744), or None if nothing does.
+
+    0.5.13 added a coarse write-after-read barrier, 0.5.16 the read-done
+    event; 0.5.2x enables it on CUDA (``_war_barrier_enabled``, through
+    ``_apply_war_barrier`` after every launch). On CPU the forward runs
+    synchronously inside ``run_batch``, so its reads are over before the
+    scheduler writes again, barrier or not."""
+    if getattr(scheduler, "_war_barrier_enabled", False):
+        return "write-after-read barrier (_apply_war_barrier)"
+    device = str(getattr(scheduler, "device", "") or getattr(getattr(scheduler, "server_args", None), "device", ""))
+    if device == "cpu":
+        return "synchronous CPU forward"
+    return None
 
 
 def is_paused(scheduler: Any) -> bool:

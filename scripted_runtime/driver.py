@@ -81,6 +81,8 @@ class Driver:
                 mode=mode.lower() if mode else None,
                 rids=tuple(r.rid for r in batch.reqs),
                 chunked_rid=chunked.rid if chunked is not None else None,
+                rows=state.batch_rows(batch),
+                in_flight=state.in_flight_rows(self.scheduler),
             )
         )
 

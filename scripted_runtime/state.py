@@ -51,6 +51,31 @@ def holders(s: Any) -> List[Holder]:
     return out
 
 
+def batch_rows(batch: Any) -> Tuple[Optional[int], ...]:
+    """The req_to_token row of each request of ``batch`` as the batch recorded
+    it at launch (``req_pool_indices``), which outlives the requests' own
+    ``req_pool_idx`` (cleared when a finished request is released)."""
+    idx = getattr(batch, "req_pool_indices_cpu", None)
+    if idx is None:
+        idx = getattr(batch, "req_pool_indices", None)
+    if idx is None or not hasattr(idx, "tolist"):
+        return tuple(req_pool_idx(r) for r in _batch_reqs(batch))
+    return tuple(int(x) for x in idx.tolist())
+
+
+def in_flight_rows(s: Any) -> Tuple[Tuple[str, int], ...]:
+    """(rid, row) of every request in a launched batch whose result the
+    overlap loop has not processed yet (``result_queue``): rows a forward may
+    still be reading."""
+    out = []
+    for entry in getattr(s, "result_queue", None) or ():
+        batch = entry[0] if isinstance(entry, tuple) else entry
+        for req, row in zip(_batch_reqs(batch), batch_rows(batch)):
+            if row is not None:
+                out.append((req.rid, row))
+    return tuple(out)
+
+
 def iter_reqs(s: Any) -> Iterator[Any]:
     seen = set()
     for holder in holders(s):

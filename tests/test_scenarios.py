@@ -68,6 +68,18 @@ def test_update_weights_vs_stale_batch_on_overlap(server_pool):
     assert "cache was not flushed" in result.value["update_message"]
 
 
+def test_overlap_free_then_reuse_shows_the_row_taken_from_an_unprocessed_forward(server_pool):
+    """Issue 18744 on CPU: the reuse happens (LIFO rows, 0.5.19+) and is fenced
+    by the synchronous CPU forward; the failing side needs a GPU."""
+    result = server_pool.get("pp1-overlap").run(
+        f"{SCENARIOS / 'overlap_free_then_reuse.py'}:free_then_reuse")
+    assert result.passed, result.summary()
+    value = result.value
+    assert value["a_row"] == value["b_row"]
+    assert value["reused_in_flight"] and value["reused_in_flight"][0]["row"] == value["a_row"]
+    assert value["fence"] == "synchronous CPU forward"
+
+
 @pytest.mark.parametrize("mode", ["in_place", "retract"])
 def test_pause_then_flush(server_pool, mode):
     result = server_pool.get("pp1-overlap").run(f"{SCENARIOS / 'pause_then_flush.py'}:{mode}")

@@ -26,9 +26,12 @@ class ReleaseConstraint:
 
 CONSTRAINTS = (
     ReleaseConstraint(
-        (0, 5, 0, 0), (0, 5, 13, 0), "kernels>=0.14.1,<0.15",
+        (0, 5, 10, 0), (0, 5, 13, 0), "kernels>=0.14.1,<0.15",
         "the release leaves `kernels` unpinned; kernels 0.17.x breaks its transformers 5.x at "
         "import ('Either a revision or a version must be specified')"),
+    # Not for 0.5.9 and older: they pin transformers 4.57.1 (huggingface-hub<1.0), which
+    # kernels 0.14.x (huggingface-hub>=1.10) cannot be installed beside (measured: pip's
+    # ResolutionImpossible for sglang==0.5.9).
 )
 
 

@@ -21,6 +21,20 @@ class BatchRecord:
     mode: Optional[str]  # "extend", "decode", "idle", ...
     rids: Tuple[str, ...]
     chunked_rid: Optional[str]
+    rows: Tuple[Optional[int], ...] = ()  # req_to_token row per request, as launched
+    # (rid, row) of launched batches whose results were not processed yet at
+    # this launch (overlap): rows their forwards may still read.
+    in_flight: Tuple[Tuple[str, int], ...] = ()
+
+    def rows_taken_in_flight(self) -> List[Tuple[str, str, int]]:
+        """(new rid, in-flight rid, row): a row this batch uses that a
+        different request's still-unprocessed forward was launched with."""
+        taken = []
+        for rid, row in zip(self.rids, self.rows):
+            for old_rid, old_row in self.in_flight:
+                if row is not None and row == old_row and rid != old_rid:
+                    taken.append((rid, old_rid, row))
+        return taken
 
 
 class RequestTracker:
