@@ -11,8 +11,9 @@ foresee). The update is sent with ``await_arrival=True``: the finished
 request's answer has left, the tokenizer's writer lock is free, and the
 update reaches this very iteration.
 
-* <=0.5.21: the weight updater's flush asserts the engine is idle and kills
-  the scheduler (the run reports CRASH with that traceback).
+* <=0.5.21: the weight updater asserts the flush succeeded and kills the
+  scheduler; measured on 0.5.13: CRASH "AssertionError: Cache flush failed
+  after updating weights" (also 0.5.23 with ``--revert-fix issue14062``).
 * 0.5.22+: the weights are updated, the flush is refused, and the answer says
   so (``success=False``, "...the cache was not flushed..."). The scenario
   passes and returns the answer.

@@ -171,6 +171,7 @@ def _side_options(args: argparse.Namespace) -> dict:
         extra += ["--sglang-arg", kv]
     if args.no_invariants:
         extra.append("--no-invariants")
+    extra += ["--device", args.device]
     return dict(pp=args.pp, overlap=args.overlap, timeout_s=args.timeout,
                 start_timeout_s=args.start_timeout, extra_args=extra)
 
@@ -246,6 +247,7 @@ def _add_side_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel size: 1 or 4 (default 1)")
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
                    help="overlap scheduling for pp=1 (SGLang's default: on)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--sglang-arg", action="append", metavar="KEY=VALUE",
                    help="extra SGLang ServerArgs field (repeatable)")
     p.add_argument("--timeout", type=float, default=120.0, help="script timeout in seconds")
