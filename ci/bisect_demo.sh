@@ -50,7 +50,7 @@ git bisect run "$HARNESS/.venv/bin/scripted-runtime" bisect-check \
   "$HARNESS/scenarios/pp_flush_inflight.py:flush_with_chunk_in_flight" --sglang "$REPO" --pp 4
 git bisect log | tail -n 12
 FIRST_BAD=$(git rev-parse --short refs/bisect/bad)
-git bisect reset -q
+git bisect reset >/dev/null
 if [ "$FIRST_BAD" = "$C1" ]; then
   echo "[bisect-demo] OK: bisect named $C1, the commit that undid PR 27446"
 else

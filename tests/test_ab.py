@@ -21,7 +21,8 @@ UPDATE_WEIGHTS = f"{SCENARIOS / 'update_weights_stale_batch.py'}:update_weights_
 def test_ab_catches_pr17850_and_issue14062_with_their_fix_toggles(tmp_path, capsys):
     out = tmp_path / "ab.json"
     reverted = "current+revert=pr17850,issue14062"
-    code = cli.main(["ab", CHUNKED_ROW, UPDATE_WEIGHTS, "--a", "current", "--b", reverted,
+    # The crash comes first: the side restarts its server (same toggles) for the next scenario.
+    code = cli.main(["ab", UPDATE_WEIGHTS, CHUNKED_ROW, "--a", "current", "--b", reverted,
                      "--json", str(out)])
     table = capsys.readouterr().out
     assert code == 0, table
@@ -29,8 +30,8 @@ def test_ab_catches_pr17850_and_issue14062_with_their_fix_toggles(tmp_path, caps
              for r in json.loads(out.read_text())}
     assert sides["current"] == [("PASS", ""), ("PASS", "")], table
     assert sides[reverted] == [
-        ("FAIL", "InvariantViolation[slot_ownership]"),
         ("CRASH", "SchedulerCrashed: AssertionError: Cache flush failed after updating weights"),
+        ("FAIL", "InvariantViolation[slot_ownership]"),
     ], table
     assert re.search(r"chunked_row_reuse\.py:chunked_row_reuse\s+\| current\+revert=pr17850,issue14062\s+\| "
                      r"0\.5\.\d+\s+\| FAIL", table), table

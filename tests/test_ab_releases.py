@@ -14,6 +14,7 @@ pytestmark = [pytest.mark.ab, pytest.mark.sglang]
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 PP_FLUSH = f"{SCENARIOS / 'pp_flush_inflight.py'}:flush_with_chunk_in_flight"
+CHUNKED_ROW = f"{SCENARIOS / 'chunked_row_reuse.py'}:chunked_row_reuse"
 UPDATE_WEIGHTS = f"{SCENARIOS / 'update_weights_stale_batch.py'}:update_weights_in_window"
 
 
@@ -38,3 +39,10 @@ def test_issue14062_crashes_0_5_13_and_is_refused_on_the_installed_release(tmp_p
     assert code == 0, sides
     assert sides["sglang==0.5.13"]["outcomes"][0]["status"] == "CRASH", sides
     assert sides["current"]["outcomes"][0]["status"] == "PASS", sides
+
+
+def test_pr17850_fails_on_0_5_8_post1_and_passes_on_0_5_9(tmp_path):
+    code, sides = _ab(tmp_path, CHUNKED_ROW, "--a", "sglang==0.5.8.post1", "--b", "sglang==0.5.9")
+    assert code == 0, sides
+    assert sides["sglang==0.5.8.post1"]["outcomes"][0]["signature"] == "InvariantViolation[slot_ownership]"
+    assert sides["sglang==0.5.9"]["outcomes"][0]["status"] == "PASS"
