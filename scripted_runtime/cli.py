@@ -243,7 +243,8 @@ def _cmd_bisect_check(args: argparse.Namespace) -> int:
     return verdict
 
 
-def _add_side_options(p: argparse.ArgumentParser) -> None:
+def _add_server_options(p: argparse.ArgumentParser) -> None:
+    """Options of every command that starts a server (run, ab, bisect-check)."""
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel size: 1 or 4 (default 1)")
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
                    help="overlap scheduling for pp=1 (SGLang's default: on)")
@@ -253,6 +254,10 @@ def _add_side_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=120.0, help="script timeout in seconds")
     p.add_argument("--start-timeout", type=float, default=300.0, help="server start timeout in seconds")
     p.add_argument("--no-invariants", action="store_true", help="check no invariant after each step")
+
+
+def _add_side_options(p: argparse.ArgumentParser) -> None:
+    _add_server_options(p)
     p.add_argument("--base-env", metavar="SPEC", default="current",
                    help="environment source-tree and REPO@REV sides run over: 'current' (default) or "
                         "a pip requirement such as sglang==0.5.12.post1")
@@ -312,21 +317,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one scenario against a freshly started server")
     run.add_argument("scenario", nargs="+",
                      help="PATH.py:FUNCTION or MODULE:FUNCTION (several run one after another on one server)")
-    run.add_argument("--pp", type=int, default=1, help="pipeline-parallel size: 1 or 4 (default 1)")
-    run.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
-                     help="overlap scheduling for pp=1 (SGLang's default: on)")
-    run.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    run.add_argument("--sglang-arg", action="append", metavar="KEY=VALUE",
-                     help="extra SGLang ServerArgs field (repeatable)")
-    run.add_argument("--timeout", type=float, default=120.0, help="script timeout in seconds")
-    run.add_argument("--start-timeout", type=float, default=300.0, help="server start timeout in seconds")
-    run.add_argument("--no-invariants", action="store_true", help="check no invariant after each step")
+    _add_server_options(run)
     run.add_argument("--skip-invariant", action="append", metavar="NAME",
                      help="do not check this invariant (repeatable): idle_gate, slot_ownership, "
                           "radix_locks, pool_accounting")
     run.add_argument("--trace", metavar="FILE", help="write the step trace (JSON lines) here")
     run.add_argument("--revert-fix", action="append", metavar="NAME",
-                     help="undo this SGLang fix in-process (repeatable; see hooks/fix_toggles.py): pr27446, pr17850")
+                     help="undo this SGLang fix in-process (repeatable; see hooks/fix_toggles.py): "
+                          "pr27446, pr17850, issue14062")
     run.add_argument("--result-json", metavar="FILE",
                      help="write each scenario's outcome (status, failure signature, steps, time) here")
     run.set_defaults(func=_cmd_run)
