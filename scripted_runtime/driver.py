@@ -74,6 +74,7 @@ class Driver:
         mode = getattr(getattr(batch, "forward_mode", None), "name", None)
         chunked = getattr(self.scheduler, "chunked_req", None)
         self.tracker.on_batch(batch)
+        in_flight = self._in_flight_rows()
         self.batch_log.append(
             BatchRecord(
                 step=self.step,
@@ -81,10 +82,23 @@ class Driver:
                 mode=mode.lower() if mode else None,
                 rids=tuple(r.rid for r in batch.reqs),
                 chunked_rid=chunked.rid if chunked is not None else None,
-                rows=state.batch_rows(batch),
-                in_flight=state.in_flight_rows(self.scheduler),
+                rows=tuple(state.req_pool_idx(r) for r in batch.reqs),
+                in_flight=in_flight,
             )
         )
+
+    def _in_flight_rows(self):
+        """(rid, row) of the launched batches still in ``result_queue``, as
+        recorded at their own launch: a finished request has given its row up
+        by now, and reading the batch's index tensor would sync the device on
+        this hot path."""
+        out = []
+        for batch in state.result_queue_batches(self.scheduler):
+            rids = tuple(r.rid for r in batch.reqs)
+            launched = next((rec for rec in reversed(self.batch_log) if rec.rids == rids), None)
+            if launched is not None:
+                out.extend((rid, row) for rid, row in zip(launched.rids, launched.rows) if row is not None)
+        return tuple(out)
 
     def on_crash(self, tb: str) -> None:
         try:

@@ -30,6 +30,12 @@ def _batch_reqs(batch: Any) -> Tuple[Any, ...]:
     return tuple(getattr(batch, "reqs", None) or ())
 
 
+def result_queue_batches(s: Any) -> List[Any]:
+    """Launched batches whose results the overlap loop has not processed yet
+    (``result_queue`` holds ``(batch_copy, result)`` pairs)."""
+    return [entry[0] if isinstance(entry, tuple) else entry for entry in getattr(s, "result_queue", None) or ()]
+
+
 def holders(s: Any) -> List[Holder]:
     out: List[Holder] = []
     for name in ("running_batch", "last_batch"):
@@ -38,8 +44,7 @@ def holders(s: Any) -> List[Holder]:
             out.append(Holder(name, batch, _batch_reqs(batch)))
     if getattr(s, "chunked_req", None) is not None:
         out.append(Holder("chunked_req", None, (s.chunked_req,)))
-    for i, entry in enumerate(getattr(s, "result_queue", None) or ()):
-        batch = entry[0] if isinstance(entry, tuple) else entry
+    for i, batch in enumerate(result_queue_batches(s)):
         out.append(Holder(f"result_queue[{i}]", batch, _batch_reqs(batch)))
     for slots in ("mbs", "last_mbs", "running_mbs"):
         for i, batch in enumerate(getattr(s, slots, None) or ()):
@@ -49,31 +54,6 @@ def holders(s: Any) -> List[Holder]:
     if waiting:
         out.append(Holder("waiting_queue", None, waiting))
     return out
-
-
-def batch_rows(batch: Any) -> Tuple[Optional[int], ...]:
-    """The req_to_token row of each request of ``batch`` as the batch recorded
-    it at launch (``req_pool_indices``), which outlives the requests' own
-    ``req_pool_idx`` (cleared when a finished request is released)."""
-    idx = getattr(batch, "req_pool_indices_cpu", None)
-    if idx is None:
-        idx = getattr(batch, "req_pool_indices", None)
-    if idx is None or not hasattr(idx, "tolist"):
-        return tuple(req_pool_idx(r) for r in _batch_reqs(batch))
-    return tuple(int(x) for x in idx.tolist())
-
-
-def in_flight_rows(s: Any) -> Tuple[Tuple[str, int], ...]:
-    """(rid, row) of every request in a launched batch whose result the
-    overlap loop has not processed yet (``result_queue``): rows a forward may
-    still be reading."""
-    out = []
-    for entry in getattr(s, "result_queue", None) or ():
-        batch = entry[0] if isinstance(entry, tuple) else entry
-        for req, row in zip(_batch_reqs(batch), batch_rows(batch)):
-            if row is not None:
-                out.append((req.rid, row))
-    return tuple(out)
 
 
 def iter_reqs(s: Any) -> Iterator[Any]:
