@@ -82,13 +82,10 @@ class _SglKernelFinder(importlib.abc.MetaPathFinder):
         parent = sys.modules.get(root)
         if fullname != root and getattr(parent, "__scripted_runtime_stub__", None):
             return importlib.machinery.ModuleSpec(fullname, _StubLoader(None), is_package=True)
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _StubLoader(spec.loader)
-                return spec
+        spec = post_import.find_spec_elsewhere(self, fullname, path, target)
+        if spec is not None:
+            spec.loader = _StubLoader(spec.loader)
+            return spec
         if fullname == root:  # not installed at all
             return importlib.machinery.ModuleSpec(fullname, _StubLoader(None), is_package=True)
         return None

@@ -31,21 +31,29 @@ class _PatchingLoader(importlib.abc.Loader):
         return getattr(self._wrapped, item)
 
 
+def find_spec_elsewhere(own: importlib.abc.MetaPathFinder, fullname, path, target=None):
+    """The spec the import system would find without ``own`` (a finder of
+    ours that wraps the real loader), or None."""
+    for finder in sys.meta_path:
+        if finder is own:
+            continue
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        spec = find(fullname, path, target)
+        if spec is not None and spec.loader is not None:
+            return spec
+    return None
+
+
 class _PostImportFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
         if fullname not in _callbacks:
             return None
-        for finder in sys.meta_path:
-            if finder is self:
-                continue
-            find = getattr(finder, "find_spec", None)
-            if find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _PatchingLoader(spec.loader, fullname)
-                return spec
-        return None
+        spec = find_spec_elsewhere(self, fullname, path, target)
+        if spec is not None:
+            spec.loader = _PatchingLoader(spec.loader, fullname)
+        return spec
 
 
 _finder = _PostImportFinder()

@@ -61,14 +61,7 @@ def installed_sglang_version() -> Optional[str]:
     read first: its generated ``_version.py`` if built, else ``git describe``
     of its checkout ('v0.5.12.post1-40-gabc' -> '0.5.12.post1'); the
     installed distribution's metadata otherwise."""
-    import importlib.util
-    import os
-
-    try:
-        spec = importlib.util.find_spec("sglang")
-    except (ImportError, ValueError):
-        spec = None
-    pkg_dir = os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+    pkg_dir = sglang_package_dir()
     if pkg_dir and "site-packages" not in pkg_dir:
         version = source_tree_version(pkg_dir)
         if version:
@@ -176,9 +169,6 @@ class IterationEntry:
     owner: type
     method: str
     on_receiver: bool  # the owner is the receiver component, not the Scheduler
-
-    def describe(self) -> str:
-        return f"{self.owner.__name__}.{self.method}"
 
 
 def iteration_entry(scheduler_module: Any) -> IterationEntry:
