@@ -89,6 +89,17 @@ def test_env_cache_layout_and_ready_marker(tmp_path, monkeypatch):
     assert lines == [f"reusing {env} (sglang 0.5.12.post1)"]
 
 
+def test_env_lock_wait_is_bounded(tmp_path):
+    import fcntl
+
+    path = tmp_path / ".x.lock"
+    with open(path, "w") as held, open(path, "w") as waiting:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        said = []
+        with pytest.raises(envs.EnvBuildError, match=r"waited 0s for the holder .*still locked"):
+            envs._lock_within(waiting, 0.0, what="the holder", progress=said.append)
+
+
 def test_env_build_failure_names_the_log(tmp_path, monkeypatch):
     monkeypatch.setenv(envs.ENV_CACHE_VAR, str(tmp_path))
     # A requirement pip cannot satisfy offline-or-not: fails fast, reported with the log path.

@@ -116,6 +116,24 @@ def _run_logged(cmd: List[str], log: Path, *, label: str, progress: Callable[[st
         raise EnvBuildError(f"{label} failed (exit {code}); last lines of {log}:\n{tail}")
 
 
+def _lock_within(lock, timeout_s: float, *, what: str, progress: Callable[[str], None]) -> None:
+    """Take an exclusive lock on ``lock``, waiting at most ``timeout_s`` for its holder."""
+    deadline = time.monotonic() + timeout_s
+    said = False
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise EnvBuildError(f"waited {timeout_s:.0f}s for {what} ({lock.name} still locked); "
+                                    "if no such process runs, delete the lock file") from None
+            if not said:
+                progress(f"waiting for {what} (at most {timeout_s:.0f}s)")
+                said = True
+            time.sleep(2.0)
+
+
 def ensure_env(requirement: str, *, progress: Callable[[str], None] = None,
                python: str = sys.executable, timeout_s: float = BUILD_TIMEOUT_S) -> Path:
     """The python executable of a cached environment holding ``requirement``,
@@ -128,11 +146,7 @@ def ensure_env(requirement: str, *, progress: Callable[[str], None] = None,
         return python_of(env)
     env.parent.mkdir(parents=True, exist_ok=True)
     with open(env.parent / f".{env.name}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(f"another process is building {env}; waiting for it")
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        _lock_within(lock, timeout_s, what=f"another process building {env}", progress=progress)
         info = ready_info(env)
         if info:  # built by the process we waited for
             progress(f"reusing {env} (sglang {info.get('sglang_version')})")
