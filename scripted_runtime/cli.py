@@ -218,6 +218,54 @@ def _cmd_ab(args: argparse.Namespace) -> int:
 EXIT_BISECT_SKIP, EXIT_BISECT_ABORT = 125, 255
 
 
+def _cmd_explore(args: argparse.Namespace) -> int:
+    """Exit 0: no failure found; 1: a failure found (and written out); 2:
+    usage error or the server could not start."""
+    from scripted_runtime import engine_config
+    from scripted_runtime.errors import ServerStartError
+
+    try:
+        topology = engine_config.topology_for(args.pp, args.overlap)
+        overrides = engine_config.parse_engine_args(args.sglang_arg or [])
+        from hooks import fix_toggles
+
+        reverted = fix_toggles.validate(args.revert_fix or [])
+        if args.workers < 1:
+            raise UsageError(f"-n must be >= 1, got {args.workers}")
+    except (UsageError, ValueError) as exc:
+        print(f"scripted-runtime: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.sglang and args.sglang != "current":
+        from scripted_runtime.explore import parallel
+
+        return parallel.run_in_build(args)
+    if args.workers > 1:
+        from scripted_runtime.explore import parallel
+
+        return parallel.run_workers(args)
+    from pathlib import Path
+
+    from scripted_runtime.explore import explorer
+
+    def progress(line: str) -> None:
+        print(f"[explore {args.worker_label or topology}] {line}", file=sys.stderr, flush=True)
+
+    try:
+        report = explorer.explore(
+            topology=topology, profile=args.profile, device=args.device, seed=args.seed,
+            max_examples=args.max_examples, max_time_s=args.max_time, shrink_time_s=args.shrink_time,
+            out_dir=Path(args.out), revert_fixes=reverted, engine_overrides=overrides,
+            stop_file=args.stop_file, check_determinism=not args.no_determinism_check,
+            sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout, progress=progress)
+    except ServerStartError as exc:
+        print(f"scripted-runtime: server did not start: {exc}", file=sys.stderr)
+        _write_json(args.stats_json, {"status": "NO-START", "error": str(exc)})
+        return EXIT_USAGE
+    explorer.print_report(report, profile=args.profile)
+    _write_json(args.stats_json, {"status": "RAN", **report.as_dict()})
+    return EXIT_FAIL if report.failed else EXIT_PASS
+
+
 def _cmd_bisect_check(args: argparse.Namespace) -> int:
     """Exit codes for ``git bisect run``: 0 good, 1 bad, 125 skip (the build
     cannot start), 255 abort the bisect (usage error: bisecting on would be
@@ -346,6 +394,33 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the build: an SGLang source tree (e.g. . in a checkout), REPO@REV, sglang==X or current")
     _add_side_options(bis)
     bis.set_defaults(func=_cmd_bisect_check)
+
+    exp = sub.add_parser("explore", help="generate programs with Hypothesis, run them on the real scheduler, "
+                                         "shrink a failure and write it out as a scenario")
+    _add_server_options(exp)
+    exp.add_argument("--profile", choices=["ci", "dev", "nightly"], default="dev",
+                     help="ci: derandomized, 40 programs / 60 s; dev (default): 1000 / 10 min; "
+                          "nightly: 20000 / 3 h")
+    exp.add_argument("--max-examples", type=int, help="override the profile's program count")
+    exp.add_argument("--max-time", type=float, help="override the profile's search time (s, server start excluded)")
+    exp.add_argument("--shrink-time", type=float, help="override the profile's shrink time (s)")
+    exp.add_argument("--seed", type=int, help="Hypothesis seed (printed by every run; not with --profile ci)")
+    exp.add_argument("-n", "--workers", type=int, default=1,
+                     help="parallel workers, each with its own server (for boxes with the cores)")
+    exp.add_argument("--out", default="explore-found", help="where failing programs are written (default explore-found/)")
+    exp.add_argument("--revert-fix", action="append", metavar="NAME",
+                     help="undo this SGLang fix in-process (repeatable): pr27446, pr17850, issue14062")
+    exp.add_argument("--sglang", metavar="SPEC",
+                     help="explore another build: sglang==X (cached environment), a source tree or REPO@REV")
+    exp.add_argument("--base-env", metavar="SPEC", default="current",
+                     help="environment source-tree and REPO@REV builds run over")
+    exp.add_argument("--no-determinism-check", action="store_true",
+                     help="skip replaying a program twice to compare traces")
+    exp.add_argument("--stats-json", metavar="FILE", help="also write the statistics and outcome as JSON")
+    exp.add_argument("--stop-file", help=argparse.SUPPRESS)  # workers: stop searching once it exists
+    exp.add_argument("--worker-label", help=argparse.SUPPRESS)
+    exp.add_argument("--sglang-label", help=argparse.SUPPRESS)  # the SPEC a build child runs for
+    exp.set_defaults(func=_cmd_explore)
 
     trace = sub.add_parser("trace", help="read a step trace")
     trace_sub = trace.add_subparsers(dest="trace_command", required=True)

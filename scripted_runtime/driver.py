@@ -48,6 +48,8 @@ class Driver:
         self.step = 0  # iterations the current script has run
         self.iteration = 0  # iterations since the driver started
         self.batch_log: list = []
+        self.io_s = 0.0  # seconds the current script spent in HTTP posts and arrival waits
+        self._script_gen: Optional[Any] = None  # the running script's generator
         self.tracker = RequestTracker()
         self.ledger = ControlLedger(lambda: self.step)
         self.poster = HttpPoster(os.environ[protocol.ENV_HTTP_URL])
@@ -102,7 +104,8 @@ class Driver:
 
     def on_crash(self, tb: str) -> None:
         try:
-            self._sock.send_pyobj(protocol.SchedulerCrashed(traceback=tb), flags=zmq.NOBLOCK)
+            self._sock.send_pyobj(protocol.SchedulerCrashed(
+                traceback=tb, script_stack=script_stack(self._script_gen)), flags=zmq.NOBLOCK)
             time.sleep(0.2)  # let the frame leave before the process dies
         except zmq.ZMQError:
             pass
@@ -205,7 +208,8 @@ class Driver:
 
         def done(passed: bool, error: Optional[str] = None, tb: Optional[str] = None,
                  value: Any = None, reset_steps: int = 0,
-                 violation: Optional[dict] = None) -> protocol.ScriptDone:
+                 violation: Optional[dict] = None, stack=None) -> protocol.ScriptDone:
+            self._script_gen = None
             try:
                 pickle.dumps(value)
             except Exception:  # noqa: BLE001
@@ -217,10 +221,13 @@ class Driver:
                 control_log=self.ledger.log(), value=value, violation=violation,
                 windows=window_counts,
                 timeline="" if passed or not observing else self.observer.timeline_tail(),
+                reset_s=reset_s, io_s=self.io_s, script_stack=stack,
             )
 
         observing = False
+        reset_s = 0.0
         self.step = 0
+        self.io_s = 0.0
         try:
             fn = script_loader.load(cmd.target)
         except script_loader.ScriptLoadError as exc:
@@ -231,6 +238,8 @@ class Driver:
             reset_steps = yield from self._reset()
         except ResetError as exc:
             return done(False, f"ResetError: {exc}", traceback.format_exc())
+        reset_s = time.monotonic() - started
+        self.io_s = 0.0
         self.ledger.clear()
         self.tracker.clear()
         self.batch_log.clear()
@@ -252,6 +261,7 @@ class Driver:
                 "not a generator; a script must `yield` (one yield = one scheduler iteration)",
                 reset_steps=reset_steps,
             )
+        self._script_gen = gen
         deadline = started + cmd.timeout_s
         while True:
             self.observer.observe_windows()
@@ -261,7 +271,8 @@ class Driver:
             except StopIteration as stop:
                 finished, value = True, stop.value
             except Exception as exc:
-                return done(False, _one_line(exc), traceback.format_exc(), reset_steps=reset_steps)
+                return done(False, _one_line(exc), traceback.format_exc(), reset_steps=reset_steps,
+                            stack=exception_stack(exc, gen))
             try:
                 violation = self.observer.after_script()
             except Exception as exc:  # a harness bug must not kill the scheduler
@@ -269,12 +280,13 @@ class Driver:
                 return done(False, f"HarnessError: the step observer raised {_one_line(exc)}",
                             traceback.format_exc(), reset_steps=reset_steps)
             if violation is not None:
+                stack = script_stack(gen)
                 gen.close()
                 owners = "; ".join(f"{rid}: row {o['row']} in {'+'.join(o['holders'])}"
                                    for rid, o in violation.owners.items())
                 return done(False, f"{violation.headline()} (iteration {violation.iteration})"
                             + (f"; owners: {owners}" if owners else ""),
-                            violation=violation.as_dict(), reset_steps=reset_steps)
+                            violation=violation.as_dict(), reset_steps=reset_steps, stack=stack)
             if finished:
                 return done(True, value=value, reset_steps=reset_steps)
             problem = None
@@ -287,10 +299,36 @@ class Driver:
                 if isinstance(msg, protocol.Cancel):
                     problem = f"Cancelled: {msg.reason}"
             if problem:
+                stack = script_stack(gen)
                 gen.close()
-                return done(False, f"{problem}; state: {self.ctx.describe()}", reset_steps=reset_steps)
+                return done(False, f"{problem}; state: {self.ctx.describe()}", reset_steps=reset_steps,
+                            stack=stack)
             self.step += 1
             yield
+
+
+def script_stack(gen: Any) -> Optional[tuple]:
+    """(file, line, function) of a suspended script generator and of the
+    generators it delegates to (``yield from``), outermost first."""
+    frames = []
+    while gen is not None and inspect.isgenerator(gen):
+        frame = gen.gi_frame
+        if frame is None:
+            break
+        frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        gen = gen.gi_yieldfrom
+    return tuple(frames) or None
+
+
+def exception_stack(exc: BaseException, gen: Any) -> Optional[tuple]:
+    """(file, line, function) of the frames an exception raised in a script
+    went through, from the script's own function inwards."""
+    frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+    top = getattr(gen, "gi_code", None)
+    for i, (filename, _, name) in enumerate(frames):
+        if top is not None and filename == top.co_filename and name == top.co_name:
+            return tuple(frames[i:])
+    return tuple(frames) or None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -8,7 +8,7 @@ its own daemon thread with a deadline; its answer lands in a ``HttpAnswer``.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import requests
@@ -21,10 +21,17 @@ class HttpAnswer:
     status: Optional[int] = None
     body: Any = None
     error: Optional[str] = None
+    _answered: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     @property
     def done(self) -> bool:
         return self.status is not None or self.error is not None
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block (without stepping the scheduler) until the answer arrived or
+        ``timeout_s`` passed; True when it arrived. Only for answers that need
+        no further scheduler iteration."""
+        return self._answered.wait(timeout_s)
 
     def as_dict(self) -> dict:
         return {"status": self.status, "body": self.body, "error": self.error}
@@ -56,3 +63,5 @@ class HttpPoster:
             answer.status = resp.status_code
         except Exception as exc:  # noqa: BLE001 - reported to the script
             answer.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            answer._answered.set()

@@ -74,8 +74,14 @@ class ScriptDone:
     violation: Optional[Dict[str, Any]] = None  # the invariant that failed the script
     windows: Dict[str, Dict[str, int]] = field(default_factory=dict)  # name -> hit counts
     timeline: str = ""  # last steps of the trace, one line each (on failure)
+    reset_s: float = 0.0  # of duration_s: the engine reset before the script
+    io_s: float = 0.0  # of duration_s: the script's HTTP posts and arrival waits
+    # (file, line, function) of the script's generator frames, outermost
+    # first, where it stood when it failed (None when it passed)
+    script_stack: Optional[Tuple[Tuple[str, int, str], ...]] = None
 
 
 @dataclass(frozen=True)
 class SchedulerCrashed:
     traceback: str
+    script_stack: Optional[Tuple[Tuple[str, int, str], ...]] = None  # where the script stood

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 
 @dataclass
@@ -21,6 +21,11 @@ class ScriptResult:
     windows: Dict[str, Dict[str, int]] = field(default_factory=dict)  # name -> reached/open_steps/entered
     timeline: str = ""  # last steps of the trace (on failure)
     trace_path: Optional[str] = None  # the JSONL step trace of this run
+    reset_s: float = 0.0  # of duration_s: the engine reset before the script
+    io_s: float = 0.0  # of duration_s: HTTP posts and arrival waits of the script
+    # (file, line, function) of the script's generator frames, outermost first,
+    # where it stood when it failed
+    script_stack: Optional[List[Tuple[str, int, str]]] = None
 
     def summary(self) -> str:
         verdict = "PASS" if self.passed else ("CRASH" if self.crashed else "FAIL")

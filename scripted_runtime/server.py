@@ -336,9 +336,13 @@ class ScriptedServer:
                         script=name, passed=msg.passed, steps=msg.steps, reset_steps=msg.reset_steps,
                         duration_s=msg.duration_s, error=msg.error, traceback=msg.traceback,
                         control_log=msg.control_log, value=msg.value, violation=msg.violation,
-                        windows=msg.windows, timeline=msg.timeline, trace_path=trace_path)
+                        windows=msg.windows, timeline=msg.timeline, trace_path=trace_path,
+                        reset_s=msg.reset_s, io_s=msg.io_s,
+                        script_stack=list(msg.script_stack) if msg.script_stack else None)
                 if isinstance(msg, protocol.SchedulerCrashed):
-                    return self._with_trace(self._crashed(name, msg.traceback, t0), trace_path)
+                    crashed = self._with_trace(self._crashed(name, msg.traceback, t0), trace_path)
+                    crashed.script_stack = list(msg.script_stack) if msg.script_stack else None
+                    return crashed
             crash = self._crash_file_text()
             if crash is not None or (self._proc is not None and self._proc.poll() is not None):
                 time.sleep(0.3)  # a SchedulerCrashed frame may be in flight

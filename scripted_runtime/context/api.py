@@ -38,6 +38,9 @@ class ScriptContext:
     def __init__(self, driver: Driver) -> None:
         self._driver = driver
         self._exhausted: List[Any] = []
+        # Called as listener(op, payload) right after each control operation
+        # is posted (the state then is what the next iteration starts from).
+        self.control_listeners: List[Callable[[ControlOp, Optional[dict]], None]] = []
 
     # --- direct access ---------------------------------------------------------
     @property
@@ -88,6 +91,7 @@ class ScriptContext:
         if stop_token_ids is not None:
             sampling["stop_token_ids"] = stop_token_ids
         payload = {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": False}
+        t0 = time.monotonic()
         answer = self._driver.poster.post("/generate", payload)
         handle = ReqHandle(self, rid, answer, self.step)
         if await_arrival:
@@ -98,6 +102,7 @@ class ScriptContext:
                 what=f"generate request {rid!r}",
                 already_arrived=lambda: answer.done,
             )
+        self._driver.io_s += time.monotonic() - t0
         return handle
 
     # --- control operations --------------------------------------------------
@@ -111,6 +116,7 @@ class ScriptContext:
         rid: Optional[str] = None,
         await_arrival: bool = True,
     ) -> ControlOp:
+        t0 = time.monotonic()
         answer = self._driver.poster.post(path, payload)
         op = self._driver.ledger.register(
             ControlOp(name=name, request_type=request_type, rid=rid,
@@ -128,18 +134,33 @@ class ScriptContext:
                 done_at.append(time.monotonic())
                 return done_at[-1] - done_at[0] >= NO_FRAME_GRACE_S
 
+            # Arrival is the ledger's verdict (it pairs frames with ops in
+            # order): an earlier op's frame of the same type, still buffered,
+            # must not count as this one's.
             self._driver.inbox.wait_for(
-                lambda obj: type(obj).__name__ == request_type
-                and (rid is None or getattr(obj, "rid", None) == rid),
+                lambda obj: False,
                 timeout_s=ARRIVAL_TIMEOUT_S,
                 what=f"{name} ({request_type})",
                 already_arrived=answered_without_frame,
             )
+        self._driver.io_s += time.monotonic() - t0
+        for listener in self.control_listeners:
+            listener(op, payload)
         return op
 
     def flush_cache(self) -> ControlOp:
         """Ask for a cache flush. ``op.success`` is False when the scheduler's
-        idle gate refused it (visible after the next yield)."""
+        idle gate refused it (visible after the next yield).
+
+        The tokenizer sends flushes one at a time (it waits for each answer),
+        so a second flush before the first was processed could not reach the
+        scheduler: that raises at once; yield first."""
+        pending = [op for op in self._driver.ledger.ops if op.name == "flush_cache" and not op.processed]
+        if pending:
+            raise RuntimeError(
+                f"flush_cache: the flush posted at step {pending[0].posted_step} has not been processed yet, and "
+                "the tokenizer sends flushes one at a time (it waits for each answer), so this one could not "
+                "reach the scheduler; yield (or `yield from op.wait()`) before flushing again")
         return self._control("flush_cache", "/flush_cache", None, "FlushCacheReqInput")
 
     def pause_generation(self, mode: str = "retract") -> ControlOp:
@@ -321,11 +342,12 @@ class ScriptContext:
         """Per window: reached (times opened), open_steps, entered (so far this run)."""
         return self._driver.observer.windows.report()
 
-    def wait_for_window(self, name: str, *, max_steps: int = 200):
+    def wait_for_window(self, name: str, *, max_steps: int = 200, required: bool = True):
         """``detail = yield from ctx.wait_for_window("finished_not_pruned")``:
         step until the named window is open; the script then has control inside
         it (inject now: the op is processed in the window's iteration). Raises
-        WaitTimeout with the state seen if it does not open within max_steps."""
+        WaitTimeout with the state seen if it does not open within max_steps;
+        with ``required=False`` returns None instead."""
         window = windows.get(name)
         loop = self.loop_kind
         if loop not in window.loops:
@@ -341,6 +363,8 @@ class ScriptContext:
             if waited == max_steps:
                 break
             yield
+        if not required:
+            return None
         raise waits.WaitTimeout(
             f"window {name!r} ({window.source}) not reached within {max_steps} steps; "
             f"it is: {window.doc} State seen: {self.describe()}")
