@@ -256,7 +256,8 @@ def _cmd_explore(args: argparse.Namespace) -> int:
             max_examples=args.max_examples, max_time_s=args.max_time, shrink_time_s=args.shrink_time,
             out_dir=Path(args.out), revert_fixes=reverted, engine_overrides=overrides,
             stop_file=args.stop_file, check_determinism=not args.no_determinism_check,
-            sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout, progress=progress)
+            sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout,
+            invariants=not args.no_invariants, example_timeout_s=args.timeout, progress=progress)
     except ServerStartError as exc:
         print(f"scripted-runtime: server did not start: {exc}", file=sys.stderr)
         _write_json(args.stats_json, {"status": "NO-START", "error": str(exc)})
@@ -399,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
                                          "shrink a failure and write it out as a scenario")
     _add_server_options(exp)
     exp.add_argument("--profile", choices=["ci", "dev", "nightly"], default="dev",
-                     help="ci: derandomized, 40 programs / 60 s; dev (default): 1000 / 10 min; "
+                     help="ci: derandomized, 100 programs / 60 s; dev (default): 1000 / 10 min; "
                           "nightly: 20000 / 3 h")
     exp.add_argument("--max-examples", type=int, help="override the profile's program count")
     exp.add_argument("--max-time", type=float, help="override the profile's search time (s, server start excluded)")

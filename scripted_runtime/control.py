@@ -51,6 +51,14 @@ class ControlOp:
             return True  # processed and the scheduler has no verdict to give
         return None
 
+    def scheduler_verdict(self) -> Dict[str, Any]:
+        """success and message from the scheduler's own reply only (fixed the
+        moment the op is processed, unlike the HTTP answer): for the trace."""
+        answer = self.answer
+        success = bool(answer.success) if answer is not None and hasattr(answer, "success") else True
+        message = getattr(answer, "message", None) if answer is not None else None
+        return {"success": success, "message": message or None}
+
     @property
     def message(self) -> Optional[str]:
         if self.answer is not None and getattr(self.answer, "message", None):

@@ -87,7 +87,7 @@ class StepObserver:
         rec.update(trace_record.snapshot(s, view))
         rec["launched"] = [{"slot": b.slot, "mode": b.mode, "rids": list(b.rids)} for b in launched]
         rec["answers"] = [
-            {"op": op.name, "success": op.success, "message": op.message}
+            {"op": op.name, **op.scheduler_verdict()}  # not the HTTP answer: its timing varies
             for op in d.ledger.ops if op.processed_step == step
         ]
         rec["windows"] = self._open_now

@@ -256,3 +256,42 @@ def test_failing_script_reports_and_server_stays_usable(server):
     assert result.error.startswith("StepBudgetExceeded: script still running after 7 steps")
     # the next script starts from a reset engine: the aborted leftover is gone
     run_ok(server, script_lifecycle)
+
+
+# --- control ops of one type in one iteration ------------------------------------
+
+def script_pause_twice_then_continue(ctx):
+    """Two pauses and a continue posted in one iteration: each op waits for its
+    own frame (an earlier pause's frame, still buffered, is not the second's),
+    so the tokenizer sees them in order and the engine ends up running."""
+    r = ctx.start_req(prompt_len=8, max_new_tokens=3, ignore_eos=True)
+    ops = [ctx.pause_generation("in_place"), ctx.pause_generation("in_place"), ctx.continue_generation()]
+    yield
+    yield from ctx.wait_finished(r, max_steps=100)
+    return {"processed": [op.processed_step for op in ops], "paused": ctx.is_paused, "output": len(r.output_ids)}
+
+
+def test_same_type_ops_in_one_iteration_arrive_in_order(server):
+    value = run_ok(server, script_pause_twice_then_continue).value
+    assert value["processed"] == [0, 0, 0], value
+    assert value["paused"] is False and value["output"] == 3, value
+
+
+def script_flush_twice(ctx):
+    ctx.flush_cache()
+    try:
+        ctx.flush_cache()
+    except RuntimeError as exc:
+        first_error = str(exc)
+    else:
+        first_error = None
+    yield
+    second = ctx.flush_cache()  # the first was processed: allowed
+    yield
+    return {"error": first_error, "second_processed": second.processed}
+
+
+def test_second_flush_before_the_first_was_processed_raises(server):
+    value = run_ok(server, script_flush_twice).value
+    assert value["error"] and "one at a time" in value["error"], value
+    assert value["second_processed"] is True

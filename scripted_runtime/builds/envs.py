@@ -30,7 +30,10 @@ READY = "READY"
 BUILD_TIMEOUT_S = 40 * 60
 # Our own runtime needs (sglang already depends on both; pinned here so a
 # requirement that does not pull them still yields a usable side).
-HARNESS_REQUIREMENTS = ("pyzmq>=25", "requests>=2.28")
+HARNESS_REQUIREMENTS = ("pyzmq>=25", "requests>=2.28", "hypothesis>=6.100")
+# Import names of HARNESS_REQUIREMENTS, checked on every reuse: an environment
+# built before a requirement was added gets it installed then.
+HARNESS_IMPORTS = ("zmq", "requests", "hypothesis")
 
 
 class EnvBuildError(RuntimeError):
@@ -134,6 +137,22 @@ def _lock_within(lock, timeout_s: float, *, what: str, progress: Callable[[str],
             time.sleep(2.0)
 
 
+def ensure_harness_requirements(env: Path, *, progress: Callable[[str], None],
+                                timeout_s: float = 600.0) -> None:
+    """Install whatever of HARNESS_REQUIREMENTS a ready environment lacks."""
+    probe = ("import importlib.util, sys; "
+             f"print(' '.join(m for m in {HARNESS_IMPORTS!r} if importlib.util.find_spec(m) is None))")
+    check = subprocess.run([str(python_of(env)), "-c", probe], capture_output=True, text=True, timeout=120)
+    missing = check.stdout.split()
+    if check.returncode != 0 or not missing:
+        return
+    wanted = [r for r, m in zip(HARNESS_REQUIREMENTS, HARNESS_IMPORTS) if m in missing]
+    progress(f"{env}: installing harness requirements it lacks: {' '.join(wanted)}")
+    _run_logged([str(python_of(env)), "-m", "pip", "install", "--progress-bar", "off", *wanted],
+                env / "build.log", label=f"pip install {' '.join(wanted)}", progress=progress,
+                timeout_s=timeout_s)
+
+
 def ensure_env(requirement: str, *, progress: Callable[[str], None] = None,
                python: str = sys.executable, timeout_s: float = BUILD_TIMEOUT_S) -> Path:
     """The python executable of a cached environment holding ``requirement``,
@@ -143,6 +162,7 @@ def ensure_env(requirement: str, *, progress: Callable[[str], None] = None,
     info = ready_info(env)
     if info:
         progress(f"reusing {env} (sglang {info.get('sglang_version')})")
+        ensure_harness_requirements(env, progress=progress)
         return python_of(env)
     env.parent.mkdir(parents=True, exist_ok=True)
     with open(env.parent / f".{env.name}.lock", "w") as lock:

@@ -77,6 +77,16 @@ def prepare(spec: BuildSpec, *, base_python: str = sys.executable,
     raise ValueError(f"unknown build kind {spec.kind!r}")
 
 
+def child_environment(build: PreparedBuild) -> dict:
+    """os.environ for a harness child running on ``build``: the harness and
+    the build's source paths first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_ROOT), *build.pythonpath] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
 def run_side(spec: BuildSpec, scenarios: List[str], *, pp: int = 1, overlap: bool = True,
              timeout_s: float = 120.0, start_timeout_s: float = 300.0, base_python: str = sys.executable,
              extra_args: Optional[List[str]] = None,
@@ -99,10 +109,7 @@ def run_side(spec: BuildSpec, scenarios: List[str], *, pp: int = 1, overlap: boo
         for name in spec.revert:
             cmd += ["--revert-fix", name]
         cmd += list(extra_args or [])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO_ROOT), *build.pythonpath] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        env.pop("VIRTUAL_ENV", None)
+        env = child_environment(build)
         deadline = start_timeout_s * 2 + len(scenarios) * (timeout_s + 30) + 60
         progress(f"{spec.label}: running {len(scenarios)} scenario(s) (pp={pp}) with {build.python}")
         log_path = os.path.join(tmp, "side.log")

@@ -138,7 +138,7 @@ def to_source(actions: Sequence[Action], *, docstring: str = "", mark: Optional[
     mark = mark or {}
     head = []
     if docstring:
-        head += ['"""' + docstring.replace('"""', "'''").rstrip() + "\n" + '"""']
+        head += ('"""' + docstring.replace('"""', "'''").rstrip() + "\n" + '"""').splitlines()
     head += [
         "from scripted_runtime.explore import program as explore",
         "",

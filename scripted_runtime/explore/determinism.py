@@ -93,30 +93,38 @@ def pp_loop_slots(topology_kwargs: Dict[str, Any]) -> int:
     return pp + int(topology_kwargs.get("pp_async_batch_depth", 0) or 0) if pp > 1 else 1
 
 
-def check(runner, program, *, trace_dir, label: str = "program") -> Tuple[bool, str]:
-    """Run ``program`` twice with step traces; (same, one-line verdict)."""
-    from pathlib import Path
-
+def check_traces(first: Tuple[Optional[str], str], second: Tuple[Optional[str], str], *,
+                 topology: str) -> Tuple[bool, str]:
+    """Compare two runs of one program, each (failure signature or None, trace
+    path); returns (same, one-line verdict)."""
     from scripted_runtime.engine_config import TOPOLOGIES
     from scripted_runtime.trace import timeline
 
-    trace_dir = Path(trace_dir)
-    trace_dir.mkdir(parents=True, exist_ok=True)
-    outcomes, traces = [], []
-    for i in (1, 2):
-        path = trace_dir / f"determinism-{label}-{i}.jsonl"
-        outcome = runner.run(program, trace=path)
-        outcomes.append(outcome)
+    traces = []
+    for i, (_, path) in enumerate((first, second), 1):
         try:
             traces.append(timeline.load(str(path))[1])
         except (OSError, ValueError) as exc:
-            return False, f"replay {i} left no readable trace ({exc})"
-    if outcomes[0].signature != outcomes[1].signature:
-        return False, (f"NONDETERMINISTIC: the same program ended differently: {outcomes[0].signature or 'pass'} "
-                       f"vs {outcomes[1].signature or 'pass'} (traces {trace_dir})")
-    diff = compare(traces[0], traces[1], slots=pp_loop_slots(TOPOLOGIES[runner.topology]))
+            return False, f"run {i} left no readable trace ({exc})"
+    where = f"(traces {first[1]} and {second[1]})"
+    if first[0] != second[0]:
+        return False, (f"NONDETERMINISTIC: the same program ended differently: {first[0] or 'PASS'} vs "
+                       f"{second[0] or 'PASS'} {where}")
+    diff = compare(traces[0], traces[1], slots=pp_loop_slots(TOPOLOGIES[topology]))
     if diff is not None:
-        return False, (f"NONDETERMINISTIC: {diff.describe()} (traces {trace_dir}); a harness bug or real "
-                       "nondeterminism in this build")
-    return True, (f"deterministic: two replays gave the same {len(traces[0])}-step trace "
-                  f"({outcomes[0].signature or 'pass'})")
+        return False, (f"NONDETERMINISTIC: {diff.describe()} {where}; a harness bug or real nondeterminism "
+                       "in this build")
+    return True, f"deterministic: two runs gave the same {len(traces[0])}-step trace ({first[0] or 'PASS'})"
+
+
+def check(runner, program, *, trace_dir, label: str = "program") -> Tuple[bool, str]:
+    """Run ``program`` twice with step traces and compare them."""
+    from pathlib import Path
+
+    trace_dir = Path(trace_dir)
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for i in (1, 2):
+        path = trace_dir / f"determinism-{label}-{i}.jsonl"
+        runs.append((runner.run(program, trace=path).signature, str(path)))
+    return check_traces(runs[0], runs[1], topology=runner.topology)

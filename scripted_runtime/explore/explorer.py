@@ -45,14 +45,15 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
             engine_overrides: Optional[Dict[str, Any]] = None, server: Any = None,
             stop_file: Optional[str] = None, check_determinism: bool = True,
             sglang_spec: Optional[str] = None, start_timeout_s: float = 300.0,
-            log_dir: Optional[Path] = None,
+            log_dir: Optional[Path] = None, invariants: Any = True, example_timeout_s: float = 120.0,
             progress: Callable[[str], None] = print) -> ExploreReport:
     t_cold = time.monotonic()
     prof = search_mod.PROFILES[profile]
     revert_fixes = list(revert_fixes)
     runner = ExampleRunner(topology=topology, device=device, revert_fixes=revert_fixes,
                            engine_overrides=engine_overrides, server=server, progress=progress,
-                           start_timeout_s=start_timeout_s, log_dir=log_dir)
+                           start_timeout_s=start_timeout_s, log_dir=log_dir, invariants=invariants,
+                           example_timeout_s=example_timeout_s)
     try:
         start_s = runner.ensure_server()
         version = str(runner.info.get("sglang_version") or "?")
@@ -66,7 +67,7 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
         stats.start_s = start_s
         stats.sglang_version = version
         report = ExploreReport(stats=stats, seed=result.seed)
-        trace_dir = Path(out_dir) / "traces"
+        trace_dir = Path(out_dir) / "traces" / time.strftime("%Y%m%d-%H%M%S")
         if result.program is not None:
             outcome = result.outcome
             report.signature = outcome.signature
@@ -77,19 +78,26 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
             path = writer.write_scenario(Path(out_dir), result.program, outcome, topology=topology,
                                          sglang_version=version, seed=result.seed, profile=profile,
                                          revert_fixes=revert_fixes, sglang_spec=sglang_spec,
-                                         found_after=found_after)
+                                         found_after=found_after, invariants=invariants)
+            trace_dir = Path(out_dir) / "traces" / path.stem
             report.scenario_path = str(path)
             progress(f"wrote {path} ({len(result.program)} actions, shrunk from "
                      f"{len(result.first_program or result.program)})")
-            replay = runner.run_file(str(path), trace=trace_dir / "replay-of-written-file.jsonl")
-            sig = signature_of(replay)
+            # Run the written file, then the program as explored: the first
+            # shows the file reproduces the failure, the pair is the
+            # determinism check (same program text, two runs, same trace?).
+            trace_dir.mkdir(parents=True, exist_ok=True)
+            file_trace = trace_dir / "replay-of-written-file.jsonl"
+            sig = signature_of(runner.run_file(str(path), trace=file_trace))
             report.replay_matches = sig == outcome.signature
             report.replay_verdict = (f"the written file replays it: {sig}" if report.replay_matches else
                                      f"the written file did NOT reproduce it: got {sig or 'PASS'}")
             progress(report.replay_verdict)
             if check_determinism:
-                report.determinism_ok, report.determinism_verdict = determinism.check(
-                    runner, result.program, trace_dir=trace_dir, label="failure")
+                again_trace = trace_dir / "replay-of-program.jsonl"
+                again = runner.run(result.program, trace=again_trace)
+                report.determinism_ok, report.determinism_verdict = determinism.check_traces(
+                    (sig, str(file_trace)), (again.signature, str(again_trace)), topology=topology)
         elif check_determinism and result.longest_passing:
             report.determinism_ok, report.determinism_verdict = determinism.check(
                 runner, result.longest_passing, trace_dir=trace_dir, label="longest")

@@ -101,7 +101,9 @@ class ExampleRunner:
     def __init__(self, *, topology: str, device: str = "cpu", revert_fixes: Iterable[str] = (),
                  engine_overrides: Optional[Dict[str, Any]] = None, log_dir: Optional[Path] = None,
                  server: Any = None, start_timeout_s: float = 300.0,
-                 example_timeout_s: float = EXAMPLE_TIMEOUT_S, progress=None) -> None:
+                 example_timeout_s: float = EXAMPLE_TIMEOUT_S, invariants: Any = True,
+                 progress=None) -> None:
+        self.invariants = invariants
         self.topology = topology
         self.device = device
         self.revert_fixes = list(revert_fixes)
@@ -141,13 +143,12 @@ class ExampleRunner:
             return time.monotonic() - t0
         return 0.0
 
-    def run(self, program: Sequence[A.Action], *, trace: Any = False,
-            invariants: Any = True) -> Outcome:
+    def run(self, program: Sequence[A.Action], *, trace: Any = False) -> Outcome:
         restart_s = self.ensure_server()
         source = A.to_source(program)
         t0 = time.monotonic()
         result = self.server.run(INTERPRETER, source.text, timeout=self.example_timeout_s,
-                                 trace=trace, invariants=invariants)
+                                 trace=trace, invariants=self.invariants)
         if not result.passed and (result.error or "").startswith("ResetError"):
             # The engine did not come back between programs: not this program's
             # doing. Start afresh and run it once more.
@@ -155,7 +156,7 @@ class ExampleRunner:
             self.server.restart()
             self.restarts += 1
             result = self.server.run(INTERPRETER, source.text, timeout=self.example_timeout_s,
-                                     trace=trace, invariants=invariants)
+                                     trace=trace, invariants=self.invariants)
         wall = time.monotonic() - t0
         value = result.value if isinstance(result.value, dict) else {}
         return Outcome(
@@ -171,7 +172,8 @@ class ExampleRunner:
 
     def run_file(self, path: str, *, trace: Any = False) -> ScriptResult:
         self.ensure_server()
-        return self.server.run(f"{path}:{A.PROGRAM_FUNCTION}", timeout=self.example_timeout_s, trace=trace)
+        return self.server.run(f"{path}:{A.PROGRAM_FUNCTION}", timeout=self.example_timeout_s, trace=trace,
+                               invariants=self.invariants)
 
     def close(self) -> None:
         if self.server is not None and self._own_server:

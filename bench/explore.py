@@ -1,0 +1,93 @@
+"""Exploration throughput: programs per minute per topology, and where the
+time goes.
+
+    .venv/bin/python bench/explore.py [--topologies pp1-overlap,pp1-normal,pp4] [--seconds 40] [--repeat 3]
+
+On one server per topology, runs ``--repeat`` explorations of ``--seconds``
+each (dev profile, fixed seeds 1..repeat, invariants on, no step trace: what
+``scripted-runtime explore`` does) and prints programs/min as median and
+min..max against the targets (pp1 >= 100/min, pp4 >= 30/min), with the
+median share of the time spent in scheduler steps, HTTP (posts and arrival
+waits), engine resets, the harness <-> scheduler round trip, and Hypothesis
+(generation and bookkeeping). Server start is excluded and reported apart.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from scripted_runtime.explore import search  # noqa: E402
+from scripted_runtime.explore.runner import ExampleRunner  # noqa: E402
+
+TARGETS = {"pp1-overlap": 100, "pp1-normal": 100, "pp4": 30}
+PARTS = ("steps", "HTTP", "resets", "IPC", "Hypothesis")
+
+
+def split(stats) -> dict:
+    steps = max(0.0, stats.script_s - stats.io_s)
+    known = stats.script_s + stats.reset_s + stats.ipc_s + stats.restart_s
+    return {"steps": steps, "HTTP": stats.io_s, "resets": stats.reset_s, "IPC": stats.ipc_s,
+            "Hypothesis": max(0.0, stats.wall_s - known)}
+
+
+def measure(topology: str, seconds: float, repeat: int) -> dict:
+    print(f"[bench] {topology}: starting server...", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    runner = ExampleRunner(topology=topology)
+    runner.ensure_server()
+    start_s = time.monotonic() - t0
+    rates, steps_per, shares, failures = [], [], {p: [] for p in PARTS}, []
+    try:
+        for i in range(repeat):
+            result = search.search(runner, profile=search.PROFILES["dev"], seed=i + 1, max_time_s=seconds,
+                                   shrink_time_s=0)
+            st = result.stats
+            rates.append(st.per_minute)
+            steps_per.append(st.steps / max(1, st.examples))
+            parts = split(st)
+            for p in PARTS:
+                shares[p].append(100.0 * parts[p] / max(st.wall_s, 1e-9))
+            if st.failures:
+                failures.append(st.failures)
+            print(f"[bench] {topology}: run {i + 1}/{repeat}: {st.examples} programs in {st.wall_s:.0f}s = "
+                  f"{st.per_minute:.0f}/min, {steps_per[-1]:.1f} steps each; "
+                  + ", ".join(f"{p} {shares[p][-1]:.0f}%" for p in PARTS), file=sys.stderr, flush=True)
+    finally:
+        runner.close()
+    return {"rates": rates, "steps_per": steps_per, "shares": shares, "start_s": start_s,
+            "failures": failures, "version": runner.info.get("sglang_version") if runner.server else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--topologies", default="pp1-overlap,pp1-normal,pp4")
+    ap.add_argument("--seconds", type=float, default=40.0)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    rows = {t: measure(t, args.seconds, args.repeat) for t in args.topologies.split(",")}
+    print(f"\nexploration throughput, {args.repeat} x {args.seconds:.0f}s per topology "
+          f"({time.strftime('%Y-%m-%d')}):\n")
+    print("| topology | programs/min median | min..max | target | steps/program | "
+          + " | ".join(f"{p} %" for p in PARTS) + " | server start (s) |")
+    print("|---|---|---|---|---|" + "---|" * len(PARTS) + "---|")
+    for t, r in rows.items():
+        med = statistics.median(r["rates"])
+        ok = "met" if med >= TARGETS.get(t, 0) else "MISSED"
+        print(f"| {t} | {med:.0f} | {min(r['rates']):.0f}..{max(r['rates']):.0f} | >= {TARGETS.get(t)} ({ok}) | "
+              f"{statistics.median(r['steps_per']):.1f} | "
+              + " | ".join(f"{statistics.median(r['shares'][p]):.0f}" for p in PARTS)
+              + f" | {r['start_s']:.0f} |")
+    for t, r in rows.items():
+        if r["failures"]:
+            print(f"note: {t} found failures during the bench: {r['failures']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""The explorer's pure parts: program source, failure signatures, trace
+normalization, statistics, the worker command line. No server."""
+from __future__ import annotations
+
+import ast
+
+import pytest
+from hypothesis import given, settings
+
+from scripted_runtime.explore import actions as A
+from scripted_runtime.explore import determinism, runner, strategies
+from scripted_runtime.explore.stats import Stats
+from scripted_runtime.result import ScriptResult
+
+PROGRAM = [A.Start(100, 1, 4), A.Steps(3), A.Flush(), A.Pause("retract"), A.Start(8, 2, 2),
+           A.OnWindow("finished_not_pruned", A.UpdateWeights(True), 24), A.AbortOne(1), A.Continue()]
+
+
+def test_source_compiles_and_maps_lines_to_actions():
+    source = A.to_source(PROGRAM, docstring="header")
+    tree = ast.parse(source.text)
+    assert [n.name for n in tree.body if isinstance(n, ast.FunctionDef)] == ["program"]
+    lines = source.text.splitlines()
+    assert len(source.action_lines) == len(PROGRAM)
+    lo, hi = source.action_lines[2]
+    assert "explore.flush_cache(ctx)" in "\n".join(lines[lo - 1:hi])
+    # A start after a pause is guarded: the tokenizer holds requests while paused.
+    lo, hi = source.action_lines[4]
+    assert lines[lo - 1].strip() == "if not explore.tokenizer_paused(ctx):"
+    lo, _ = source.action_lines[0]
+    assert "tokenizer_paused" not in lines[lo - 1]
+    assert source.action_at(source.action_lines[5][1]) == 5
+    assert source.action_at(1) is None
+
+
+def test_marks_go_on_the_failing_action_or_the_end_checks():
+    marked = A.to_source(PROGRAM, mark={1: "FAILS here"}).text.splitlines()
+    assert any(l.strip().startswith("yield from ctx.steps(3)") and l.endswith("# <-- FAILS here") for l in marked)
+    end = A.to_source(PROGRAM, mark={-1: "FAILS at the end"}).text.splitlines()
+    assert end[-1].endswith("# <-- FAILS at the end") and "end_state_checks" in end[-1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(strategies.programs("pp4"))
+def test_every_generated_program_compiles(program):
+    assert isinstance(program[0], A.Start)
+    assert len(program) <= strategies.MAX_ACTIONS
+    compile(A.to_source(program).text, "<program>", "exec")
+    for action in program:
+        if isinstance(action, A.OnWindow):
+            assert action.window in strategies.windows_for("pp4")
+
+
+def test_windows_per_topology():
+    assert "pp_inflight_after_last_chunk" in strategies.windows_for("pp4")
+    assert "pp_inflight_after_last_chunk" not in strategies.windows_for("pp1-overlap")
+    assert "overlap_result_pending" in strategies.windows_for("pp1-overlap")
+    assert "overlap_result_pending" not in strategies.windows_for("pp1-normal")
+
+
+@pytest.mark.parametrize("result, expected", [
+    (ScriptResult("s", passed=True), None),
+    (ScriptResult("s", passed=False, violation={"invariant": "idle_gate"}, error="x"), "InvariantViolation[idle_gate]"),
+    (ScriptResult("s", passed=False, crashed=True,
+                  error="SchedulerCrashed: AssertionError: This request holds the node from another tree"),
+     "SchedulerCrashed: AssertionError: This request holds the node from another tree"),
+    (ScriptResult("s", passed=False, error="EndStateError: requests never finished: 1 of 2 still live after 400 "
+                                            "iterations ([r3-99-12:waiting]); state: ..."),
+     "EndStateError: requests never finished: N of N still live after N iterations"),
+])
+def test_failure_signatures_ignore_numbers_and_state(result, expected):
+    assert runner.signature_of(result) == expected
+
+
+def _rec(step, slot, rid, row, it):
+    return {"step": step, "it": it, "slot": slot, "batches": {f"mbs[{slot}]": {"mode": "extend", "rids": [rid]}},
+            "rows": {rid: row}, "windows": {"w": f"mbs[{slot}]=[{rid}]"},
+            "violation": {"invariant": "idle_gate", "iteration": it}}
+
+
+def test_traces_equal_up_to_rids_rows_slots_and_iterations():
+    a = [_rec(1, 4, "r1-100-5", 2048, 700), _rec(2, 5, "r1-100-5", 2048, 701)]
+    b = [_rec(1, 1, "r7-200-9", 2040, 900), _rec(2, 2, "r7-200-9", 2040, 901)]
+    assert determinism.compare(a, b, slots=6) is None
+
+
+def test_traces_that_differ_report_the_first_step_and_field():
+    a = [_rec(1, 0, "r1-1-1", 5, 1), _rec(2, 1, "r1-1-1", 5, 2)]
+    b = [_rec(1, 0, "r1-1-1", 5, 1), _rec(2, 2, "r1-1-1", 5, 2)]
+    diff = determinism.compare(a, b, slots=6)
+    assert diff is not None and diff.step == 2 and "slot" in diff.fields
+    shorter = determinism.compare(a, a[:1], slots=6)
+    assert shorter is not None and shorter.step is None and "lengths" in shorter.describe()
+
+
+def test_stats_add_merge_and_tables():
+    out = runner.Outcome(signature=None, kind="pass", steps=10, reset_steps=2, run_s=1.0, reset_s=0.2,
+                         io_s=0.1, wall_s=1.1, windows={"w": {"reached": 1, "entered": 1, "open_steps": 2}},
+                         coverage={"flush_cache|decode": 2, "abort|idle": 1})
+    bad = runner.Outcome(signature="X", kind="error", steps=3, run_s=0.5, wall_s=0.6)
+    a, b = Stats(topology="pp4"), Stats(topology="pp4")
+    a.add(out, shrinking=False)
+    b.add(bad, shrinking=True)
+    a.wall_s, b.wall_s = 60.0, 30.0
+    a.merge(b)
+    assert (a.examples, a.shrink_examples, a.steps, a.failures) == (2, 1, 13, {"X": 1})
+    assert a.per_minute == pytest.approx(2.0)
+    table = a.coverage_table()
+    assert "2 of 48 combinations exercised" in table
+    row = next(l for l in table.splitlines() if l.strip().startswith("flush_cache"))
+    assert row.split("|")[2].strip() == "2"  # the decode column
+    assert "failures: X x1" in a.summary()
+    assert Stats.from_dict(a.as_dict()).as_dict() == a.as_dict()
+
+
+def test_worker_command_line_round_trips():
+    from scripted_runtime import cli
+    from scripted_runtime.explore import parallel
+
+    args = cli.build_parser().parse_args(["explore", "--pp", "4", "--profile", "ci", "-n", "3", "--seed", "7",
+                                          "--revert-fix", "pr27446", "--sglang-arg", "max_total_tokens=4096"])
+    argv = parallel.explore_argv(args, workers=1, seed=9, worker_label="w1")
+    again = cli.build_parser().parse_args(argv)
+    assert (again.pp, again.profile, again.workers, again.seed, again.worker_label) == (4, "ci", 1, 9, "w1")
+    assert again.revert_fix == ["pr27446"] and again.sglang_arg == ["max_total_tokens=4096"]
