@@ -5,6 +5,7 @@ Options:
   --topology NAME[,NAME]   restrict server tests to these topologies
                            (pp1-overlap, pp1-normal, pp4; default: all)
   --server-log-dir DIR     keep the server logs there
+  -m slow                  run the slow lane (tests marked ``slow``; skipped otherwise)
   --ab                     also run the cross-release A/B lane (tests marked ``ab``:
                            builds or reuses one environment per SGLang release,
                            ~10 GB and ~8 min each the first time)
@@ -44,12 +45,17 @@ def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="gpu test: run with --device cuda on a GPU runner")
     skip_ab = pytest.mark.skip(reason="cross-release A/B lane: run with --ab (builds ~10 GB per release)")
     run_ab = config.getoption("--ab")
+    markexpr = config.getoption("-m") or ""
+    skip_slow = pytest.mark.skip(reason="slow lane: run with -m slow")
+    run_slow = "slow" in markexpr and "not slow" not in markexpr
     keep, drop = [], []
     for item in items:
         if "gpu" in item.keywords and device != "cuda":
             item.add_marker(skip_gpu)
         if "ab" in item.keywords and not run_ab:
             item.add_marker(skip_ab)
+        if "slow" in item.keywords and not run_slow:
+            item.add_marker(skip_slow)
         topology = getattr(getattr(item, "callspec", None), "params", {}).get("server")
         if wanted and topology is not None and topology not in wanted:
             drop.append(item)

@@ -46,3 +46,24 @@ def test_pr17850_fails_on_0_5_8_post1_and_passes_on_0_5_9(tmp_path):
     assert code == 0, sides
     assert sides["sglang==0.5.8.post1"]["outcomes"][0]["signature"] == "InvariantViolation[slot_ownership]"
     assert sides["sglang==0.5.9"]["outcomes"][0]["status"] == "PASS"
+
+
+def test_explore_finds_pr27446_on_0_5_12_post1_pp4_from_a_cold_start(tmp_path):
+    """Issue 5's acceptance: the explorer, never told the window, finds the
+    idle-gate violation that precedes the PR 27446 crash, and the written
+    scenario fails ``bisect-check`` on that release."""
+    import time
+
+    t0 = time.monotonic()
+    code = cli.main(["explore", "--sglang", "sglang==0.5.12.post1", "--pp", "4", "--profile", "ci",
+                     "--out", str(tmp_path), "--stats-json", str(tmp_path / "stats.json")])
+    took = time.monotonic() - t0
+    payload = json.loads((tmp_path / "stats.json").read_text())
+    assert code == 1, payload
+    assert payload["signature"] == "InvariantViolation[idle_gate]"
+    assert payload["replay_matches"] is True and payload["determinism_ok"] is True, payload
+    assert payload["stats"]["sglang_version"] == "0.5.12.post1"
+    assert took < 300, f"took {took:.0f}s (target: under 5 minutes)"
+    verdict = cli.main(["bisect-check", f"{payload['scenario_path']}:program", "--sglang", "sglang==0.5.12.post1",
+                        "--pp", "4"])
+    assert verdict == 1

@@ -36,7 +36,7 @@ def test_ci_profile_exploration_passes(server, tmp_path, capsys):
     assert stats.failures == {} and stats.restarts == 0
     assert report.determinism_ok, report.determinism_verdict
     assert "combinations exercised" in out and "programs in" in out
-    exercised = int(re.search(r"(\d+) of 48 combinations exercised", out).group(1))
+    exercised = int(re.search(r"(\d+) of 56 combinations exercised", out).group(1))
     assert exercised >= 5, out
     assert server.alive
 

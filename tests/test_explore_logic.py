@@ -106,7 +106,7 @@ def test_stats_add_merge_and_tables():
     assert (a.examples, a.shrink_examples, a.steps, a.failures) == (2, 1, 13, {"X": 1})
     assert a.per_minute == pytest.approx(2.0)
     table = a.coverage_table()
-    assert "2 of 48 combinations exercised" in table
+    assert "2 of 56 combinations exercised" in table
     row = next(l for l in table.splitlines() if l.strip().startswith("flush_cache"))
     assert row.split("|")[2].strip() == "2"  # the decode column
     assert "failures: X x1" in a.summary()
@@ -123,3 +123,27 @@ def test_worker_command_line_round_trips():
     again = cli.build_parser().parse_args(argv)
     assert (again.pp, again.profile, again.workers, again.seed, again.worker_label) == (4, "ci", 1, 9, "w1")
     assert again.revert_fix == ["pr27446"] and again.sglang_arg == ["max_total_tokens=4096"]
+
+
+def test_phases_of_a_scheduler_state():
+    from tests.test_invariants_logic import FakeBatch, FakeReq, FakeScheduler
+
+    from scripted_runtime.explore.phases import op_kind, phases_of
+
+    s = FakeScheduler(idle=True)
+    s.running_batch = None
+    assert phases_of(s) == ["idle"]
+    s = FakeScheduler(reqs=[FakeReq("a", row=1, allocated=4)])
+    assert phases_of(s) == ["decode"]
+    s.last_batch = FakeBatch([FakeReq("b", row=2, allocated=4)], mode="extend")
+    s.waiting_queue = [FakeReq("c")]
+    assert phases_of(s, tokenizer_paused=True) == ["prefill_chunk", "decode", "queued", "paused"]
+    s = FakeScheduler(reqs=[FakeReq("d", row=1, allocated=4, done=True)])
+    assert phases_of(s) == ["finished_unpruned"]
+    s = FakeScheduler()
+    s.running_batch = None
+    s.mbs = [None, FakeBatch([FakeReq("e", row=3, allocated=4)], mode="extend")]
+    assert phases_of(s) == ["prefill_chunk", "pp_in_flight"]
+    assert op_kind("update_weights_from_disk", {"flush_cache": False}) == "update_weights(no_flush)"
+    assert op_kind("pause_generation(retract)", None) == "pause(retract)"
+    assert op_kind("abort(r3-1-2)", None) == "abort"

@@ -1,7 +1,8 @@
 """Which scheduler phase a control operation lands in (scheduler process).
 
 Read from the state the next iteration starts from, i.e. the state the
-operation is processed against. Several phases can hold at once (a decode
+operation is processed against. ``finished_unpruned``: a finished request is
+still held by a batch (issue 14062's window); ``idle``: nothing is held. Several phases can hold at once (a decode
 batch in flight at pp=4 is both ``decode`` and ``pp_in_flight``); every one
 that holds is counted.
 """
@@ -12,7 +13,7 @@ from typing import Any, List
 from hooks import sglang_compat
 from scripted_runtime import state
 
-PHASES = ("prefill_chunk", "decode", "pp_in_flight", "queued", "paused", "idle")
+PHASES = ("prefill_chunk", "decode", "pp_in_flight", "queued", "paused", "finished_unpruned", "idle")
 
 
 def _live(reqs) -> bool:
@@ -22,7 +23,7 @@ def _live(reqs) -> bool:
 def phases_of(s: Any, *, tokenizer_paused: bool = False) -> List[str]:
     out = []
     holders = state.holders(s)
-    extend = decode = in_flight = queued = False
+    extend = decode = in_flight = queued = unpruned = False
     for h in holders:
         if h.label == "waiting_queue":
             queued = queued or bool(h.reqs)
@@ -30,6 +31,7 @@ def phases_of(s: Any, *, tokenizer_paused: bool = False) -> List[str]:
         if h.label == "chunked_req":
             extend = extend or _live(h.reqs)
             continue
+        unpruned = unpruned or any(r.finished() for r in h.reqs)
         if not _live(h.reqs):
             continue
         mode = getattr(h.batch, "forward_mode", None)
@@ -49,6 +51,8 @@ def phases_of(s: Any, *, tokenizer_paused: bool = False) -> List[str]:
         out.append("queued")
     if tokenizer_paused or sglang_compat.is_paused(s):
         out.append("paused")
+    if unpruned:
+        out.append("finished_unpruned")
     if not holders:
         out.append("idle")
     return out

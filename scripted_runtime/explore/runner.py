@@ -93,6 +93,16 @@ def failing_position(result: ScriptResult, source: A.Source) -> Optional[int]:
     return None
 
 
+def _failing_step(result: ScriptResult) -> Optional[int]:
+    if result.passed:
+        return None
+    if result.violation:
+        return result.violation.get("step", result.steps)
+    if result.crashed and not result.trace_path:
+        return None  # a crash reports no step; only its trace would tell
+    return result.steps
+
+
 class ExampleRunner:
     """Runs programs on one topology's server; starts it lazily, restarts it
     after a crash. Pass ``server`` to reuse a running one (it is then not
@@ -166,7 +176,7 @@ class ExampleRunner:
             reset_s=result.reset_s, io_s=result.io_s, wall_s=wall, restart_s=restart_s,
             windows=result.windows or {}, coverage=value.get("coverage", {}),
             failing_action=failing_position(result, source) if not result.passed else None,
-            failing_step=(result.violation or {}).get("step", result.steps) if not result.passed else None,
+            failing_step=_failing_step(result),
             traceback=result.traceback, trace_path=result.trace_path,
         )
 

@@ -37,7 +37,8 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topol
         "",
         f"Failure: {outcome.signature}",
         f"  {outcome.message[:400]}",
-        f"It fails in {where}, at script step {outcome.failing_step} (marked below).",
+        f"It fails in {where}" + (f", at script step {outcome.failing_step}" if outcome.failing_step is not None
+                                  else "") + " (marked below).",
         "",
         "Replay:",
         f"  {replay_command(str(path), topology=topology, revert_fixes=revert_fixes, sglang=sglang_spec, invariants=invariants)}",
@@ -47,7 +48,8 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topol
     lines += [f"  {i + 1}. {a.describe()}" for i, a in enumerate(program)]
     mark: Dict[int, str] = {}
     key = outcome.failing_action if outcome.failing_action is not None else -1
-    mark[key] = f"FAILS here (step {outcome.failing_step}): {outcome.signature}"
+    step = f" (step {outcome.failing_step})" if outcome.failing_step is not None else ""
+    mark[key] = f"FAILS here{step}: {outcome.signature}"
     source = A.to_source(program, docstring="\n".join(lines), mark=mark)
     path.write_text(source.text)
     return path
