@@ -94,6 +94,7 @@ class StepObserver:
         rec["windows_opened"] = list(self.windows.opened_now)
         rec["entered"] = list(self._entered)
         rec["ops"] = [{"op": op.name} for op in d.ledger.ops if op.posted_step == step]
+        rec["started"] = [rid for posted, rid in d.tracker.started if posted == step]
         rec["violation"] = violation.as_dict() if violation is not None else None
         self.writer.append(rec)
         return violation

@@ -84,9 +84,31 @@ def test_env_cache_layout_and_ready_marker(tmp_path, monkeypatch):
     (env / "bin" / "python").symlink_to(sys.executable)
     assert envs.ready_info(env) is None  # no READY: an unfinished build is not reused
     (env / envs.READY).write_text(json.dumps({"sglang_version": "0.5.12.post1"}))
+    checked = []
+    monkeypatch.setattr(envs, "ensure_harness_requirements", lambda e, progress: checked.append(e))
     lines = []
     assert envs.ensure_env("sglang==0.5.12.post1", progress=lines.append) == env / "bin" / "python"
     assert lines == [f"reusing {env} (sglang 0.5.12.post1)"]
+    assert checked == [env]  # a reused environment gets what the harness needs
+
+
+def test_reused_env_gets_missing_harness_requirements(tmp_path, monkeypatch):
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python").symlink_to(sys.executable)
+    monkeypatch.setattr(envs, "HARNESS_IMPORTS", ("json", "no_such_module_xyz"))
+    monkeypatch.setattr(envs, "HARNESS_REQUIREMENTS", ("json-req", "no-such-module-xyz>=1"))
+    ran = []
+    monkeypatch.setattr(envs, "_run_logged", lambda cmd, log, **kw: ran.append((cmd, log)))
+    said = []
+    envs.ensure_harness_requirements(env, progress=said.append)
+    assert len(ran) == 1 and ran[0][0][-4:] == ["install", "--progress-bar", "off", "no-such-module-xyz>=1"]
+    assert ran[0][1] == env / "build.log"
+    assert said and "no-such-module-xyz>=1" in said[0]
+    monkeypatch.setattr(envs, "HARNESS_IMPORTS", ("json",))
+    monkeypatch.setattr(envs, "HARNESS_REQUIREMENTS", ("json-req",))
+    envs.ensure_harness_requirements(env, progress=said.append)
+    assert len(ran) == 1  # nothing missing: pip is not run
 
 
 def test_env_lock_wait_is_bounded(tmp_path):

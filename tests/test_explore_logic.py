@@ -89,6 +89,13 @@ def test_traces_that_differ_report_the_first_step_and_field():
     b = [_rec(1, 0, "r1-1-1", 5, 1), _rec(2, 2, "r1-1-1", 5, 2)]
     diff = determinism.compare(a, b, slots=6)
     assert diff is not None and diff.step == 2 and "slot" in diff.fields
+    assert diff.culprit == "build" and "nondeterminism in this SGLang build" in diff.describe()
+    c = [dict(r, ops=[]) for r in a]
+    d = [dict(r, ops=[]) for r in a]
+    d[1]["ops"] = [{"op": "flush_cache"}]
+    diff = determinism.compare(c, d, slots=6)
+    assert diff.step == 2 and diff.fields == ["ops"] and diff.culprit == "harness"
+    assert "harness bug" in diff.describe()
     shorter = determinism.compare(a, a[:1], slots=6)
     assert shorter is not None and shorter.step is None and "lengths" in shorter.describe()
 

@@ -94,6 +94,7 @@ class ScriptContext:
         t0 = time.monotonic()
         answer = self._driver.poster.post("/generate", payload)
         handle = ReqHandle(self, rid, answer, self.step)
+        self._driver.tracker.started.append((self.step, rid))
         if await_arrival:
             self._driver.inbox.wait_for(
                 lambda obj: getattr(obj, "rid", None) == rid

@@ -44,10 +44,12 @@ class RequestTracker:
     def __init__(self) -> None:
         self.reqs: Dict[str, Any] = {}
         self.ingested: set = set()
+        self.started: List[Tuple[int, str]] = []  # (step posted, rid), for the trace
 
     def clear(self) -> None:
         self.reqs.clear()
         self.ingested.clear()
+        self.started.clear()
 
     def on_ingested(self, rid: str, scheduler: Any) -> None:
         self.ingested.add(rid)

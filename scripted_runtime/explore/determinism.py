@@ -62,6 +62,10 @@ def normalize(records: List[Dict[str, Any]], *, slots: int = 1) -> List[Dict[str
     return [norm.value(r) for r in records]
 
 
+# What the script injected after a step (the rest of a record is scheduler state).
+INPUT_FIELDS = ("ops", "started")
+
+
 @dataclass
 class Difference:
     step: Optional[int]
@@ -69,11 +73,26 @@ class Difference:
     first: Any
     second: Any
 
+    @property
+    def culprit(self) -> str:
+        """``harness``: with identical scheduler state the program injected
+        different operations or requests (the program and its helpers must be
+        deterministic: a harness bug). ``build``: the same inputs so far, but
+        the scheduler's state differs."""
+        if self.step is None:
+            return "build"
+        return "harness" if set(self.fields) <= set(INPUT_FIELDS) else "build"
+
     def describe(self) -> str:
         if self.step is None:
             return f"the traces have different lengths ({self.first} vs {self.second} steps)"
-        return (f"step {self.step} differs in {', '.join(self.fields)}: "
-                + "; ".join(f"{f}: {self.first.get(f)!r} vs {self.second.get(f)!r}" for f in self.fields[:4]))
+        detail = "; ".join(f"{f}: {self.first.get(f)!r} vs {self.second.get(f)!r}" for f in self.fields[:4])
+        if self.culprit == "harness":
+            return (f"step {self.step}: the scheduler state was the same but the program injected different "
+                    f"inputs ({detail}): the harness is nondeterministic here (a harness bug)")
+        return (f"step {self.step}: the same operations and requests were injected up to here but the scheduler "
+                f"state differs in {', '.join(self.fields)} ({detail}): nondeterminism in this SGLang build "
+                "(or in how the harness delivered those inputs; compare the traces)")
 
 
 def compare(a: List[Dict[str, Any]], b: List[Dict[str, Any]], *, slots: int = 1) -> Optional[Difference]:
@@ -112,8 +131,7 @@ def check_traces(first: Tuple[Optional[str], str], second: Tuple[Optional[str], 
                        f"{second[0] or 'PASS'} {where}")
     diff = compare(traces[0], traces[1], slots=pp_loop_slots(TOPOLOGIES[topology]))
     if diff is not None:
-        return False, (f"NONDETERMINISTIC: {diff.describe()} {where}; a harness bug or real nondeterminism "
-                       "in this build")
+        return False, f"NONDETERMINISTIC: {diff.describe()} {where}"
     return True, f"deterministic: two runs gave the same {len(traces[0])}-step trace ({first[0] or 'PASS'})"
 
 

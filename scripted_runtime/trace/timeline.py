@@ -100,6 +100,8 @@ def format_line(rec: Dict[str, Any]) -> str:
         events.append("@" + name)
     for op in rec.get("ops") or []:
         events.append("+" + op["op"])
+    for rid in rec.get("started") or []:
+        events.append("+start(" + rid + ")")
     if rec.get("violation"):
         events.append("!!" + rec["violation"]["invariant"])
     line = f"{head} {' '.join(cells)} | {res}"
