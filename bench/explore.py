@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,14 +26,9 @@ from scripted_runtime.explore import search  # noqa: E402
 from scripted_runtime.explore.runner import ExampleRunner  # noqa: E402
 
 TARGETS = {"pp1-overlap": 100, "pp1-normal": 100, "pp4": 30}
-PARTS = ("steps", "HTTP", "resets", "IPC", "Hypothesis")
-
-
-def split(stats) -> dict:
-    steps = max(0.0, stats.script_s - stats.io_s)
-    known = stats.script_s + stats.reset_s + stats.ipc_s + stats.restart_s
-    return {"steps": steps, "HTTP": stats.io_s, "resets": stats.reset_s, "IPC": stats.ipc_s,
-            "Hypothesis": max(0.0, stats.wall_s - known)}
+# Stats.time_split keys, and the column names they get here
+PARTS = {"steps": "steps", "HTTP": "HTTP", "resets": "resets", "harness IPC": "IPC",
+         "generation+shrinking": "Hypothesis"}
 
 
 def measure(topology: str, seconds: float, repeat: int) -> dict:
@@ -43,7 +37,7 @@ def measure(topology: str, seconds: float, repeat: int) -> dict:
     runner = ExampleRunner(topology=topology)
     runner.ensure_server()
     start_s = time.monotonic() - t0
-    rates, steps_per, shares, failures = [], [], {p: [] for p in PARTS}, []
+    rates, steps_per, shares, failures = [], [], {p: [] for p in PARTS.values()}, []
     try:
         for i in range(repeat):
             result = search.search(runner, profile=search.PROFILES["dev"], seed=i + 1, max_time_s=seconds,
@@ -51,14 +45,14 @@ def measure(topology: str, seconds: float, repeat: int) -> dict:
             st = result.stats
             rates.append(st.per_minute)
             steps_per.append(st.steps / max(1, st.examples))
-            parts = split(st)
-            for p in PARTS:
-                shares[p].append(100.0 * parts[p] / max(st.wall_s, 1e-9))
+            parts = st.time_split()
+            for key, p in PARTS.items():
+                shares[p].append(100.0 * parts[key] / max(st.wall_s, 1e-9))
             if st.failures:
                 failures.append(st.failures)
             print(f"[bench] {topology}: run {i + 1}/{repeat}: {st.examples} programs in {st.wall_s:.0f}s = "
                   f"{st.per_minute:.0f}/min, {steps_per[-1]:.1f} steps each; "
-                  + ", ".join(f"{p} {shares[p][-1]:.0f}%" for p in PARTS), file=sys.stderr, flush=True)
+                  + ", ".join(f"{p} {shares[p][-1]:.0f}%" for p in PARTS.values()), file=sys.stderr, flush=True)
     finally:
         runner.close()
     return {"rates": rates, "steps_per": steps_per, "shares": shares, "start_s": start_s,
@@ -75,14 +69,14 @@ def main() -> None:
     print(f"\nexploration throughput, {args.repeat} x {args.seconds:.0f}s per topology "
           f"({time.strftime('%Y-%m-%d')}):\n")
     print("| topology | programs/min median | min..max | target | steps/program | "
-          + " | ".join(f"{p} %" for p in PARTS) + " | server start (s) |")
+          + " | ".join(f"{p} %" for p in PARTS.values()) + " | server start (s) |")
     print("|---|---|---|---|---|" + "---|" * len(PARTS) + "---|")
     for t, r in rows.items():
         med = statistics.median(r["rates"])
         ok = "met" if med >= TARGETS.get(t, 0) else "MISSED"
         print(f"| {t} | {med:.0f} | {min(r['rates']):.0f}..{max(r['rates']):.0f} | >= {TARGETS.get(t)} ({ok}) | "
               f"{statistics.median(r['steps_per']):.1f} | "
-              + " | ".join(f"{statistics.median(r['shares'][p]):.0f}" for p in PARTS)
+              + " | ".join(f"{statistics.median(r['shares'][p]):.0f}" for p in PARTS.values())
               + f" | {r['start_s']:.0f} |")
     for t, r in rows.items():
         if r["failures"]:

@@ -114,6 +114,10 @@ class ControlLedger:
     def clear(self) -> None:
         self.ops.clear()
 
+    def unprocessed(self, name: str) -> List[ControlOp]:
+        """Ops called ``name`` posted but not processed yet."""
+        return [op for op in self.ops if op.name == name and not op.processed]
+
     def on_arrival(self, obj: Any) -> None:
         op = self._first_open(obj, lambda o: not o.arrived)
         if op is not None:

@@ -158,7 +158,7 @@ class Driver:
         if os.environ.get(ENV_EXPECT_WARMUP, "1") != "1":
             return
         s = self.scheduler
-        quiesce = 2 * (len(getattr(s, "mbs", None) or ()) or 1)
+        quiesce = 2 * (state.mbs_slots(s) or 1)
         deadline = time.monotonic() + WARMUP_TIMEOUT_S
         idle_streak = 0
         while idle_streak < quiesce:
@@ -198,7 +198,7 @@ class Driver:
         steps += 1
         if not op.processed or not op.success:
             raise ResetError(f"flush_cache during reset was refused: {op}; state: {state.describe(s)}")
-        for _ in range(len(getattr(s, "mbs", None) or ())):
+        for _ in range(state.mbs_slots(s)):
             yield  # let every PP slot observe the flushed state
             steps += 1
         return steps

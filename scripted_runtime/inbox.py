@@ -54,18 +54,19 @@ class TokenizerInbox:
 
     def wait_for(
         self,
-        predicate: Callable[[Any], bool],
+        predicate: Optional[Callable[[Any], bool]],
         *,
         timeout_s: float,
         what: str,
         already_arrived: Optional[Callable[[], bool]] = None,
     ) -> None:
         """Block until a buffered frame satisfies ``predicate`` (or
-        ``already_arrived()`` says it came earlier)."""
+        ``already_arrived()`` says it came earlier; with no predicate, only
+        ``already_arrived()`` counts)."""
         deadline = time.monotonic() + timeout_s
         while True:
             self._drain()
-            if any(predicate(obj) for _, obj in self._buffer):
+            if predicate is not None and any(predicate(obj) for _, obj in self._buffer):
                 return
             if already_arrived is not None and already_arrived():
                 return

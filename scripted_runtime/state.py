@@ -91,6 +91,11 @@ def is_chunking(s: Any, rid: str) -> bool:
     return chunked is not None and chunked.rid == rid
 
 
+def mbs_slots(s: Any) -> int:
+    """PP microbatch slots (``pp_loop_size``); 0 outside PP."""
+    return len(getattr(s, "mbs", None) or ())
+
+
 def pp_slot(s: Any) -> Optional[int]:
     """The microbatch slot the PP loop is about to run (None outside PP)."""
     mbs = getattr(s, "mbs", None)

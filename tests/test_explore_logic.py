@@ -101,10 +101,10 @@ def test_traces_that_differ_report_the_first_step_and_field():
 
 
 def test_stats_add_merge_and_tables():
-    out = runner.Outcome(signature=None, kind="pass", steps=10, reset_steps=2, run_s=1.0, reset_s=0.2,
+    out = runner.Outcome(signature=None, steps=10, reset_steps=2, run_s=1.0, reset_s=0.2,
                          io_s=0.1, wall_s=1.1, windows={"w": {"reached": 1, "entered": 1, "open_steps": 2}},
                          coverage={"flush_cache|decode": 2, "abort|idle": 1})
-    bad = runner.Outcome(signature="X", kind="error", steps=3, run_s=0.5, wall_s=0.6)
+    bad = runner.Outcome(signature="X", steps=3, run_s=0.5, wall_s=0.6)
     a, b = Stats(topology="pp4"), Stats(topology="pp4")
     a.add(out, shrinking=False)
     b.add(bad, shrinking=True)

@@ -139,7 +139,7 @@ class ScriptContext:
             # order): an earlier op's frame of the same type, still buffered,
             # must not count as this one's.
             self._driver.inbox.wait_for(
-                lambda obj: False,
+                None,
                 timeout_s=ARRIVAL_TIMEOUT_S,
                 what=f"{name} ({request_type})",
                 already_arrived=answered_without_frame,
@@ -156,7 +156,7 @@ class ScriptContext:
         The tokenizer sends flushes one at a time (it waits for each answer),
         so a second flush before the first was processed could not reach the
         scheduler: that raises at once; yield first."""
-        pending = [op for op in self._driver.ledger.ops if op.name == "flush_cache" and not op.processed]
+        pending = self._driver.ledger.unprocessed("flush_cache")
         if pending:
             raise RuntimeError(
                 f"flush_cache: the flush posted at step {pending[0].posted_step} has not been processed yet, and "

@@ -47,7 +47,6 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
             sglang_spec: Optional[str] = None, start_timeout_s: float = 300.0,
             log_dir: Optional[Path] = None, invariants: Any = True, example_timeout_s: float = 120.0,
             progress: Callable[[str], None] = print) -> ExploreReport:
-    t_cold = time.monotonic()
     prof = search_mod.PROFILES[profile]
     revert_fixes = list(revert_fixes)
     runner = ExampleRunner(topology=topology, device=device, revert_fixes=revert_fixes,

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import List, Optional
+from typing import List
 
 from scripted_runtime.builds import side
 from scripted_runtime.explore.stats import Stats, merge_all

@@ -37,7 +37,7 @@ def phases_of(s: Any, *, tokenizer_paused: bool = False) -> List[str]:
         mode = getattr(h.batch, "forward_mode", None)
         if mode is not None and mode.is_extend():
             extend = True
-        elif mode is not None and mode.is_decode() or h.label.startswith("running"):
+        elif (mode is not None and mode.is_decode()) or h.label.startswith("running"):
             decode = True
         if h.label.startswith(("mbs", "running_mbs")):
             in_flight = True

@@ -31,7 +31,7 @@ class EndStateError(AssertionError):
 
 
 def _slots(ctx) -> int:
-    return max(1, len(getattr(ctx.scheduler, "mbs", None) or ()))
+    return max(1, state.mbs_slots(ctx.scheduler))
 
 
 def tokenizer_paused(ctx, ops=None) -> bool:
@@ -62,7 +62,7 @@ def flush_cache(ctx):
     """``yield from flush_cache(ctx)``: ``ctx.flush_cache()``, after stepping
     until an earlier flush was processed (the tokenizer sends one at a time)."""
     for _ in range(4 * _slots(ctx)):
-        if not any(op.name == "flush_cache" and not op.processed for op in ctx.control_ops):
+        if not ctx._driver.ledger.unprocessed("flush_cache"):
             break
         yield
     return ctx.flush_cache()

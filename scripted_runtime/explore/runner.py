@@ -11,10 +11,11 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Optional, Sequence
 
 from scripted_runtime import protocol
 from scripted_runtime.explore import actions as A
+from scripted_runtime.explore.determinism import RID
 from scripted_runtime.result import ScriptResult
 
 INTERPRETER = protocol.ScriptTarget(qualname="run_source", module="scripted_runtime.explore.interpreter")
@@ -27,7 +28,6 @@ class Outcome:
     signatures are treated as the same bug (and shrunk as one)."""
 
     signature: Optional[str]
-    kind: str  # pass | violation | crash | end_state | error | hang
     message: str = ""
     steps: int = 0
     reset_steps: int = 0
@@ -40,8 +40,6 @@ class Outcome:
     coverage: Dict[str, int] = field(default_factory=dict)
     failing_action: Optional[int] = None  # index into the program; None: end checks or unknown
     failing_step: Optional[int] = None
-    traceback: Optional[str] = None
-    trace_path: Optional[str] = None
 
     @property
     def failed(self) -> bool:
@@ -50,7 +48,7 @@ class Outcome:
 
 def _normalize(text: str, limit: int = 100) -> str:
     text = re.sub(r"0x[0-9a-f]+", "0x?", text)
-    text = re.sub(r"\b[rR]\d+-\d+-\d+\b", "<rid>", text)
+    text = RID.sub("<rid>", text)
     text = re.sub(r"\d+", "N", text)
     return text.strip()[:limit]
 
@@ -68,21 +66,6 @@ def signature_of(result: ScriptResult) -> Optional[str]:
     etype, _, msg = error.partition(": ")
     msg = re.split(r"[;(\[]", msg, maxsplit=1)[0]
     return f"{etype}: {_normalize(msg, 80)}" if msg else etype or "failed"
-
-
-def _kind(result: ScriptResult) -> str:
-    if result.passed:
-        return "pass"
-    if result.violation:
-        return "violation"
-    if result.crashed:
-        return "crash"
-    error = result.error or ""
-    if error.startswith("EndStateError"):
-        return "end_state"
-    if error.startswith("HarnessTimeout"):
-        return "hang"
-    return "error"
 
 
 def failing_position(result: ScriptResult, source: A.Source) -> Optional[int]:
@@ -147,11 +130,14 @@ class ExampleRunner:
                           f"loop {self.info.get('loop_kind')})")
             return self.start_s
         if not self.server.alive:
-            self.restarts += 1
-            self.progress(f"scheduler died; restarting the {self.topology} server (restart {self.restarts})")
-            self.server.restart()
+            self._restart("scheduler died")
             return time.monotonic() - t0
         return 0.0
+
+    def _restart(self, why: str) -> None:
+        self.restarts += 1
+        self.progress(f"{why}; restarting the {self.topology} server (restart {self.restarts})")
+        self.server.restart()
 
     def run(self, program: Sequence[A.Action], *, trace: Any = False) -> Outcome:
         restart_s = self.ensure_server()
@@ -162,22 +148,19 @@ class ExampleRunner:
         if not result.passed and (result.error or "").startswith("ResetError"):
             # The engine did not come back between programs: not this program's
             # doing. Start afresh and run it once more.
-            self.progress(f"reset failed ({result.error[:120]}); restarting the server and retrying")
-            self.server.restart()
-            self.restarts += 1
+            self._restart(f"reset failed ({result.error[:120]}), so this program is retried")
             result = self.server.run(INTERPRETER, source.text, timeout=self.example_timeout_s,
                                      trace=trace, invariants=self.invariants)
         wall = time.monotonic() - t0
         value = result.value if isinstance(result.value, dict) else {}
         return Outcome(
-            signature=signature_of(result), kind=_kind(result),
+            signature=signature_of(result),
             message=(result.error or "").strip().splitlines()[0][:300] if result.error else "",
             steps=result.steps, reset_steps=result.reset_steps, run_s=result.duration_s,
             reset_s=result.reset_s, io_s=result.io_s, wall_s=wall, restart_s=restart_s,
             windows=result.windows or {}, coverage=value.get("coverage", {}),
             failing_action=failing_position(result, source) if not result.passed else None,
             failing_step=_failing_step(result),
-            traceback=result.traceback, trace_path=result.trace_path,
         )
 
     def run_file(self, path: str, *, trace: Any = False) -> ScriptResult:

@@ -79,6 +79,15 @@ class Stats:
     def per_minute(self) -> float:
         return 60.0 * self.examples / self.wall_s if self.wall_s > 0 else 0.0
 
+    def time_split(self) -> Dict[str, float]:
+        """Seconds of the search by where they went; the rest of the wall
+        time is the harness side (Hypothesis drawing and shrinking, source
+        generation, bookkeeping)."""
+        known = self.script_s + self.reset_s + self.ipc_s + self.restart_s
+        return {"steps": max(0.0, self.script_s - self.io_s), "HTTP": self.io_s, "resets": self.reset_s,
+                "harness IPC": self.ipc_s, "restarts": self.restart_s,
+                "generation+shrinking": max(0.0, self.wall_s - known)}
+
     def as_dict(self) -> dict:
         return asdict(self)
 
@@ -97,16 +106,10 @@ class Stats:
         if self.cached or self.skipped or self.shrink_examples:
             lines.append(f"  {self.shrink_examples} of them while shrinking; {self.cached} repeats answered "
                          f"from memory; {self.skipped} not run (time budget spent)")
-        total = self.script_s + self.reset_s + self.ipc_s + self.restart_s
-        if total > 0:
-            steps_only = max(0.0, self.script_s - self.io_s)
-            other = max(0.0, self.wall_s - total)
-            lines.append(
-                "  time: " + ", ".join(
-                    f"{name} {sec:.1f}s ({100 * sec / max(self.wall_s, 1e-9):.0f}%)" for name, sec in (
-                        ("steps", steps_only), ("HTTP", self.io_s), ("resets", self.reset_s),
-                        ("harness IPC", self.ipc_s), ("restarts", self.restart_s),
-                        ("generation+shrinking", other))))
+        if self.script_s + self.reset_s + self.ipc_s + self.restart_s > 0:
+            lines.append("  time: " + ", ".join(
+                f"{name} {sec:.1f}s ({100 * sec / max(self.wall_s, 1e-9):.0f}%)"
+                for name, sec in self.time_split().items()))
         if self.failures:
             lines.append("  failures: " + "; ".join(f"{sig} x{n}" for sig, n in self.failures.items()))
         else:
@@ -120,7 +123,7 @@ class Stats:
         """Control operation x scheduler phase: how many operations were
         processed against a state in that phase ('.' = never)."""
         width = max(len(op) for op in OPS)
-        cols = [p for p in PHASES]
+        cols = PHASES
         head = "  " + "op".ljust(width) + " | " + " | ".join(c.rjust(max(5, len(c))) for c in cols)
         rows = [head, "  " + "-" * (len(head) - 2)]
         for op in OPS:
