@@ -6,6 +6,8 @@ SCRIPTED_RUNTIME_HOOKS=1. Each concern lives in its own module:
 * ``cpu_enablement``  - lets the real scheduler and a tiny model run on CPU;
 * ``scheduler_hook``  - freezes the scheduler loop between script commands;
 * ``fix_toggles``     - undoes named SGLang fixes on request (SCRIPTED_RUNTIME_REVERT_FIXES);
+* ``upstream_harness`` - lets SGLang's own built-in harness run on CPU, for the
+  bench (SCRIPTED_RUNTIME_UPSTREAM_HARNESS=1);
 * ``sglang_compat``   - every SGLang-version difference the others rely on.
 
 Patches are applied when the patched module is imported (``post_import``), so
@@ -33,7 +35,10 @@ def activate() -> None:
         from hooks import scheduler_hook
 
         post_import.when_imported(sglang_compat.SCHEDULER_MODULE, scheduler_hook.install)
-    from hooks import fix_toggles
+    from hooks import fix_toggles, upstream_harness
+
+    if upstream_harness.requested():
+        upstream_harness.install()
 
     if fix_toggles.requested():
         post_import.when_imported(sglang_compat.SCHEDULER_MODULE, fix_toggles.install_requested)

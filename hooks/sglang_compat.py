@@ -11,7 +11,7 @@ import functools
 import importlib.metadata
 import re
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
 IO_STRUCT_MODULE = "sglang.srt.managers.io_struct"
@@ -28,6 +28,16 @@ ROTARY_CPU_FLAG_MODULES = (
 # core cannot be walked from Python (node_by_id / root_node raise
 # NotImplementedError); the Python core can. Ignored by older releases.
 SERVER_ENV = {"SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python"}
+# SGLang's own built-in scripted-runtime harness (0.5.2x; absent before). Its
+# package __init__ installs tree-core inspectors from sglang.test.kits, which
+# look for a Rust workspace the wheel does not ship (see hooks/upstream_harness.py).
+UPSTREAM_HARNESS_PACKAGE = "sglang.test.scripted_runtime"
+UPSTREAM_TREE_CORE_INSPECTION_MODULE = UPSTREAM_HARNESS_PACKAGE + ".tree_core_inspection"
+# Engine arguments the upstream harness needs on CPU (0.5.23): it launches with
+# the KV canary on (kv_canary="raise"), whose manager builds a device stream
+# with torch.cpu.Stream(device=...), which CPU torch rejects (TypeError). Its
+# two companion arguments go back to their defaults with it (validated together).
+UPSTREAM_HARNESS_CPU_ARGS = {"kv_canary": "none", "kv_canary_real_data": "none", "kv_canary_sweep_interval": 0}
 # ServerArgs a CPU server needs where the release has the field (applied in the
 # server process, only when the caller did not set it): 0.5.13 enables
 # piecewise CUDA graphs by default and dies on CPU ("module 'torch.cpu' has no
@@ -300,21 +310,22 @@ def loop_kind(scheduler: Any) -> str:
 # req.kv with kv_allocated_len and cache_protected_len).
 
 
-def allocator_free_indices(allocator: Any) -> Optional[Any]:
-    """Every free KV token index of the allocator as one tensor, or None when
-    this allocator's free list is not readable."""
+def allocator_free_index_parts(allocator: Any) -> Optional[List[Any]]:
+    """Every free KV token index of the allocator, as the tensors that hold
+    them (``free_pages`` and ``release_pages``; not concatenated: the caller
+    marks them one by one, and a cat per iteration costs more than it saves),
+    or None when this allocator's free list is not readable."""
     import torch
 
     parts = [p for p in (getattr(allocator, "free_pages", None), getattr(allocator, "release_pages", None))
              if isinstance(p, torch.Tensor)]
     if not parts:
         return None
-    pages = torch.cat(parts) if len(parts) > 1 else parts[0]
     page_size = int(getattr(allocator, "page_size", 1) or 1)
     if page_size == 1:
-        return pages
-    offsets = torch.arange(page_size, dtype=pages.dtype, device=pages.device)
-    return (pages[:, None] * page_size + offsets[None, :]).reshape(-1)
+        return parts
+    offsets = torch.arange(page_size, dtype=parts[0].dtype, device=parts[0].device)
+    return [(pages[:, None] * page_size + offsets[None, :]).reshape(-1) for pages in parts]
 
 
 def uncached_tokens(reqs: Any, page_size: int) -> Optional[int]:

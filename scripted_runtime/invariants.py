@@ -107,6 +107,34 @@ class InvariantMemory:
     """What a check remembers across iterations of one run."""
 
     chunked_rows: Dict[str, int] = field(default_factory=dict)  # rid -> row at first chunk
+    free_rows: "FreeRowsCache" = field(default_factory=lambda: FreeRowsCache())
+
+
+class FreeRowsCache:
+    """The req_to_token free list as a set, rebuilt only when the list
+    changed. Building the set is most of the slot-ownership cost (a 2048-row
+    list, every iteration), while the list changes only when a request takes
+    or gives back a row. "Changed" is: another list object (SGLang's alloc
+    slices a new one; the cache holds the old one, so its address cannot be
+    reused), another length (a free appends), or another sum (an in-place
+    overwrite). The same multiset in another order cannot add a duplicate or
+    a row, so it needs no rebuild."""
+
+    def __init__(self) -> None:
+        self._list: Optional[list] = None
+        self._key: Tuple[int, int] = (-1, -1)
+        self.rows: frozenset = frozenset()
+        self.duplicates: List[int] = []
+
+    def update(self, free_list: list) -> "FreeRowsCache":
+        key = (len(free_list), sum(free_list))
+        if free_list is self._list and key == self._key:
+            return self
+        rows = frozenset(free_list)
+        self.duplicates = (sorted({x for x in free_list if free_list.count(x) > 1})[:8]
+                           if len(rows) != len(free_list) else [])
+        self._list, self._key, self.rows = free_list, key, rows
+        return self
 
 
 def check_idle_gate(v: StateView, mem: InvariantMemory) -> Optional[Violation]:
@@ -123,11 +151,13 @@ def check_idle_gate(v: StateView, mem: InvariantMemory) -> Optional[Violation]:
 
 def check_slot_ownership(v: StateView, mem: InvariantMemory) -> Optional[Violation]:
     pool = v.s.req_to_token_pool
-    free_list = getattr(pool, "free_slots", None) or []
-    free_set = set(free_list)
-    if len(free_set) != len(free_list):
-        dups = sorted({x for x in free_list if free_list.count(x) > 1})[:8]
-        return Violation("slot_ownership", f"req_to_token free list has duplicate rows {dups}")
+    free_list = getattr(pool, "free_slots", None)
+    if not isinstance(free_list, list):
+        free_list = list(free_list or ())  # a new list each time: the cache rebuilds, still correct
+    free = mem.free_rows.update(free_list)
+    if free.duplicates:
+        return Violation("slot_ownership", f"req_to_token free list has duplicate rows {free.duplicates}")
+    free_set = free.rows
     by_row: Dict[int, List[Any]] = {}
     for r in v.live:
         row = state.req_pool_idx(r)
@@ -170,23 +200,43 @@ def check_slot_ownership(v: StateView, mem: InvariantMemory) -> Optional[Violati
 def _check_kv_not_free(v: StateView, by_row: Dict[int, List[Any]]) -> Optional[Violation]:
     if not by_row:
         return None
-    free = sglang_compat.allocator_free_indices(v.s.token_to_kv_pool_allocator)
-    if free is None or free.numel() == 0:
+    allocator = v.s.token_to_kv_pool_allocator
+    parts = sglang_compat.allocator_free_index_parts(allocator)
+    if not parts:
         return None
     import numpy as np  # a numpy mask is ~25x faster than torch.isin here (bench/invariants.py)
 
-    free_np = free.cpu().numpy()
+    free_np = [p.cpu().numpy() for p in parts if p.numel()]
+    if not free_np:
+        return None
     table = v.s.req_to_token_pool.req_to_token
+    if table.device.type == "cpu":
+        table = table.numpy()  # a view; slicing it is ~10x cheaper than slicing the tensor
+        rows_of = lambda row, n: table[row, :n]  # noqa: E731
+    else:
+        rows_of = lambda row, n: table[row, :n].cpu().numpy()  # noqa: E731
     held = []
     for row, owners in by_row.items():
         n = state.kv_allocated_len(owners[0])
         if n > 0:
-            held.append((owners[0], table[row, :n].cpu().numpy()))
+            held.append((owners[0], rows_of(row, n)))
     if not held:
         return None
-    size = int(max(free_np.max(), max(int(idx.max()) for _, idx in held))) + 1
-    mask = np.zeros(size, dtype=bool)
-    mask[free_np] = True
+    # KV indices run to the pool size plus a page (index 0 is padding); the
+    # exact maximum costs two reductions per iteration, so it is only taken
+    # when something lies beyond that.
+    page_size = int(getattr(allocator, "page_size", 1) or 1)
+    size = int(getattr(allocator, "size", 0) or 0) + 2 * page_size + 1
+    try:
+        return _kv_in_free(np.zeros(size, dtype=bool), free_np, held, v)
+    except IndexError:
+        size = int(max(max(int(f.max()) for f in free_np), max(int(idx.max()) for _, idx in held))) + 1
+        return _kv_in_free(np.zeros(size, dtype=bool), free_np, held, v)
+
+
+def _kv_in_free(mask, free_np, held, v: StateView) -> Optional[Violation]:
+    for f in free_np:
+        mask[f] = True
     for req, idx in held:
         bad = idx[mask[idx]]
         if bad.size:

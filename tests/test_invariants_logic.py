@@ -164,6 +164,34 @@ def test_slot_ownership_kv_index_of_live_row_is_free():
     assert v.invariant == "slot_ownership" and "KV indices [7] of live request a (row 1)" in v.message
 
 
+def test_slot_ownership_sees_free_list_changes_across_iterations_of_one_run():
+    """The free-row set is cached between iterations; every way SGLang (or a
+    bug) changes the list must still be seen: a double free appending in
+    place, a live row written over a free one in place, a new list."""
+    req = FakeReq("a", row=4, allocated=3)
+    s = FakeScheduler(reqs=[req])
+    memory = invariants.InvariantMemory()
+    assert check(s, memory=memory) is None
+    assert check(s, memory=memory) is None  # unchanged list: served from the cache
+    free = s.req_to_token_pool.free_slots
+    free.append(free[0])  # double free, same list object
+    assert "duplicate rows" in check(s, memory=memory).message
+    free.pop()
+    assert check(s, memory=memory) is None
+    free[0] = 4  # the live row overwrites a free one, same length
+    assert "row 4 of live request a is in the free list" in check(s, memory=memory).message
+    s.req_to_token_pool.free_slots = [1, 2, 3]  # alloc slices a new list
+    assert check(s, memory=memory) is None
+
+
+def test_slot_ownership_kv_index_beyond_the_pool_size_is_still_checked():
+    s = FakeScheduler(reqs=[FakeReq("a", row=1, allocated=10)])
+    s.req_to_token_pool.req_to_token[1, 0] = TOTAL + 50  # past size + a page: the mask grows
+    s.token_to_kv_pool_allocator.free_pages = torch.cat([torch.tensor([TOTAL + 50]), torch.arange(10, TOTAL)])
+    v = check(s, disabled=["pool_accounting"])
+    assert v.invariant == "slot_ownership" and f"KV indices [{TOTAL + 50}] of live request a" in v.message
+
+
 def test_pool_accounting_busy_and_idle_forms():
     s = FakeScheduler(reqs=[FakeReq("a", row=1, allocated=10, protected=4)], evictable=3, protected=4)
     # available 83 + evictable 3 + protected 4 + uncached (10 - 4) = 96 != 100

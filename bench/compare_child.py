@@ -1,0 +1,268 @@
+"""One system of bench/compare.py, in a fresh process:
+
+    python bench/compare_child.py SYSTEM TOPOLOGY DECODE_TOKENS SHORT_RUNS
+
+SYSTEM is ``harness`` (ours), ``upstream`` (SGLang's built-in
+``sglang.test.scripted_runtime``), ``engine`` (plain ``sglang.Engine``) or
+``server`` (plain ``launch_server``, no hook). Every system gets the same
+engine arguments and the same CPU enablement (``hooks/``); only ours has the
+scheduler hook. The child reports on stdout as ``@@ {json}`` lines:
+
+* ``started``  - seconds from the start call to "a script (or request) can go";
+* ``shutdown`` - seconds the shutdown took; the child then waits for a line on
+  stdin so the parent can look for processes left behind before it exits;
+* ``result``   - decode wall times and rates, per-script overhead samples.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+# Every system's start clock starts here, before it imports anything of
+# SGLang: a user's process pays those imports before its first script too.
+T0 = time.monotonic()
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH))
+
+import compare_scripts  # noqa: E402
+from hooks import sglang_compat  # noqa: E402
+from scripted_runtime import engine_config, processes, protocol  # noqa: E402
+from scripted_runtime.models import files as model_files  # noqa: E402
+
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 600.0
+RUN_TIMEOUT_S = 300.0
+PARENT_ACK_TIMEOUT_S = 30.0
+# (name, invariants, trace) of our harness's decode runs: bare, invariants only, the default
+HARNESS_CONFIGS = (("bare", False, False), ("invariants", True, False), ("default", True, True))
+
+
+def emit(event: str, **fields) -> None:
+    print("@@ " + json.dumps({"event": event, **fields}), flush=True)
+
+
+def await_parent() -> None:
+    """Wait (bounded) for the parent's go-ahead after a shutdown report."""
+    select.select([sys.stdin], [], [], PARENT_ACK_TIMEOUT_S)
+
+
+def engine_kwargs(topology: str) -> dict:
+    kwargs = engine_config.engine_kwargs("cpu", topology)
+    kwargs["model_path"] = str(model_files.model_dir(engine_config.DEVICE_MODELS["cpu"]))
+    return kwargs
+
+
+def sglang_env(kwargs: dict, *, upstream: bool = False) -> dict:
+    """The environment of an SGLang server without our scheduler hook: CPU
+    enablement from hooks/ (sitecustomize), the harness's server env, the OMP
+    binding rule of the release."""
+    env = {**sglang_compat.SERVER_ENV, **os.environ}
+    env.update({
+        protocol.ENV_HOOKS: "1",
+        protocol.ENV_DEVICE: "cpu",
+        "SCRIPTED_RUNTIME_SCHEDULER_HOOK": "0",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "hooks" / "_site"), str(ROOT), str(BENCH)]),
+        "PYTHONUNBUFFERED": "1",
+        "SGLANG_CPU_OMP_THREADS_BIND": sglang_compat.omp_bind_rule().value(
+            tp_size=kwargs.get("tp_size", 1), pp_size=kwargs.get("pp_size", 1), cores=os.cpu_count() or 1),
+    })
+    if upstream:
+        env["SCRIPTED_RUNTIME_UPSTREAM_HARNESS"] = "1"
+    return env
+
+
+def read_json(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+# --- our harness ----------------------------------------------------------------
+def run_harness(t0: float, topology: str, decode_tokens: int, short_runs: int) -> dict:
+    from scripted_runtime import ScriptedServer
+
+    server = ScriptedServer.start(topology=topology)
+    emit("started", start_s=time.monotonic() - t0)
+    out = tempfile.mktemp(suffix=".json")
+    decode = {}
+    try:
+        server.run(compare_scripts.short).raise_if_failed()  # first script: warm paths
+        for name, invariants, trace in HARNESS_CONFIGS:
+            server.run(compare_scripts.decode, decode_tokens, out, invariants=invariants, trace=trace,
+                       timeout=RUN_TIMEOUT_S).raise_if_failed()
+            decode[name] = read_json(out)
+        short = {}
+        for name, invariants, trace in (HARNESS_CONFIGS[0], HARNESS_CONFIGS[2]):
+            samples = []
+            for _ in range(short_runs):
+                t = time.monotonic()
+                server.run(compare_scripts.short, invariants=invariants, trace=trace).raise_if_failed()
+                samples.append(time.monotonic() - t)
+            short[name] = samples
+    finally:
+        shutdown_s = server.shutdown()
+    emit("shutdown", shutdown_s=shutdown_s)
+    await_parent()
+    return {"decode": decode, "short": short}
+
+
+# --- SGLang's built-in harness ----------------------------------------------------
+def run_upstream(t0: float, topology: str, decode_tokens: int, short_runs: int) -> dict:
+    kwargs = engine_kwargs(topology)
+    os.environ.update(sglang_env(kwargs, upstream=True))
+    import hooks
+
+    hooks.activate()  # CPU enablement and the upstream switch in this process too
+    from sglang.srt.server_args import ServerArgs
+    from sglang.test.scripted_runtime.http_server import ScriptedHttpServer
+
+    kwargs.update(sglang_compat.cpu_server_args(ServerArgs, kwargs))
+    kwargs.update(sglang_compat.UPSTREAM_HARNESS_CPU_ARGS)
+    server = ScriptedHttpServer.start(**kwargs)
+    emit("started", start_s=time.monotonic() - t0)
+    out = tempfile.mktemp(suffix=".json")
+    try:
+        server.execute_script(compare_scripts.short)
+        server.execute_script(compare_scripts.decode, args=(decode_tokens, out), timeout_s=RUN_TIMEOUT_S)
+        decode = {"default": read_json(out)}
+        samples = []
+        for _ in range(short_runs):
+            t = time.monotonic()
+            server.execute_script(compare_scripts.short)
+            samples.append(time.monotonic() - t)
+    finally:
+        t = time.monotonic()
+        server.shutdown()
+        shutdown_s = time.monotonic() - t
+    emit("shutdown", shutdown_s=shutdown_s)
+    await_parent()
+    return {"decode": decode, "short": {"default": samples}}
+
+
+# --- plain Engine -----------------------------------------------------------------
+def run_engine(t0: float, topology: str, decode_tokens: int, short_runs: int) -> dict:
+    kwargs = engine_kwargs(topology)
+    os.environ.update(sglang_env(kwargs))
+    import hooks
+
+    hooks.activate()
+    import sglang
+
+    engine = sglang.Engine(**kwargs)
+    emit("started", start_s=time.monotonic() - t0)
+
+    def generate(prompt_len: int, new_tokens: int) -> dict:
+        return engine.generate(input_ids=[1] * prompt_len,
+                               sampling_params={"max_new_tokens": new_tokens, "ignore_eos": True})
+
+    try:
+        short = plain_runs(generate, decode_tokens, short_runs)
+        t = time.monotonic()
+        out = generate(compare_scripts.DECODE_PROMPT_LEN, decode_tokens)
+        decode = {"plain": {"wall_s": time.monotonic() - t, "tokens": len(out["output_ids"])}}
+    finally:
+        t = time.monotonic()
+        engine.shutdown()
+        shutdown_s = time.monotonic() - t
+    emit("shutdown", shutdown_s=shutdown_s)
+    await_parent()
+    return {"decode": decode, "short": short}
+
+
+def plain_runs(generate, decode_tokens: int, short_runs: int) -> dict:
+    """The short script's request sent ``short_runs`` times (after one to warm
+    up): what a script costs with no harness at all."""
+    generate(compare_scripts.SHORT_PROMPT_LEN, compare_scripts.SHORT_NEW_TOKENS)
+    samples = []
+    for _ in range(short_runs):
+        t = time.monotonic()
+        generate(compare_scripts.SHORT_PROMPT_LEN, compare_scripts.SHORT_NEW_TOKENS)
+        samples.append(time.monotonic() - t)
+    return {"plain": samples}
+
+
+# --- plain launch_server ------------------------------------------------------------
+def run_server(t0: float, topology: str, decode_tokens: int, short_runs: int) -> dict:
+    import requests
+
+    from scripted_runtime.server import free_port
+
+    kwargs = engine_kwargs(topology)
+    port = free_port()
+    kwargs.update(host=HOST, port=port)
+    server_id = uuid.uuid4().hex
+    env = sglang_env(kwargs)
+    # /health answers from the server status alone (no probe generation) and
+    # turns 200 once launch_server's own warmup request has been served.
+    env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] = "0"
+    env[protocol.ENV_SERVER_ID] = server_id
+    env[protocol.ENV_HARNESS_PID] = str(os.getpid())
+    log = tempfile.NamedTemporaryFile(prefix="bench-server-", suffix=".log", delete=False)
+    url = f"http://{HOST}:{port}"
+    proc = subprocess.Popen([sys.executable, "-m", "scripted_runtime.launch", json.dumps(kwargs)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, cwd=str(ROOT))
+    try:
+        deadline = t0 + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"launch_server exited with {proc.returncode}; log {log.name}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"launch_server not healthy within {START_TIMEOUT_S:.0f}s; log {log.name}")
+            try:
+                if requests.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        emit("started", start_s=time.monotonic() - t0)
+
+        def generate(prompt_len: int, new_tokens: int) -> dict:
+            resp = requests.post(url + "/generate", json={
+                "input_ids": [1] * prompt_len,
+                "sampling_params": {"max_new_tokens": new_tokens, "ignore_eos": True}}, timeout=RUN_TIMEOUT_S)
+            resp.raise_for_status()
+            return resp.json()
+
+        short = plain_runs(generate, decode_tokens, short_runs)
+        t = time.monotonic()
+        out = generate(compare_scripts.DECODE_PROMPT_LEN, decode_tokens)
+        decode = {"plain": {"wall_s": time.monotonic() - t, "tokens": len(out["output_ids"])}}
+    finally:
+        # What an operator does: SIGTERM the server's group, wait until every
+        # process of it is gone (SIGKILL after a grace period).
+        t = time.monotonic()
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 30.0
+        while processes.pids_of_server(server_id) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        left = processes.kill_server(server_id, proc.pid, term_grace_s=0.0)
+        proc.wait(timeout=5)
+        shutdown_s = time.monotonic() - t
+    emit("shutdown", shutdown_s=shutdown_s, survived_sigkill=left)
+    await_parent()
+    return {"decode": decode, "short": short}
+
+
+SYSTEMS = {"harness": run_harness, "upstream": run_upstream, "engine": run_engine, "server": run_server}
+
+
+def main() -> None:
+    system, topology, decode_tokens, short_runs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    emit("result", **SYSTEMS[system](T0, topology, decode_tokens, short_runs))
+
+
+if __name__ == "__main__":
+    main()
