@@ -1,6 +1,6 @@
 """One system of bench/compare.py, in a fresh process:
 
-    python bench/compare_child.py SYSTEM TOPOLOGY DECODE_TOKENS SHORT_RUNS
+    python bench/compare_child.py SYSTEM TOPOLOGY DECODE_TOKENS SHORT_RUNS DECODE_RUNS [--paired]
 
 SYSTEM is ``harness`` (ours), ``upstream`` (SGLang's built-in
 ``sglang.test.scripted_runtime``), ``engine`` (plain ``sglang.Engine``) or
@@ -9,9 +9,18 @@ engine arguments and the same CPU enablement (``hooks/``); only ours has the
 scheduler hook. The child reports on stdout as ``@@ {json}`` lines:
 
 * ``started``  - seconds from the start call to "a script (or request) can go";
+* ``paired``   - (with ``--paired``) the work above is done; the child now
+  takes ``decode`` lines on stdin, answering each with a ``decoded`` event
+  (one decode; ours runs one per configuration, under ``configs``), until
+  ``end``; the parent freezes it in between;
+* ``quiet``    - all timed work is done and the server is still up; the child
+  waits for a line on stdin while the parent reads the tree's PSS (reading
+  ``smaps_rollup`` takes each process's mmap lock, so it is never done while
+  something is being timed);
 * ``shutdown`` - seconds the shutdown took; the child then waits for a line on
   stdin so the parent can look for processes left behind before it exits;
-* ``result``   - decode wall times and rates, per-script overhead samples.
+* ``result``   - ``DECODE_RUNS`` decode wall times per configuration (ours
+  interleaves its configurations run by run), per-script overhead samples.
 """
 from __future__ import annotations
 
@@ -43,8 +52,10 @@ HOST = "127.0.0.1"
 START_TIMEOUT_S = 600.0
 RUN_TIMEOUT_S = 300.0
 PARENT_ACK_TIMEOUT_S = 30.0
-# (name, invariants, trace) of our harness's decode runs: bare, invariants only, the default
-HARNESS_CONFIGS = (("bare", False, False), ("invariants", True, False), ("default", True, True))
+# Between paired decodes the parent keeps the child frozen while other
+# systems start (pp4: minutes); stdin EOF (the parent died) ends it at once.
+PAIRED_COMMAND_TIMEOUT_S = 1800.0
+PAIRED = "--paired" in sys.argv
 
 
 def emit(event: str, **fields) -> None:
@@ -52,8 +63,31 @@ def emit(event: str, **fields) -> None:
 
 
 def await_parent() -> None:
-    """Wait (bounded) for the parent's go-ahead after a shutdown report."""
-    select.select([sys.stdin], [], [], PARENT_ACK_TIMEOUT_S)
+    """Wait (bounded) for the parent's go-ahead after a ``quiet`` or
+    ``shutdown`` report."""
+    ready, _, _ = select.select([sys.stdin], [], [], PARENT_ACK_TIMEOUT_S)
+    if ready:
+        sys.stdin.readline()
+
+
+def paired_decodes(decode_once) -> None:
+    """Answer the parent's ``decode`` commands until ``end`` (or EOF, or no
+    command within PAIRED_COMMAND_TIMEOUT_S)."""
+    if not PAIRED:
+        return
+    emit("paired")
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], PAIRED_COMMAND_TIMEOUT_S)
+        line = sys.stdin.readline().strip() if ready else ""
+        if line != "decode":
+            return
+        emit("decoded", **decode_once())
+
+
+def checkpoint() -> None:
+    """Timed work done, server still up: let the parent take its readings."""
+    emit("quiet")
+    await_parent()
 
 
 def engine_kwargs(topology: str) -> dict:
@@ -87,27 +121,39 @@ def read_json(path: str) -> dict:
 
 
 # --- our harness ----------------------------------------------------------------
-def run_harness(t0: float, topology: str, decode_tokens: int, short_runs: int) -> dict:
+def run_harness(t0: float, topology: str, decode_tokens: int, short_runs: int, decode_runs: int) -> dict:
     from scripted_runtime import ScriptedServer
 
     server = ScriptedServer.start(topology=topology)
     emit("started", start_s=time.monotonic() - t0)
     out = tempfile.mktemp(suffix=".json")
-    decode = {}
+    decode = {name: [] for name in compare_scripts.HARNESS_CONFIGS}
     try:
         server.run(compare_scripts.short).raise_if_failed()  # first script: warm paths
-        for name, invariants, trace in HARNESS_CONFIGS:
-            server.run(compare_scripts.decode, decode_tokens, out, invariants=invariants, trace=trace,
-                       timeout=RUN_TIMEOUT_S).raise_if_failed()
-            decode[name] = read_json(out)
+        for _ in range(decode_runs):  # interleaved, so drift hits every configuration alike
+            for name, config in compare_scripts.HARNESS_CONFIGS.items():
+                server.run(compare_scripts.decode, decode_tokens, out, timeout=RUN_TIMEOUT_S,
+                           **config).raise_if_failed()
+                decode[name].append(read_json(out))
         short = {}
-        for name, invariants, trace in (HARNESS_CONFIGS[0], HARNESS_CONFIGS[2]):
+        for name in ("bare", "default"):
             samples = []
             for _ in range(short_runs):
                 t = time.monotonic()
-                server.run(compare_scripts.short, invariants=invariants, trace=trace).raise_if_failed()
+                server.run(compare_scripts.short, **compare_scripts.HARNESS_CONFIGS[name]).raise_if_failed()
                 samples.append(time.monotonic() - t)
             short[name] = samples
+
+        def decode_once() -> dict:
+            configs = {}
+            for name, config in compare_scripts.HARNESS_CONFIGS.items():
+                server.run(compare_scripts.decode, decode_tokens, out, timeout=RUN_TIMEOUT_S,
+                           **config).raise_if_failed()
+                configs[name] = read_json(out)
+            return {"configs": configs}
+
+        paired_decodes(decode_once)
+        checkpoint()
     finally:
         shutdown_s = server.shutdown()
     emit("shutdown", shutdown_s=shutdown_s)
@@ -116,7 +162,7 @@ def run_harness(t0: float, topology: str, decode_tokens: int, short_runs: int) -
 
 
 # --- SGLang's built-in harness ----------------------------------------------------
-def run_upstream(t0: float, topology: str, decode_tokens: int, short_runs: int) -> dict:
+def run_upstream(t0: float, topology: str, decode_tokens: int, short_runs: int, decode_runs: int) -> dict:
     kwargs = engine_kwargs(topology)
     os.environ.update(sglang_env(kwargs, upstream=True))
     import hooks
@@ -131,14 +177,23 @@ def run_upstream(t0: float, topology: str, decode_tokens: int, short_runs: int) 
     emit("started", start_s=time.monotonic() - t0)
     out = tempfile.mktemp(suffix=".json")
     try:
-        server.execute_script(compare_scripts.short)
-        server.execute_script(compare_scripts.decode, args=(decode_tokens, out), timeout_s=RUN_TIMEOUT_S)
-        decode = {"default": read_json(out)}
+        server.execute_script(compare_scripts.short)  # first script: warm paths
+        decode = {"default": []}
+        for _ in range(decode_runs):
+            server.execute_script(compare_scripts.decode, args=(decode_tokens, out), timeout_s=RUN_TIMEOUT_S)
+            decode["default"].append(read_json(out))
         samples = []
         for _ in range(short_runs):
             t = time.monotonic()
             server.execute_script(compare_scripts.short)
             samples.append(time.monotonic() - t)
+
+        def decode_once() -> dict:
+            server.execute_script(compare_scripts.decode, args=(decode_tokens, out), timeout_s=RUN_TIMEOUT_S)
+            return read_json(out)
+
+        paired_decodes(decode_once)
+        checkpoint()
     finally:
         t = time.monotonic()
         server.shutdown()
@@ -149,7 +204,7 @@ def run_upstream(t0: float, topology: str, decode_tokens: int, short_runs: int) 
 
 
 # --- plain Engine -----------------------------------------------------------------
-def run_engine(t0: float, topology: str, decode_tokens: int, short_runs: int) -> dict:
+def run_engine(t0: float, topology: str, decode_tokens: int, short_runs: int, decode_runs: int) -> dict:
     kwargs = engine_kwargs(topology)
     os.environ.update(sglang_env(kwargs))
     import hooks
@@ -165,10 +220,10 @@ def run_engine(t0: float, topology: str, decode_tokens: int, short_runs: int) ->
                                sampling_params={"max_new_tokens": new_tokens, "ignore_eos": True})
 
     try:
-        short = plain_runs(generate, decode_tokens, short_runs)
-        t = time.monotonic()
-        out = generate(compare_scripts.DECODE_PROMPT_LEN, decode_tokens)
-        decode = {"plain": {"wall_s": time.monotonic() - t, "tokens": len(out["output_ids"])}}
+        short = plain_runs(generate, short_runs)
+        decode = plain_decodes(generate, decode_tokens, decode_runs)
+        paired_decodes(lambda: plain_decodes(generate, decode_tokens, 1)["plain"][0])
+        checkpoint()
     finally:
         t = time.monotonic()
         engine.shutdown()
@@ -178,7 +233,7 @@ def run_engine(t0: float, topology: str, decode_tokens: int, short_runs: int) ->
     return {"decode": decode, "short": short}
 
 
-def plain_runs(generate, decode_tokens: int, short_runs: int) -> dict:
+def plain_runs(generate, short_runs: int) -> dict:
     """The short script's request sent ``short_runs`` times (after one to warm
     up): what a script costs with no harness at all."""
     generate(compare_scripts.SHORT_PROMPT_LEN, compare_scripts.SHORT_NEW_TOKENS)
@@ -190,8 +245,18 @@ def plain_runs(generate, decode_tokens: int, short_runs: int) -> dict:
     return {"plain": samples}
 
 
+def plain_decodes(generate, decode_tokens: int, decode_runs: int) -> dict:
+    """The decode script's request alone, ``decode_runs`` times."""
+    runs = []
+    for _ in range(decode_runs):
+        t = time.monotonic()
+        out = generate(compare_scripts.DECODE_PROMPT_LEN, decode_tokens)
+        runs.append({"wall_s": time.monotonic() - t, "tokens": len(out["output_ids"])})
+    return {"plain": runs}
+
+
 # --- plain launch_server ------------------------------------------------------------
-def run_server(t0: float, topology: str, decode_tokens: int, short_runs: int) -> dict:
+def run_server(t0: float, topology: str, decode_tokens: int, short_runs: int, decode_runs: int) -> dict:
     import requests
 
     from scripted_runtime.server import free_port
@@ -233,10 +298,10 @@ def run_server(t0: float, topology: str, decode_tokens: int, short_runs: int) ->
             resp.raise_for_status()
             return resp.json()
 
-        short = plain_runs(generate, decode_tokens, short_runs)
-        t = time.monotonic()
-        out = generate(compare_scripts.DECODE_PROMPT_LEN, decode_tokens)
-        decode = {"plain": {"wall_s": time.monotonic() - t, "tokens": len(out["output_ids"])}}
+        short = plain_runs(generate, short_runs)
+        decode = plain_decodes(generate, decode_tokens, decode_runs)
+        paired_decodes(lambda: plain_decodes(generate, decode_tokens, 1)["plain"][0])
+        checkpoint()
     finally:
         # What an operator does: SIGTERM the server's group, wait until every
         # process of it is gone (SIGKILL after a grace period).
@@ -260,8 +325,13 @@ SYSTEMS = {"harness": run_harness, "upstream": run_upstream, "engine": run_engin
 
 
 def main() -> None:
-    system, topology, decode_tokens, short_runs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    emit("result", **SYSTEMS[system](T0, topology, decode_tokens, short_runs))
+    argv = [a for a in sys.argv[1:] if a != "--paired"]
+    if len(argv) != 5 or argv[0] not in SYSTEMS:
+        sys.exit(f"usage: compare_child.py {{{','.join(SYSTEMS)}}} TOPOLOGY DECODE_TOKENS SHORT_RUNS DECODE_RUNS "
+                 f"[--paired] (got {sys.argv[1:]})")
+    system, topology = argv[0], argv[1]
+    decode_tokens, short_runs, decode_runs = (int(a) for a in argv[2:5])
+    emit("result", **SYSTEMS[system](T0, topology, decode_tokens, short_runs, decode_runs))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,14 @@ from __future__ import annotations
 import json
 import time
 
+# How our harness runs the decode script in the benches: invariants off and no
+# trace; invariants on; what ``scripted-runtime run`` does (invariants and trace).
+HARNESS_CONFIGS = {
+    "bare": {"invariants": False, "trace": False},
+    "invariants": {"invariants": True, "trace": False},
+    "default": {"invariants": True, "trace": True},
+}
+
 DECODE_PROMPT_LEN = 16
 SHORT_PROMPT_LEN = 100  # two 64-token prefill chunks
 SHORT_NEW_TOKENS = 2

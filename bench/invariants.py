@@ -16,6 +16,7 @@ median ratio to ``bare`` (target: invariants >= 0.90).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -25,27 +26,26 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from foundation import decode_script  # noqa: E402
+import tempfile  # noqa: E402
+
+from compare_scripts import HARNESS_CONFIGS as CONFIGS, decode  # noqa: E402
 
 from scripted_runtime import ScriptedServer  # noqa: E402
-
-CONFIGS = {
-    "bare": {"invariants": False, "trace": False},
-    "invariants": {"invariants": True, "trace": False},
-    "default": {"invariants": True, "trace": True},
-}
 
 
 def measure(topology: str, n: int, repeat: int) -> dict:
     print(f"[bench] {topology}: starting server...", file=sys.stderr, flush=True)
     server = ScriptedServer.start(topology=topology)
+    out = tempfile.mktemp(suffix=".json")
     try:
-        server.run(decode_script, 8).raise_if_failed()  # warm up
+        server.run(decode, 8, out).raise_if_failed()  # warm up
         rates = {name: [] for name in CONFIGS}
         for i in range(repeat):
             for name, cfg in CONFIGS.items():
-                v = server.run(decode_script, n, **cfg).raise_if_failed().value
-                rates[name].append(v["decode_steps"] / v["decode_s"])
+                server.run(decode, n, out, **cfg).raise_if_failed()
+                with open(out) as f:
+                    v = json.load(f)
+                rates[name].append(v["steps"] / v["wall_s"])
             print(f"[bench] {topology}: round {i + 1}/{repeat}: "
                   + ", ".join(f"{k} {r[-1]:.0f}" for k, r in rates.items()), file=sys.stderr, flush=True)
         return rates
