@@ -70,6 +70,11 @@ LABELS = {"harness": "harness", "upstream": "upstream harness", "server": "plain
           "engine": "plain Engine"}
 CHILD_TIMEOUT_S = 1800.0
 SAMPLE_EVERY_S = 0.25
+# After SIGCONT a server's wall-clock timers fire at once (uvicorn closes the
+# keep-alive connections it held): a request sent in that instant on a reused
+# connection was lost, and SGLang's own harness waited 60 s for an abort that
+# never came. Let a thawed tree settle before its turn (not timed).
+THAW_SETTLE_S = 1.0
 PAIRED_MEM_HEADROOM_MIB = 3000.0  # never let the live trees leave less than this available
 # PSS of one system's process tree before a repeat has measured it (this box:
 # 2.4-2.9 GiB at pp=1, 4.9-5.3 GiB at pp=4), with room to spare
@@ -247,6 +252,10 @@ class Child:
             if event == until:
                 return msg
 
+    def thaw(self) -> None:
+        self.signal_tree(signal.SIGCONT)
+        time.sleep(THAW_SETTLE_S)
+
     def signal_tree(self, sig: int) -> None:
         """SIGSTOP / SIGCONT every process of the child's tree (the servers
         sit in process groups of their own)."""
@@ -336,38 +345,59 @@ def run_repeat(systems: List[str], topology: str, decode_tokens: int, short_runs
     if paired_rounds > 0:
         print(f"[bench] repeat {repeat}, {topology}: paired decodes by {', '.join(pairing) or 'nobody'} "
               f"(a tree ~{tree_mib:.0f} MiB, {mem_available_mib():.0f} MiB available)", file=sys.stderr, flush=True)
+
+    def failed(child: Child, exc: BaseException) -> None:
+        """A system that fails is reported in the table's notes; the repeat goes on."""
+        child.kill()
+        if child in live:
+            live.remove(child)
+        log = ""
+        try:
+            log = child.stderr_path.read_text(errors="replace").strip().splitlines()[-1]
+        except (OSError, IndexError):
+            pass
+        out[(child.system, topology)] = {**child.report, "failed": f"{type(exc).__name__}: {exc}".splitlines()[0]
+                                         + (f" (last log line: {log})" if log else "")}
+        print(f"[bench]   {child.name()} FAILED: {out[(child.system, topology)]['failed']}", file=sys.stderr,
+              flush=True)
+
     try:
         for system in systems:
             print(f"[bench] repeat {repeat}, {topology}, {LABELS[system]}", file=sys.stderr, flush=True)
             child = Child(system, topology, decode_tokens, short_runs, decode_runs, paired=system in pairing)
-            if system in pairing:
-                if child.next_event("paired") is None:
-                    out[(system, topology)] = child.finish()  # raises with the child's log
-                    continue
-                if mem_available_mib() < PAIRED_MEM_HEADROOM_MIB + tree_mib:
+            try:
+                if system not in pairing or child.next_event("paired") is None:
+                    out[(system, topology)] = child.finish()  # raises with the child's log on failure
+                elif mem_available_mib() < PAIRED_MEM_HEADROOM_MIB + tree_mib:
                     print(f"[bench]   {child.name()}: {mem_available_mib():.0f} MiB left, runs unpaired",
                           file=sys.stderr, flush=True)
                     child.send("end")
                     out[(system, topology)] = child.finish()
-                    continue
-                child.signal_tree(signal.SIGSTOP)
-                live.append(child)
-            else:
-                out[(system, topology)] = child.finish()
+                else:
+                    child.signal_tree(signal.SIGSTOP)
+                    live.append(child)
+            except (RuntimeError, TimeoutError, OSError) as exc:
+                failed(child, exc)
         for r in range(paired_rounds if len(live) >= 2 else 0):
-            turn = live[r % len(live):] + live[:r % len(live)] if live else []
+            turn = live[r % len(live):] + live[:r % len(live)]
             for child in turn:
-                child.signal_tree(signal.SIGCONT)
-                child.send("decode")
-                msg = child.next_event("decoded")
-                if msg is None:
-                    raise RuntimeError(f"{child.name()} ended during the paired decodes; log {child.stderr_path}")
-                child.report.setdefault("paired", []).append(msg)
-                child.signal_tree(signal.SIGSTOP)
-        for child in live:
-            child.signal_tree(signal.SIGCONT)
-            child.send("end")
-            out[(child.system, topology)] = child.finish()
+                try:
+                    child.thaw()
+                    child.send("decode")
+                    msg = child.next_event("decoded")
+                    if msg is None:
+                        raise RuntimeError("it ended during the paired decodes")
+                    child.report.setdefault("paired", []).append(msg)
+                    child.signal_tree(signal.SIGSTOP)
+                except (RuntimeError, TimeoutError, OSError) as exc:
+                    failed(child, exc)
+        for child in list(live):
+            try:
+                child.thaw()
+                child.send("end")
+                out[(child.system, topology)] = child.finish()
+            except (RuntimeError, TimeoutError, OSError) as exc:
+                failed(child, exc)
         return out
     finally:
         for child in live:
@@ -598,6 +628,7 @@ def main() -> None:
             run.update(run_repeat(order, t, decode_tokens_for(t, args.decode_steps), args.short_runs,
                                   args.decode_runs, args.paired_rounds, i + 1, tree_mib_estimate(runs + [run], t)))
         runs.append(run)
+        write_json(args.json, runs, {})  # what was measured survives a later failure
 
     explore: Dict[str, List[float]] = {}
     if args.explore_seconds > 0:
@@ -608,8 +639,16 @@ def main() -> None:
           f"{os.cpu_count()} cores ({platform.machine()}), tiny Qwen2 on CPU, {args.repeat} repeats, "
           f"median (min..max); {time.monotonic() - t_all:.0f} s in all\n")
     print(table(runs, topologies, explore, args))
-    if args.json:
-        Path(args.json).write_text(json.dumps(
+    failures = [f"repeat {i + 1}, {LABELS[s]} on {t}: {rep['failed']}"
+                for i, run in enumerate(runs) for (s, t), rep in run.items() if rep.get("failed")]
+    if failures:
+        print("\nFailed (left out of that repeat's figures):\n" + "\n".join(f"* {f}" for f in failures))
+    write_json(args.json, runs, explore)
+
+
+def write_json(path: Optional[str], runs: List[dict], explore: Dict[str, List[float]]) -> None:
+    if path:
+        Path(path).write_text(json.dumps(
             {"runs": [{f"{s}/{t}": rep for (s, t), rep in run.items()} for run in runs], "explore": explore},
             indent=1))
 
