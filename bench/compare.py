@@ -60,8 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import explore as explore_bench  # noqa: E402
-from explore import TARGETS as EXPLORE_TARGETS  # noqa: E402  (issue 5's programs/min targets)
+import explore as explore_bench  # noqa: E402  (its runs, and issue 5's programs/min TARGETS)
 from hooks import sglang_compat  # noqa: E402
 from scripted_runtime import engine_config  # noqa: E402
 
@@ -142,11 +141,9 @@ def rss_mib(pids) -> float:
 def memory_mib(pids) -> Tuple[float, float]:
     """(RSS, PSS) sums. PSS reads ``smaps_rollup``, which locks and walks each
     process's address space: only at quiet points, never while timing."""
-    rss = pss = 0
+    pss = 0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/statm") as f:
-                rss += int(f.read().split()[1]) * PAGE
             with open(f"/proc/{pid}/smaps_rollup") as f:
                 for line in f:
                     if line.startswith("Pss:"):
@@ -154,7 +151,7 @@ def memory_mib(pids) -> Tuple[float, float]:
                         break
         except (OSError, ValueError, IndexError):
             continue
-    return rss / 2**20, pss / 2**20
+    return rss_mib(pids), pss / 2**20
 
 
 class TreeSampler(threading.Thread):
@@ -291,11 +288,6 @@ class Child:
             kill_all(list(descendants(self.proc.pid)))
             self.proc.wait(timeout=10)
         self.sampler.stop()
-
-
-def run_child(system: str, topology: str, decode_tokens: int, short_runs: int, decode_runs: int = 1) -> dict:
-    """Run one system alone in a fresh process; returns its report plus tree figures."""
-    return Child(system, topology, decode_tokens, short_runs, decode_runs, paired=False).finish()
 
 
 def mem_available_mib() -> float:
@@ -453,18 +445,13 @@ def per_repeat(runs, a_sys, b_sys, topology, key_a, key_b=None) -> List[float]:
     return out
 
 
-def _decode_runs(rep: dict, config: str) -> List[dict]:
-    runs = rep["decode"][config]
-    return runs if isinstance(runs, list) else [runs]
-
-
 def tokens_per_s(config: str):
     """Median decode rate of one system's runs in one repeat."""
-    return lambda rep: statistics.median(r["tokens"] / r["wall_s"] for r in _decode_runs(rep, config))
+    return lambda rep: statistics.median(r["tokens"] / r["wall_s"] for r in rep["decode"][config])
 
 
 def steps_per_s(config: str):
-    return lambda rep: statistics.median(r["steps"] / r["wall_s"] for r in _decode_runs(rep, config))
+    return lambda rep: statistics.median(r["steps"] / r["wall_s"] for r in rep["decode"][config])
 
 
 def short_median(config: str):
@@ -588,7 +575,7 @@ def table(runs: List[dict], topologies: List[str], explore: Dict[str, List[float
         row(t, "PSS of the process tree after the timed work (MiB)",
             {s: (lambda rep: rep["quiet_pss_mib"]) for s in SYSTEMS}, "{:.0f}")
         if t in explore:
-            bound = EXPLORE_TARGETS.get(t)
+            bound = explore_bench.TARGETS.get(t)
             rows.append(f"| {t} | exploration programs/min ({args.explore_seconds:.0f} s runs) | "
                         f"{spread(explore[t], '{:.0f}')} | n/a (no explorer) | | | | | | "
                         f"{f'>= {bound}' if bound else ''} | "

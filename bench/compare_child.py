@@ -127,14 +127,22 @@ def run_harness(t0: float, topology: str, decode_tokens: int, short_runs: int, d
     server = ScriptedServer.start(topology=topology)
     emit("started", start_s=time.monotonic() - t0)
     out = tempfile.mktemp(suffix=".json")
+
+    def decode_once() -> dict:
+        """One decode per configuration, back to back."""
+        configs = {}
+        for name, config in compare_scripts.HARNESS_CONFIGS.items():
+            server.run(compare_scripts.decode, decode_tokens, out, timeout=RUN_TIMEOUT_S,
+                       **config).raise_if_failed()
+            configs[name] = read_json(out)
+        return {"configs": configs}
+
     decode = {name: [] for name in compare_scripts.HARNESS_CONFIGS}
     try:
         server.run(compare_scripts.short).raise_if_failed()  # first script: warm paths
         for _ in range(decode_runs):  # interleaved, so drift hits every configuration alike
-            for name, config in compare_scripts.HARNESS_CONFIGS.items():
-                server.run(compare_scripts.decode, decode_tokens, out, timeout=RUN_TIMEOUT_S,
-                           **config).raise_if_failed()
-                decode[name].append(read_json(out))
+            for name, result in decode_once()["configs"].items():
+                decode[name].append(result)
         short = {}
         for name in ("bare", "default"):
             samples = []
@@ -143,15 +151,6 @@ def run_harness(t0: float, topology: str, decode_tokens: int, short_runs: int, d
                 server.run(compare_scripts.short, **compare_scripts.HARNESS_CONFIGS[name]).raise_if_failed()
                 samples.append(time.monotonic() - t)
             short[name] = samples
-
-        def decode_once() -> dict:
-            configs = {}
-            for name, config in compare_scripts.HARNESS_CONFIGS.items():
-                server.run(compare_scripts.decode, decode_tokens, out, timeout=RUN_TIMEOUT_S,
-                           **config).raise_if_failed()
-                configs[name] = read_json(out)
-            return {"configs": configs}
-
         paired_decodes(decode_once)
         checkpoint()
     finally:
@@ -176,22 +175,19 @@ def run_upstream(t0: float, topology: str, decode_tokens: int, short_runs: int, 
     server = ScriptedHttpServer.start(**kwargs)
     emit("started", start_s=time.monotonic() - t0)
     out = tempfile.mktemp(suffix=".json")
+
+    def decode_once() -> dict:
+        server.execute_script(compare_scripts.decode, args=(decode_tokens, out), timeout_s=RUN_TIMEOUT_S)
+        return read_json(out)
+
     try:
         server.execute_script(compare_scripts.short)  # first script: warm paths
-        decode = {"default": []}
-        for _ in range(decode_runs):
-            server.execute_script(compare_scripts.decode, args=(decode_tokens, out), timeout_s=RUN_TIMEOUT_S)
-            decode["default"].append(read_json(out))
+        decode = {"default": [decode_once() for _ in range(decode_runs)]}
         samples = []
         for _ in range(short_runs):
             t = time.monotonic()
             server.execute_script(compare_scripts.short)
             samples.append(time.monotonic() - t)
-
-        def decode_once() -> dict:
-            server.execute_script(compare_scripts.decode, args=(decode_tokens, out), timeout_s=RUN_TIMEOUT_S)
-            return read_json(out)
-
         paired_decodes(decode_once)
         checkpoint()
     finally:
@@ -220,16 +216,23 @@ def run_engine(t0: float, topology: str, decode_tokens: int, short_runs: int, de
                                sampling_params={"max_new_tokens": new_tokens, "ignore_eos": True})
 
     try:
-        short = plain_runs(generate, short_runs)
-        decode = plain_decodes(generate, decode_tokens, decode_runs)
-        paired_decodes(lambda: plain_decodes(generate, decode_tokens, 1)["plain"][0])
-        checkpoint()
+        work = plain_work(generate, decode_tokens, short_runs, decode_runs)
     finally:
         t = time.monotonic()
         engine.shutdown()
         shutdown_s = time.monotonic() - t
     emit("shutdown", shutdown_s=shutdown_s)
     await_parent()
+    return work
+
+
+def plain_work(generate, decode_tokens: int, short_runs: int, decode_runs: int) -> dict:
+    """What a plain system does between start and shutdown: the short
+    request, the decodes alone, the paired decodes, the quiet checkpoint."""
+    short = plain_runs(generate, short_runs)
+    decode = {"plain": [plain_decode(generate, decode_tokens) for _ in range(decode_runs)]}
+    paired_decodes(lambda: plain_decode(generate, decode_tokens))
+    checkpoint()
     return {"decode": decode, "short": short}
 
 
@@ -245,14 +248,11 @@ def plain_runs(generate, short_runs: int) -> dict:
     return {"plain": samples}
 
 
-def plain_decodes(generate, decode_tokens: int, decode_runs: int) -> dict:
-    """The decode script's request alone, ``decode_runs`` times."""
-    runs = []
-    for _ in range(decode_runs):
-        t = time.monotonic()
-        out = generate(compare_scripts.DECODE_PROMPT_LEN, decode_tokens)
-        runs.append({"wall_s": time.monotonic() - t, "tokens": len(out["output_ids"])})
-    return {"plain": runs}
+def plain_decode(generate, decode_tokens: int) -> dict:
+    """The decode script's request alone, once."""
+    t = time.monotonic()
+    out = generate(compare_scripts.DECODE_PROMPT_LEN, decode_tokens)
+    return {"wall_s": time.monotonic() - t, "tokens": len(out["output_ids"])}
 
 
 # --- plain launch_server ------------------------------------------------------------
@@ -298,10 +298,7 @@ def run_server(t0: float, topology: str, decode_tokens: int, short_runs: int, de
             resp.raise_for_status()
             return resp.json()
 
-        short = plain_runs(generate, short_runs)
-        decode = plain_decodes(generate, decode_tokens, decode_runs)
-        paired_decodes(lambda: plain_decodes(generate, decode_tokens, 1)["plain"][0])
-        checkpoint()
+        work = plain_work(generate, decode_tokens, short_runs, decode_runs)
     finally:
         # What an operator does: SIGTERM the server's group, wait until every
         # process of it is gone (SIGKILL after a grace period).
@@ -318,7 +315,7 @@ def run_server(t0: float, topology: str, decode_tokens: int, short_runs: int, de
         shutdown_s = time.monotonic() - t
     emit("shutdown", shutdown_s=shutdown_s, survived_sigkill=left)
     await_parent()
-    return {"decode": decode, "short": short}
+    return work
 
 
 SYSTEMS = {"harness": run_harness, "upstream": run_upstream, "engine": run_engine, "server": run_server}

@@ -19,14 +19,13 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-
-import tempfile  # noqa: E402
 
 from compare_scripts import HARNESS_CONFIGS as CONFIGS, decode  # noqa: E402
 
