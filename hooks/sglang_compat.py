@@ -314,14 +314,18 @@ def allocator_free_index_parts(allocator: Any) -> Optional[List[Any]]:
     """Every free KV token index of the allocator, as the tensors that hold
     them (``free_pages`` and ``release_pages``; not concatenated: the caller
     marks them one by one, and a cat per iteration costs more than it saves),
-    or None when this allocator's free list is not readable."""
+    or None when this allocator's free list is not readable. The tensors are
+    replaced, never written in place (``alloc`` keeps a suffix view,
+    ``free`` concatenates): the invariants' incremental count relies on it.
+    Read after every iteration, so it keeps to a few calls."""
     import torch
 
+    tensor = torch.Tensor
     parts = [p for p in (getattr(allocator, "free_pages", None), getattr(allocator, "release_pages", None))
-             if isinstance(p, torch.Tensor)]
+             if isinstance(p, tensor)]
     if not parts:
         return None
-    page_size = int(getattr(allocator, "page_size", 1) or 1)
+    page_size = getattr(allocator, "page_size", 1) or 1
     if page_size == 1:
         return parts
     offsets = torch.arange(page_size, dtype=parts[0].dtype, device=parts[0].device)

@@ -184,6 +184,40 @@ def test_slot_ownership_sees_free_list_changes_across_iterations_of_one_run():
     assert check(s, memory=memory) is None
 
 
+def test_slot_ownership_follows_kv_free_list_changes_across_iterations_of_one_run():
+    """The free-KV counts are kept between iterations and updated from what
+    changed: an alloc (a suffix view of the same tensor) uncounts only its
+    prefix; a free (a new tensor from torch.cat) recounts. Every change must
+    still be seen, including an index freed twice, once in each part."""
+    req = FakeReq("a", row=1, allocated=10)  # KV 0..9
+    s = FakeScheduler(reqs=[req])
+    alloc = s.token_to_kv_pool_allocator
+    memory = invariants.InvariantMemory()
+    check_ = lambda: check(s, disabled=["pool_accounting"], memory=memory)  # noqa: E731
+    assert check_() is None
+    # decode: the request takes index 10 (alloc pops the head of free_pages)
+    taken, alloc.free_pages = alloc.free_pages[:1], alloc.free_pages[1:]
+    req.kv.kv_allocated_len = 11
+    s.req_to_token_pool.req_to_token[1, 10] = int(taken)
+    assert check_() is None
+    assert memory.free_kv.counts[10] == 0 and memory.free_kv.counts[11] == 1
+    # a bug frees the live index 3 (free appends: a new tensor)
+    alloc.free_pages = torch.cat([alloc.free_pages, torch.tensor([3])])
+    v = check_()
+    assert v.invariant == "slot_ownership" and "KV indices [3] of live request a" in v.message
+    # the next alloc hands 11 out (a suffix view again): 3 is still free and still caught
+    alloc.free_pages = alloc.free_pages[1:]
+    assert "KV indices [3]" in check_().message
+    # index 5 freed twice, once in each part; one alloc of it leaves it free in the other
+    alloc.free_pages = torch.cat([torch.tensor([5]), torch.arange(12, TOTAL)])
+    alloc.release_pages = torch.tensor([5])
+    assert "KV indices [5]" in check_().message
+    alloc.free_pages = alloc.free_pages[1:]
+    assert "KV indices [5]" in check_().message
+    alloc.release_pages = torch.empty(0, dtype=torch.int64)  # merged away
+    assert check_() is None
+
+
 def test_slot_ownership_kv_index_beyond_the_pool_size_is_still_checked():
     s = FakeScheduler(reqs=[FakeReq("a", row=1, allocated=10)])
     s.req_to_token_pool.req_to_token[1, 0] = TOTAL + 50  # past size + a page: the mask grows
