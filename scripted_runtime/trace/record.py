@@ -4,8 +4,8 @@ launched and the control answers it produced, the state it left behind,
 the windows open and the invariant verdict at the start of iteration N+1,
 and the operations the script injected right after (processed in N+1).
 
-The file is flushed after every line, so a scheduler crash leaves the trace
-up to the step before it.
+Every line goes to the file in its own unbuffered write, so a scheduler
+crash leaves the trace up to the step before it.
 """
 from __future__ import annotations
 
@@ -17,6 +17,17 @@ from scripted_runtime import state
 from scripted_runtime.context import radix
 
 FORMAT_VERSION = 1
+
+try:  # a dependency of SGLang itself (its HTTP server answers with it): ~14x faster than json
+    import orjson
+
+    def encode_line(obj: Dict[str, Any]) -> bytes:
+        return orjson.dumps(obj, default=str, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
+except ImportError:  # pragma: no cover - every SGLang release the harness supports has it
+    _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)  # built once, not per call
+
+    def encode_line(obj: Dict[str, Any]) -> bytes:
+        return (_ENCODER.encode(obj) + "\n").encode()
 
 
 def _rid(req: Any) -> str:
@@ -79,7 +90,8 @@ class TraceWriter:
 
     def __init__(self, path: Optional[str], keep: int = 64) -> None:
         self.path = path
-        self._f = open(path, "w", encoding="utf-8") if path else None
+        # Unbuffered binary: one write() system call per line and no flush.
+        self._f = open(path, "wb", buffering=0) if path else None
         self.keep = keep
         self.recent: List[Dict[str, Any]] = []
         self.header: Dict[str, Any] = {}
@@ -96,9 +108,7 @@ class TraceWriter:
 
     def _write(self, obj: Dict[str, Any]) -> None:
         if self._f is not None:
-            self._f.write(json.dumps(obj, separators=(",", ":"), default=str))
-            self._f.write("\n")
-            self._f.flush()
+            self._f.write(encode_line(obj))
 
     def close(self) -> None:
         if self._f is not None:
