@@ -35,6 +35,7 @@ from scripted_runtime.step_observer import StepObserver
 
 WARMUP_TIMEOUT_S = 180.0
 RESET_MAX_STEPS = 400
+CANCEL_POLL_S = 0.01  # how often a running script looks for the harness's Cancel
 ENV_EXPECT_WARMUP = "SCRIPTED_RUNTIME_EXPECT_WARMUP"
 
 
@@ -75,17 +76,17 @@ class Driver:
     def on_run_batch(self, batch: Any) -> None:
         mode = getattr(getattr(batch, "forward_mode", None), "name", None)
         chunked = getattr(self.scheduler, "chunked_req", None)
-        self.tracker.on_batch(batch)
-        in_flight = self._in_flight_rows()
+        reqs = batch.reqs
+        self.tracker.on_batch(reqs)
         self.batch_log.append(
             BatchRecord(
-                step=self.step,
-                slot=state.pp_slot(self.scheduler),
-                mode=mode.lower() if mode else None,
-                rids=tuple(r.rid for r in batch.reqs),
-                chunked_rid=chunked.rid if chunked is not None else None,
-                rows=tuple(state.req_pool_idx(r) for r in batch.reqs),
-                in_flight=in_flight,
+                self.step,
+                state.pp_slot(self.scheduler),
+                mode.lower() if mode else None,
+                tuple([r.rid for r in reqs]),
+                chunked.rid if chunked is not None else None,
+                tuple([state.req_pool_idx(r) for r in reqs]),
+                self._in_flight_rows(),
             )
         )
 
@@ -94,9 +95,12 @@ class Driver:
         recorded at their own launch: a finished request has given its row up
         by now, and reading the batch's index tensor would sync the device on
         this hot path."""
+        queued = state.result_queue_batches(self.scheduler)
+        if not queued:
+            return ()
         out = []
-        for batch in state.result_queue_batches(self.scheduler):
-            rids = tuple(r.rid for r in batch.reqs)
+        for batch in queued:
+            rids = tuple([r.rid for r in batch.reqs])
             launched = next((rec for rec in reversed(self.batch_log) if rec.rids == rids), None)
             if launched is not None:
                 out.extend((rid, row) for rid, row in zip(launched.rids, launched.rows) if row is not None)
@@ -263,6 +267,7 @@ class Driver:
             )
         self._script_gen = gen
         deadline = started + cmd.timeout_s
+        next_cancel_poll = 0.0
         while True:
             self.observer.observe_windows()
             finished = False
@@ -290,14 +295,17 @@ class Driver:
             if finished:
                 return done(True, value=value, reset_steps=reset_steps)
             problem = None
+            now = time.monotonic()
             if self.step >= cmd.max_steps:
                 problem = f"StepBudgetExceeded: script still running after {cmd.max_steps} steps"
-            elif time.monotonic() > deadline:
+            elif now > deadline:
                 problem = f"ScriptTimeout: script still running after {cmd.timeout_s:.0f}s"
-            elif self._sock.poll(0):
-                msg = self._sock.recv_pyobj()
-                if isinstance(msg, protocol.Cancel):
-                    problem = f"Cancelled: {msg.reason}"
+            elif now >= next_cancel_poll:  # a socket poll every iteration costs more than the wait
+                next_cancel_poll = now + CANCEL_POLL_S
+                if self._sock.poll(0):
+                    msg = self._sock.recv_pyobj()
+                    if isinstance(msg, protocol.Cancel):
+                        problem = f"Cancelled: {msg.reason}"
             if problem:
                 stack = script_stack(gen)
                 gen.close()

@@ -22,6 +22,9 @@ class ArrivalTimeout(TimeoutError):
     pass
 
 
+_NOTHING_BUFFERED = zmq.Again("scripted-runtime inbox: no frame buffered")
+
+
 class TokenizerInbox:
     def __init__(self, socket: zmq.Socket) -> None:
         self._socket = socket
@@ -32,17 +35,19 @@ class TokenizerInbox:
         self._work_types = sglang_compat.work_request_type_names()
 
     # --- the socket API the scheduler uses -------------------------------
+    # The scheduler reads until zmq.Again on every iteration, so the empty
+    # case is the hot one: one EVENTS read and a pre-built exception.
     def recv(self, flags: int = 0, copy: bool = True, track: bool = False) -> bytes:
         self._drain()
         if self._buffer:
             return self._buffer.popleft()[0]
-        raise zmq.Again("scripted-runtime inbox: no frame buffered")
+        raise _NOTHING_BUFFERED.with_traceback(None)
 
     def recv_pyobj(self, flags: int = 0) -> Any:
         self._drain()
         if self._buffer:
             return pickle.loads(self._buffer.popleft()[0])
-        raise zmq.Again("scripted-runtime inbox: no frame buffered")
+        raise _NOTHING_BUFFERED.with_traceback(None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._socket, name)
@@ -78,12 +83,13 @@ class TokenizerInbox:
                     "failed or the tokenizer manager may be blocked (e.g. an "
                     "update_weights holding its writer lock)."
                 )
-            time.sleep(0.002)
+            self._socket.poll(2)  # wakes as soon as a frame arrives; 2 ms to re-check already_arrived
 
     def _drain(self) -> None:
-        while True:
+        socket = self._socket
+        while socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # cheaper than a recv that raises
             try:
-                raw = self._socket.recv(zmq.NOBLOCK)
+                raw = socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
             obj = sglang_compat.decode_ipc_frame(raw)

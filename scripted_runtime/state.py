@@ -11,14 +11,15 @@ says so.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from hooks import sglang_compat
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(NamedTuple):
+    """One place that holds requests. A named tuple, not a dataclass: the
+    scan builds several per iteration on the scheduler's hot path."""
+
     label: str  # e.g. "running_batch", "mbs[2]", "result_queue[0]", "waiting_queue"
     batch: Any  # the ScheduleBatch, or None for chunked_req / waiting_queue
     reqs: Tuple[Any, ...]
@@ -56,6 +57,22 @@ def holders(s: Any) -> List[Holder]:
     return out
 
 
+def request_batches(s: Any, slots: Tuple[str, ...] = ("mbs", "last_mbs", "running_mbs")):
+    """(label, batch) of every batch ``holders`` lists, in its order, PP slots
+    limited to ``slots``; ``label`` is a function (the f-string is built only
+    when a caller reports the place)."""
+    for name in ("running_batch", "last_batch"):
+        batch = getattr(s, name, None)
+        if batch is not None:
+            yield (lambda name=name: name), batch
+    for i, batch in enumerate(result_queue_batches(s)):
+        yield (lambda i=i: f"result_queue[{i}]"), batch
+    for slot_name in slots:
+        for i, batch in enumerate(getattr(s, slot_name, None) or ()):
+            if batch is not None:
+                yield (lambda slot_name=slot_name, i=i: f"{slot_name}[{i}]"), batch
+
+
 def iter_reqs(s: Any) -> Iterator[Any]:
     seen = set()
     for holder in holders(s):
@@ -66,7 +83,29 @@ def iter_reqs(s: Any) -> Iterator[Any]:
 
 
 def find_req(s: Any, rid: str) -> Optional[Any]:
-    for req in iter_reqs(s):
+    """The held request with this rid (the first place ``holders`` lists).
+    Read by a script's ``handle.finished`` every step, so it walks the
+    places directly instead of building the holder list."""
+    for name in ("running_batch", "last_batch"):
+        batch = getattr(s, name, None)
+        if batch is not None:
+            for req in getattr(batch, "reqs", None) or ():
+                if req.rid == rid:
+                    return req
+    chunked = getattr(s, "chunked_req", None)
+    if chunked is not None and chunked.rid == rid:
+        return chunked
+    for batch in result_queue_batches(s):
+        for req in getattr(batch, "reqs", None) or ():
+            if req.rid == rid:
+                return req
+    for slots in ("mbs", "last_mbs", "running_mbs"):
+        for batch in getattr(s, slots, None) or ():
+            if batch is not None:
+                for req in getattr(batch, "reqs", None) or ():
+                    if req.rid == rid:
+                        return req
+    for req in getattr(s, "waiting_queue", ()) or ():
         if req.rid == rid:
             return req
     return None
@@ -141,19 +180,26 @@ def kv_allocated_len(req: Any) -> int:
 
 
 def engine_stats(s: Any) -> Dict[str, int]:
+    stats = pool_stats(s)
+    stats["tree_tokens"] = int(_call_or(s.tree_cache, "total_size", 0))
+    return stats
+
+
+def pool_stats(s: Any) -> Dict[str, int]:
+    """``engine_stats`` less ``tree_tokens`` (which may walk the tree): what
+    the invariants and the trace read after every iteration."""
     allocator = s.token_to_kv_pool_allocator
     tree = s.tree_cache
-    stats = {
+    pool = s.req_to_token_pool
+    return {
         "kv_pool_free": int(allocator.available_size()),
         "kv_pool_total": int(getattr(allocator, "size", 0)),
-        "req_pool_free": int(s.req_to_token_pool.available_size()),
-        "req_pool_total": int(s.req_to_token_pool.size),
+        "req_pool_free": int(pool.available_size()),
+        "req_pool_total": int(pool.size),
         "page_size": int(getattr(s, "page_size", 1)),
         "evictable": int(_call_or(tree, "evictable_size", 0)),
         "protected": int(_call_or(tree, "protected_size", 0)),
-        "tree_tokens": int(_call_or(tree, "total_size", 0)),
     }
-    return stats
 
 
 def _call_or(obj: Any, name: str, default: Any) -> Any:

@@ -89,15 +89,17 @@ class StepObserver:
         rec: Dict[str, Any] = {"step": step, "it": d.iteration}
         rec.update(trace_record.snapshot(s, view))
         rec["launched"] = [{"slot": b.slot, "mode": b.mode, "rids": list(b.rids)} for b in launched]
+        ops = d.ledger.ops
         rec["answers"] = [
             {"op": op.name, **op.scheduler_verdict()}  # not the HTTP answer: its timing varies
-            for op in d.ledger.ops if op.processed_step == step
-        ]
+            for op in ops if op.processed_step == step
+        ] if ops else []
         rec["windows"] = self._open_now
         rec["windows_opened"] = list(self.windows.opened_now)
         rec["entered"] = list(self._entered)
-        rec["ops"] = [{"op": op.name} for op in d.ledger.ops if op.posted_step == step]
-        rec["started"] = [rid for posted, rid in d.tracker.started if posted == step]
+        rec["ops"] = [{"op": op.name} for op in ops if op.posted_step == step] if ops else []
+        started = d.tracker.started
+        rec["started"] = [rid for posted, rid in started if posted == step] if started and started[-1][0] >= step else []
         rec["violation"] = violation.as_dict() if violation is not None else None
         self.writer.append(rec)
         return violation

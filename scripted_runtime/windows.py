@@ -63,12 +63,12 @@ def pp_inflight_after_last_chunk(s: Any) -> Optional[str]:
 
 
 def finished_not_pruned(s: Any) -> Optional[str]:
-    for holder in state.holders(s):
-        if holder.batch is None or holder.label.startswith(("mbs", "last_mbs")):
-            continue  # PP slots in flight are pp_inflight's business
-        done = [r for r in holder.reqs if r.finished()]
+    # PP slots in flight (mbs, last_mbs) are pp_inflight's business; the
+    # batches are walked directly: this runs every iteration.
+    for label, batch in state.request_batches(s, slots=("running_mbs",)):
+        done = [r for r in (getattr(batch, "reqs", None) or ()) if r.finished()]
         if done:
-            return f"{holder.label}=[{_rids(done)}]"
+            return f"{label()}=[{_rids(done)}]"
     return None
 
 
@@ -194,6 +194,7 @@ class WindowTracker:
         self.stats: Dict[str, WindowStats] = {name: WindowStats() for name in self.windows}
         self.open: Dict[str, str] = {}  # name -> detail, as of the last observe()
         self.opened_now: List[str] = []
+        self._by_loop: Dict[str, List[Tuple[str, Predicate]]] = {}
 
     def clear(self) -> None:
         for st in self.stats.values():
@@ -202,13 +203,17 @@ class WindowTracker:
         self.opened_now = []
 
     def observe(self, scheduler: Any, loop: str) -> Dict[str, str]:
+        checks = self._by_loop.get(loop)
+        if checks is None:
+            checks = self._by_loop[loop] = [(n, w.predicate) for n, w in self.windows.items() if loop in w.loops]
         now: Dict[str, str] = {}
-        for name, window in self.windows.items():
-            if loop not in window.loops:
-                continue
-            detail = window.predicate(scheduler)
+        for name, predicate in checks:
+            detail = predicate(scheduler)
             if detail is not None:
                 now[name] = detail
+        if not now and not self.open:
+            self.opened_now = []  # the common case, every quiet iteration
+            return now
         self.opened_now = [n for n in now if n not in self.open]
         for name in now:
             self.stats[name].open_steps += 1

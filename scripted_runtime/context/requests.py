@@ -1,8 +1,7 @@
 """Request handles returned by ``ctx.start_req`` and the tracker behind them."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
 
 from scripted_runtime import state
 from scripted_runtime.context import radix
@@ -12,9 +11,9 @@ if TYPE_CHECKING:
     from scripted_runtime.context.api import ScriptContext
 
 
-@dataclass(frozen=True)
-class BatchRecord:
-    """One forward launched by ``run_batch``."""
+class BatchRecord(NamedTuple):
+    """One forward launched by ``run_batch`` (a named tuple: one is built per
+    forward, on the scheduler's hot path)."""
 
     step: int  # script step (iteration) in which it launched
     slot: Optional[int]  # PP microbatch slot, None outside PP
@@ -58,8 +57,9 @@ class RequestTracker:
                 self.reqs[rid] = req
                 return
 
-    def on_batch(self, batch: Any) -> None:
-        for req in getattr(batch, "reqs", ()) or ():
+    def on_batch(self, reqs: Any) -> None:
+        """A forward launched with these requests."""
+        for req in reqs or ():
             self.reqs.setdefault(req.rid, req)
 
 
