@@ -64,16 +64,24 @@ class StateView:
         reqs: Dict[int, Any] = {}
         where: Dict[int, List[str]] = {}
         for h in self.holders:
+            label = h.label
             for r in h.reqs:
-                reqs.setdefault(id(r), r)
-                where.setdefault(id(r), []).append(h.label)
+                k = id(r)
+                if k in where:
+                    where[k].append(label)
+                else:
+                    reqs[k] = r
+                    where[k] = [label]
         self._reqs = reqs
         self._where = where
+        # finished() once per request: the checks and the trace both ask
+        self.done: Dict[int, bool] = {k: bool(r.finished()) for k, r in reqs.items()}
         # Live: unfinished requests anywhere except waiting ones without KV
         # (those own nothing yet, or were retracted and released it).
+        done = self.done
         self.live: List[Any] = [
             r for k, r in reqs.items()
-            if not r.finished() and (where[k] != ["waiting_queue"] or state.holds_kv(r))
+            if not done[k] and (where[k] != ["waiting_queue"] or state.holds_kv(r))
         ]
         self.nothing_held = not reqs
 
@@ -388,10 +396,10 @@ class InvariantChecker:
         return [n for n in NAMES if n not in self.disabled]
 
     def check(self, view: StateView) -> Optional[Violation]:
+        memory = self.memory
         for name in NAMES:
-            if name in self.disabled:
-                continue
-            violation = CHECKS[name](view, self.memory)
-            if violation is not None:
-                return violation
+            if name not in self.disabled:
+                violation = CHECKS[name](view, memory)
+                if violation is not None:
+                    return violation
         return None

@@ -30,34 +30,29 @@ except ImportError:  # pragma: no cover - every SGLang release the harness suppo
         return (_ENCODER.encode(obj) + "\n").encode()
 
 
-def _rid(req: Any) -> str:
-    return req.rid + ("*" if req.finished() else "")
-
-
-def _mode(batch: Any) -> Optional[str]:
-    mode = getattr(getattr(batch, "forward_mode", None), "name", None)
-    return mode.lower() if mode else None
-
-
 def snapshot(s: Any, view: Any) -> Dict[str, Any]:
     """The state part of a record, from an invariants ``StateView`` (one scan)."""
+    done = view.done
     batches: Dict[str, Dict[str, Any]] = {}
     waiting: List[str] = []
-    rows: Dict[str, int] = {}
     for holder in view.holders:
+        if not holder.reqs:
+            continue
+        rids = [r.rid + "*" if done[id(r)] else r.rid for r in holder.reqs]
         if holder.label == "waiting_queue":
-            waiting = [_rid(r) for r in holder.reqs]
-        elif holder.batch is not None and holder.reqs:
-            batches[holder.label] = {"mode": _mode(holder.batch), "rids": [_rid(r) for r in holder.reqs]}
-        for r in holder.reqs:
-            row = state.req_pool_idx(r)
-            if row is not None:
-                rows[r.rid] = int(row)
+            waiting = rids
+        elif holder.batch is not None:
+            mode = getattr(getattr(holder.batch, "forward_mode", None), "name", None)
+            batches[holder.label] = {"mode": mode.lower() if mode else None, "rids": rids}
+    rows: Dict[str, int] = {}
+    for r in view.reqs:
+        row = state.req_pool_idx(r)
+        if row is not None:
+            rows[r.rid] = int(row)
     chunked = getattr(s, "chunked_req", None)
     stats = view.stats
-    tree = s.tree_cache
     try:
-        locks = radix.all_lock_refs(tree)
+        locks = radix.all_lock_refs(s.tree_cache)
         tree_nodes, locked = len(locks), sum(1 for n in locks.values() if n)
     except radix.TreeNotInspectable:
         tree_nodes = locked = None
