@@ -320,9 +320,8 @@ def allocator_free_index_parts(allocator: Any) -> Optional[List[Any]]:
     Read after every iteration, so it keeps to a few calls."""
     import torch
 
-    tensor = torch.Tensor
     parts = [p for p in (getattr(allocator, "free_pages", None), getattr(allocator, "release_pages", None))
-             if isinstance(p, tensor)]
+             if isinstance(p, torch.Tensor)]
     if not parts:
         return None
     page_size = getattr(allocator, "page_size", 1) or 1

@@ -154,9 +154,9 @@ class KvFreeCounts:
     k elements into the part seen last time and ends where it ended is that
     part minus its first k indices (the old tensor is held, so its memory
     cannot have been reused: only a view of it can start there), and only
-    those k are uncounted; any other change recounts. A decode step is one pop instead of re-marking all ~8k
-    free indices; this runs after every forward, on cold caches, so it keeps
-    to a few calls."""
+    those k are uncounted; any other change recounts. A decode step is one
+    pop instead of re-marking all ~8k free indices; this runs after every
+    forward, on cold caches, so it keeps to a few calls."""
 
     def __init__(self) -> None:
         self.counts = None  # a numpy array indexed by KV index
@@ -177,7 +177,9 @@ class KvFreeCounts:
             if k == 1:
                 self.counts[old_np[0]] -= 1  # a decode step: no ufunc.at machinery
             elif k:
-                _subtract_at(self.counts, old_np[:k], 1)
+                import numpy as np
+
+                np.subtract.at(self.counts, old_np[:k], 1)
             # new is old[k:]: its view and address follow without asking torch
             self._parts[i] = (new, old_np[k:], ptr + k * esize, numel - k, esize)
         return self.counts
@@ -185,8 +187,6 @@ class KvFreeCounts:
     def _rebuild(self, parts: List[Any], size_hint: int) -> Any:
         import numpy as np  # numpy indexing is ~25x faster than torch.isin here (bench/invariants.py)
 
-        global _subtract_at, _count_nonzero
-        _subtract_at, _count_nonzero = np.subtract.at, np.count_nonzero
         self._parts = [_part(p) for p in parts]
         arrays = [entry[1] for entry in self._parts if entry[3]]
         if not arrays:
@@ -195,12 +195,6 @@ class KvFreeCounts:
         flat = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
         self.counts = np.bincount(flat, minlength=size_hint)
         return self.counts
-
-
-# numpy.subtract.at and numpy.count_nonzero, bound at the first rebuild (numpy
-# is imported lazily: the harness process reads this module too)
-_subtract_at: Any = None
-_count_nonzero: Any = None
 
 
 def _part(t: Any) -> Tuple[Any, Any, int, int, int]:
@@ -296,6 +290,8 @@ def _check_kv_not_free(v: StateView, by_row: Dict[int, List[Any]], mem: Invarian
     # KV indices run to the pool size plus a page (index 0 is padding).
     page_size = getattr(allocator, "page_size", 1) or 1
     counts = mem.free_kv.update(parts, (getattr(allocator, "size", 0) or 0) + 2 * page_size + 1)
+    import numpy as np  # lazily: the harness process reads this module too
+
     table = v.s.req_to_token_pool.req_to_token
     for row, owners in by_row.items():
         n = state.kv_allocated_len(owners[0])
@@ -307,7 +303,7 @@ def _check_kv_not_free(v: StateView, by_row: Dict[int, List[Any]], mem: Invarian
         except IndexError:  # an index past every free one cannot be free
             idx = idx[idx < len(counts)]
             free_now = counts.take(idx)
-        if _count_nonzero(free_now):  # ~3x cheaper than .any() on a few hundred
+        if np.count_nonzero(free_now):  # ~3x cheaper than .any() on a few hundred
             req = owners[0]
             bad = idx[free_now > 0]
             return Violation("slot_ownership",

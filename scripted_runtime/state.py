@@ -25,52 +25,44 @@ class Holder(NamedTuple):
     reqs: Tuple[Any, ...]
 
 
-def _batch_reqs(batch: Any) -> Tuple[Any, ...]:
-    if batch is None:
-        return ()
-    return tuple(getattr(batch, "reqs", None) or ())
-
-
 def result_queue_batches(s: Any) -> List[Any]:
     """Launched batches whose results the overlap loop has not processed yet
     (``result_queue`` holds ``(batch_copy, result)`` pairs)."""
     return [entry[0] if isinstance(entry, tuple) else entry for entry in getattr(s, "result_queue", None) or ()]
 
 
-def holders(s: Any) -> List[Holder]:
-    out: List[Holder] = []
+PP_SLOT_LISTS = ("mbs", "last_mbs", "running_mbs")
+
+
+def places(s: Any, pp_slots: Tuple[str, ...] = PP_SLOT_LISTS) -> Iterator[Tuple[str, Optional[int], Any, Any]]:
+    """``(name, index, batch, reqs)`` of every place that can hold requests,
+    in ``holders``' order (PP slot lists limited to ``pp_slots``); ``batch``
+    is None for ``chunked_req`` and ``waiting_queue``. The one walk over
+    scheduler state: ``holders``, ``find_req`` and the windows read it."""
     for name in ("running_batch", "last_batch"):
         batch = getattr(s, name, None)
         if batch is not None:
-            out.append(Holder(name, batch, _batch_reqs(batch)))
-    if getattr(s, "chunked_req", None) is not None:
-        out.append(Holder("chunked_req", None, (s.chunked_req,)))
+            yield name, None, batch, getattr(batch, "reqs", None) or ()
+    chunked = getattr(s, "chunked_req", None)
+    if chunked is not None:
+        yield "chunked_req", None, None, (chunked,)
     for i, batch in enumerate(result_queue_batches(s)):
-        out.append(Holder(f"result_queue[{i}]", batch, _batch_reqs(batch)))
-    for slots in ("mbs", "last_mbs", "running_mbs"):
-        for i, batch in enumerate(getattr(s, slots, None) or ()):
+        yield "result_queue", i, batch, getattr(batch, "reqs", None) or ()
+    for name in pp_slots:
+        for i, batch in enumerate(getattr(s, name, None) or ()):
             if batch is not None:
-                out.append(Holder(f"{slots}[{i}]", batch, _batch_reqs(batch)))
-    waiting = tuple(getattr(s, "waiting_queue", ()) or ())
+                yield name, i, batch, getattr(batch, "reqs", None) or ()
+    waiting = getattr(s, "waiting_queue", ()) or ()
     if waiting:
-        out.append(Holder("waiting_queue", None, waiting))
-    return out
+        yield "waiting_queue", None, None, waiting
 
 
-def request_batches(s: Any, slots: Tuple[str, ...] = ("mbs", "last_mbs", "running_mbs")):
-    """(label, batch) of every batch ``holders`` lists, in its order, PP slots
-    limited to ``slots``; ``label`` is a function (the f-string is built only
-    when a caller reports the place)."""
-    for name in ("running_batch", "last_batch"):
-        batch = getattr(s, name, None)
-        if batch is not None:
-            yield (lambda name=name: name), batch
-    for i, batch in enumerate(result_queue_batches(s)):
-        yield (lambda i=i: f"result_queue[{i}]"), batch
-    for slot_name in slots:
-        for i, batch in enumerate(getattr(s, slot_name, None) or ()):
-            if batch is not None:
-                yield (lambda slot_name=slot_name, i=i: f"{slot_name}[{i}]"), batch
+def place_label(name: str, index: Optional[int]) -> str:
+    return name if index is None else f"{name}[{index}]"
+
+
+def holders(s: Any) -> List[Holder]:
+    return [Holder(place_label(name, i), batch, tuple(reqs)) for name, i, batch, reqs in places(s)]
 
 
 def iter_reqs(s: Any) -> Iterator[Any]:
@@ -85,29 +77,11 @@ def iter_reqs(s: Any) -> Iterator[Any]:
 def find_req(s: Any, rid: str) -> Optional[Any]:
     """The held request with this rid (the first place ``holders`` lists).
     Read by a script's ``handle.finished`` every step, so it walks the
-    places directly instead of building the holder list."""
-    for name in ("running_batch", "last_batch"):
-        batch = getattr(s, name, None)
-        if batch is not None:
-            for req in getattr(batch, "reqs", None) or ():
-                if req.rid == rid:
-                    return req
-    chunked = getattr(s, "chunked_req", None)
-    if chunked is not None and chunked.rid == rid:
-        return chunked
-    for batch in result_queue_batches(s):
-        for req in getattr(batch, "reqs", None) or ():
+    places without building the holder list."""
+    for _, _, _, reqs in places(s):
+        for req in reqs:
             if req.rid == rid:
                 return req
-    for slots in ("mbs", "last_mbs", "running_mbs"):
-        for batch in getattr(s, slots, None) or ():
-            if batch is not None:
-                for req in getattr(batch, "reqs", None) or ():
-                    if req.rid == rid:
-                        return req
-    for req in getattr(s, "waiting_queue", ()) or ():
-        if req.rid == rid:
-            return req
     return None
 
 

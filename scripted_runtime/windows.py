@@ -63,12 +63,14 @@ def pp_inflight_after_last_chunk(s: Any) -> Optional[str]:
 
 
 def finished_not_pruned(s: Any) -> Optional[str]:
-    # PP slots in flight (mbs, last_mbs) are pp_inflight's business; the
-    # batches are walked directly: this runs every iteration.
-    for label, batch in state.request_batches(s, slots=("running_mbs",)):
-        done = [r for r in (getattr(batch, "reqs", None) or ()) if r.finished()]
+    # PP slots in flight (mbs, last_mbs) are pp_inflight's business. Runs
+    # every iteration, so it walks the places without building holders.
+    for name, i, batch, reqs in state.places(s, pp_slots=("running_mbs",)):
+        if batch is None:
+            continue
+        done = [r for r in reqs if r.finished()]
         if done:
-            return f"{label()}=[{_rids(done)}]"
+            return f"{state.place_label(name, i)}=[{_rids(done)}]"
     return None
 
 
