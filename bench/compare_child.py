@@ -276,6 +276,7 @@ def run_server(t0: float, topology: str, decode_tokens: int, short_runs: int, de
     proc = subprocess.Popen([sys.executable, "-m", "scripted_runtime.launch", json.dumps(kwargs)],
                             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, cwd=str(ROOT))
+    launcher_start = processes.start_time(proc.pid)
     try:
         deadline = t0 + START_TIMEOUT_S
         while True:
@@ -308,9 +309,9 @@ def run_server(t0: float, topology: str, decode_tokens: int, short_runs: int, de
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + 30.0
-        while processes.pids_of_server(server_id) and time.monotonic() < deadline:
+        while processes.pids_of_server(server_id, proc.pid, launcher_start) and time.monotonic() < deadline:
             time.sleep(0.02)
-        left = processes.kill_server(server_id, proc.pid, term_grace_s=0.0)
+        left = processes.kill_server(server_id, proc.pid, term_grace_s=0.0, pgid_start=launcher_start)
         proc.wait(timeout=5)
         shutdown_s = time.monotonic() - t
     emit("shutdown", shutdown_s=shutdown_s, survived_sigkill=left)

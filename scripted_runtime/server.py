@@ -125,6 +125,9 @@ class ScriptedServer:
         self.info: Dict[str, Any] = {}
         self.start_time_s: Optional[float] = None
         self._proc: Optional[subprocess.Popen] = None
+        # (pid, start time) of the launcher: its session holds the server's
+        # processes, and it identifies them after the launcher is gone
+        self._launcher: Tuple[int, Optional[int]] = (0, None)
         self._zmq: Optional[zmq.Context] = None
         self._sock: Optional[zmq.Socket] = None
         self._dead_reason: Optional[str] = None
@@ -212,6 +215,7 @@ class ScriptedServer:
             start_new_session=True, cwd=str(REPO_ROOT),
         )
         log.close()
+        self._launcher = (self._proc.pid, processes.start_time(self._proc.pid))
         try:
             ready = self._wait_for_ready(t0)
         except BaseException:
@@ -258,7 +262,11 @@ class ScriptedServer:
         return self._dead_reason is None and self._proc is not None and self._proc.poll() is None
 
     def pids(self) -> List[int]:
-        return processes.pids_of_server(self.server_id) if self.server_id else []
+        """Every live process of this server (launcher, tokenizer manager,
+        scheduler ranks, detokenizer, their helpers)."""
+        if not self.server_id:
+            return []
+        return processes.pids_of_server(self.server_id, *self._launcher)
 
     def shutdown(self) -> float:
         """Stop every process of this server; returns seconds taken."""
@@ -276,7 +284,7 @@ class ScriptedServer:
     def _kill(self) -> None:
         left = []
         if self._proc is not None:
-            left = processes.kill_server(self.server_id, self._proc.pid)
+            left = processes.kill_server(self.server_id, self._proc.pid, pgid_start=self._launcher[1])
             try:
                 self._proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
