@@ -1,0 +1,31 @@
+"""Harness-only probe scripts for bench/decode_gap.py (run inside the
+scheduler process, like any script; they reach into the driver on purpose).
+"""
+from __future__ import annotations
+
+import time
+
+
+def http_url(ctx):
+    """The server's own HTTP base URL (where a plain client would post)."""
+    return ctx._driver.poster.base_url
+    yield  # noqa: unreachable - makes this a generator, as every script must be
+
+
+def free_run(ctx, seconds: float):
+    """Let the scheduler run its own loop for ``seconds``: the driver is
+    skipped at every iteration (only the hooks' thin wrappers stay), so a
+    request posted over HTTP meanwhile is served as by a server without a
+    script. Then the driver is put back and the script ends."""
+    d = ctx._driver
+    stepped, recorded = d.before_iteration, d.on_run_batch
+    end = time.monotonic() + seconds
+
+    def skip_driver() -> None:
+        if time.monotonic() >= end:
+            d.before_iteration, d.on_run_batch = stepped, recorded
+            stepped()
+
+    d.before_iteration = skip_driver
+    d.on_run_batch = lambda batch: None
+    yield
