@@ -128,12 +128,19 @@ def run_harness(t0: float, topology: str, decode_tokens: int, short_runs: int, d
     emit("started", start_s=time.monotonic() - t0)
     out = tempfile.mktemp(suffix=".json")
 
+    names = list(compare_scripts.HARNESS_CONFIGS)
+    turns = [0]
+
     def decode_once() -> dict:
-        """One decode per configuration, back to back."""
+        """One decode per configuration, back to back, in an order rotated
+        at every call: in a paired turn the first decode follows the thaw,
+        and no configuration should always be the one that does."""
+        k = turns[0] % len(names)
+        turns[0] += 1
         configs = {}
-        for name, config in compare_scripts.HARNESS_CONFIGS.items():
+        for name in names[k:] + names[:k]:
             server.run(compare_scripts.decode, decode_tokens, out, timeout=RUN_TIMEOUT_S,
-                       **config).raise_if_failed()
+                       **compare_scripts.HARNESS_CONFIGS[name]).raise_if_failed()
             configs[name] = read_json(out)
         return {"configs": configs}
 
