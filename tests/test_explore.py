@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -16,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from scripted_runtime.explore import actions as A
 from scripted_runtime.explore import explorer
 
 pytestmark = pytest.mark.sglang

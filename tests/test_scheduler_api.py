@@ -160,7 +160,7 @@ def script_refused_flush(ctx):
     yield from ctx.wait_until(lambda: len(r.output_ids) >= 1, max_steps=50, what="first token")
     op = ctx.flush_cache()
     yield from op.wait(max_steps=5)
-    answered = yield from ctx.wait_until(lambda: op.http.done, max_steps=200, what="the HTTP answer")
+    yield from ctx.wait_until(lambda: op.http.done, max_steps=200, what="the HTTP answer")
     ctx.abort(r)
     yield from ctx.wait_finished(r, max_steps=20)
     return {"success": op.success, "answer": type(op.answer).__name__, "http": op.http.status,
