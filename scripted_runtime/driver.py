@@ -202,10 +202,24 @@ class Driver:
         steps += 1
         if not op.processed or not op.success:
             raise ResetError(f"flush_cache during reset was refused: {op}; state: {state.describe(s)}")
-        # The script starts in the next iteration. Under PP no slot needs a
-        # turn first: nothing is held in any of them (checked above), the
-        # tree and pools are shared by every slot, and the other ranks
-        # process the flush before anything the script sends.
+        # The script starts in this iteration. Under PP no slot needs a turn
+        # first: nothing is held in any of them (checked above), the tree and
+        # pools are shared by every slot, and the other ranks process the
+        # flush before anything the script sends. But the script must start
+        # at the same slot every time: the iterations a reset takes vary
+        # with what the previous script left, and a script started at
+        # another slot sees its requests batched at other steps (what its
+        # step 0 posts lands in whichever slot comes next). Idle iterations
+        # up to slot 0: at most pp_loop_size - 1 of them.
+        slots = state.mbs_slots(s)
+        turned = 0
+        while slots and state.pp_slot(s) not in (None, 0):
+            if turned >= slots:
+                raise ResetError(f"the PP loop did not come round to slot 0 within {slots} iterations "
+                                 f"after the flush; state: {state.describe(s)}")
+            yield
+            steps += 1
+            turned += 1
         return steps
 
     def _run(self, cmd: protocol.RunScript) -> Generator[None, None, protocol.ScriptDone]:

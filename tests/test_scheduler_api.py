@@ -295,3 +295,43 @@ def test_second_flush_before_the_first_was_processed_raises(server):
     value = run_ok(server, script_flush_twice).value
     assert value["error"] and "one at a time" in value["error"], value
     assert value["second_processed"] is True
+
+
+# --- PP: every script starts at the same microbatch slot ---------------------------
+
+def script_leave_work(ctx, n):
+    """Leave n decoding requests behind: the next reset aborts them, and takes
+    more or fewer iterations depending on n."""
+    for _ in range(n):
+        ctx.start_req(prompt_len=8, max_new_tokens=200, ignore_eos=True)
+    for _ in range(3 + n):
+        yield
+
+
+def script_first_slot(ctx):
+    from scripted_runtime import state
+
+    slot = state.pp_slot(ctx.scheduler)
+    r = ctx.start_req(prompt_len=8, max_new_tokens=2, ignore_eos=True)
+    yield from ctx.wait_finished(r, max_steps=60)
+    return {"slot_at_step_0": slot, "forwards": [(rec.step, rec.slot) for rec in ctx.batch_log]}
+
+
+@pytest.mark.pp4
+def test_pp_script_starts_at_slot_0_whatever_the_reset_took(server_pool):
+    """The reset ends at PP slot 0: a script's requests land in the same slots
+    at the same steps run after run. Before, the start slot followed the
+    reset's length (slots 5, 1, 3 for resets of 2, 7, 6 iterations), and the
+    explorer's determinism check flagged pp4 programs as NONDETERMINISTIC."""
+    server = server_pool.get("pp4")
+    seen, reset_steps = [], []
+    for n in (0, 1, 2, 3):
+        run_ok(server, script_leave_work, n)
+        result = run_ok(server, script_first_slot)
+        seen.append(result.value)
+        reset_steps.append(result.reset_steps)
+    assert len(set(reset_steps)) > 1, f"the resets all took {reset_steps[0]} iterations: nothing was tested"
+    assert [v["slot_at_step_0"] for v in seen] == [0] * len(seen), seen
+    assert all(v["forwards"] == seen[0]["forwards"] for v in seen), seen
+    # posted at step 0, launched in that iteration's slot 0 (ctx.step is 1 by then)
+    assert seen[0]["forwards"][0] == (1, 0), seen[0]

@@ -15,7 +15,7 @@ class BatchRecord(NamedTuple):
     """One forward launched by ``run_batch`` (a named tuple: one is built per
     forward, on the scheduler's hot path)."""
 
-    step: int  # script step (iteration) in which it launched
+    step: int  # ctx.step as it launched: the script's step-1 ran just before it (step 0's request launches at 1)
     slot: Optional[int]  # PP microbatch slot, None outside PP
     mode: Optional[str]  # "extend", "decode", "idle", ...
     rids: Tuple[str, ...]
