@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import zmq
 
 from hooks import fix_toggles, sglang_compat
-from scripted_runtime import engine_config, processes, protocol
+from scripted_runtime import engine_config, processes, protocol, workdirs
 from scripted_runtime import invariants as invariant_names
 from scripted_runtime.errors import EngineArgumentError, ServerDeadError, ServerStartError
 from scripted_runtime.launch import BAD_ARGS_MARKER, EXIT_BAD_ENGINE_ARGS
@@ -160,7 +160,8 @@ class ScriptedServer:
     def _launch(self) -> None:
         t0 = time.monotonic()
         self.server_id = uuid.uuid4().hex
-        self.workdir = Path(tempfile.mkdtemp(prefix="scripted-runtime-"))
+        workdirs.prune_stale()  # work dirs of earlier servers, untouched for a week
+        self.workdir = Path(tempfile.mkdtemp(prefix=workdirs.PREFIX))
         log_dir = self._log_dir or self.workdir
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"server-{self.topology}-{self.server_id[:8]}.log"
