@@ -114,6 +114,18 @@ class ControlLedger:
     def clear(self) -> None:
         self.ops.clear()
 
+    def unsettled(self) -> List[ControlOp]:
+        """Ops posted that have neither been processed by the scheduler nor
+        answered over HTTP (an answered op never reaches the scheduler any
+        more): a fire-and-forget update_weights_from_disk still behind the
+        tokenizer's lock, say."""
+        return [op for op in self.ops if not op.processed and not op.http.done]
+
+    def keep_unsettled(self) -> None:
+        """Forget every op except the unsettled ones (between scripts: the
+        reset waits for those, so they cannot land in the next script)."""
+        self.ops = self.unsettled()
+
     def unprocessed(self, name: str) -> List[ControlOp]:
         """Ops called ``name`` posted but not processed yet."""
         return [op for op in self.ops if op.name == name and not op.processed]

@@ -35,6 +35,7 @@ from scripted_runtime.step_observer import StepObserver
 
 WARMUP_TIMEOUT_S = 180.0
 RESET_MAX_STEPS = 400
+LEFTOVER_OP_WAIT_S = 60.0  # for ops the previous script posted and did not wait for
 CANCEL_POLL_S = 0.01  # how often a running script looks for the harness's Cancel
 ENV_EXPECT_WARMUP = "SCRIPTED_RUNTIME_EXPECT_WARMUP"
 
@@ -183,20 +184,40 @@ class Driver:
         s = self.scheduler
         ctx = self.ctx
         steps = 0
-        if sglang_compat.is_paused(s):
-            ctx.continue_generation()
-        ctx._release_exhausted()
-        ctx.abort_all()
-        while True:
-            yield
-            steps += 1
-            if sglang_compat.is_fully_idle(s) and state.nothing_held(s) and not self.inbox.pending():
-                break
-            if steps >= RESET_MAX_STEPS:
-                raise ResetError(
-                    f"the engine did not become idle within {RESET_MAX_STEPS} iterations "
-                    f"after abort_all; state: {state.describe(s)}"
-                )
+        if self._needs_drain():
+            if sglang_compat.is_paused(s):
+                ctx.continue_generation()
+            ctx._release_exhausted()
+            ctx.abort_all()
+            busy_steps = 0
+            leftover_deadline = time.monotonic() + LEFTOVER_OP_WAIT_S
+            while True:
+                yield
+                steps += 1
+                unsettled = self.ledger.unsettled()
+                if unsettled:
+                    # An op the previous script posted without waiting for it
+                    # (update_weights_from_disk behind the tokenizer's lock):
+                    # it must land here, not in the next script. Waited for
+                    # by time: it arrives after HTTP round trips, not after
+                    # a number of iterations.
+                    if time.monotonic() > leftover_deadline:
+                        raise ResetError(
+                            f"{', '.join(op.name for op in unsettled)} posted by the previous script "
+                            f"neither reached the scheduler nor got an HTTP answer within "
+                            f"{LEFTOVER_OP_WAIT_S:.0f}s; state: {state.describe(s)}")
+                    time.sleep(0.001)
+                    continue
+                if sglang_compat.is_fully_idle(s) and state.nothing_held(s) and not self.inbox.pending():
+                    break
+                busy_steps += 1
+                if busy_steps >= RESET_MAX_STEPS:
+                    raise ResetError(
+                        f"the engine did not become idle within {RESET_MAX_STEPS} iterations "
+                        f"after abort_all; state: {state.describe(s)}"
+                    )
+        # else: the previous script left nothing behind; flushing right away
+        # saves the abort_all iteration (one of the two a clean reset took).
         op = ctx.flush_cache()
         yield
         steps += 1
@@ -221,6 +242,14 @@ class Driver:
             steps += 1
             turned += 1
         return steps
+
+    def _needs_drain(self) -> bool:
+        """Whether the reset must abort and wait: anything paused, held,
+        queued, taken by ``exhaust_kv`` or posted and not yet settled."""
+        s = self.scheduler
+        return (sglang_compat.is_paused(s) or bool(self.ctx._exhausted) or bool(self.ledger.unsettled())
+                or not sglang_compat.is_fully_idle(s) or not state.nothing_held(s)
+                or bool(self.inbox.pending()))
 
     def _run(self, cmd: protocol.RunScript) -> Generator[None, None, protocol.ScriptDone]:
         started = time.monotonic()
@@ -252,7 +281,7 @@ class Driver:
         except script_loader.ScriptLoadError as exc:
             return done(False, f"ScriptLoadError: {exc}")
 
-        self.ledger.clear()
+        self.ledger.keep_unsettled()  # the reset waits for those
         try:
             reset_steps = yield from self._reset()
         except ResetError as exc:

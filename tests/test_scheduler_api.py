@@ -335,3 +335,72 @@ def test_pp_script_starts_at_slot_0_whatever_the_reset_took(server_pool):
     assert all(v["forwards"] == seen[0]["forwards"] for v in seen), seen
     # posted at step 0, launched in that iteration's slot 0 (ctx.step is 1 by then)
     assert seen[0]["forwards"][0] == (1, 0), seen[0]
+
+
+# --- between scripts: nothing one script posted lands in the next ----------------------
+
+def script_update_weights_fire_and_forget(ctx, decoding, delay_s=0.3):
+    """Posts an update and ends without waiting for it: while a request
+    decodes (the tokenizer holds the update until the reset's abort ends
+    the request), or once it finished (nothing is held when the script
+    ends: only the unsettled op says the reset must wait). The post is held
+    ``delay_s`` on its way (a slow HTTP path), so it reaches the scheduler
+    well after the script ended."""
+    import time
+
+    r = ctx.start_req(prompt_len=8, max_new_tokens=300 if decoding else 2, ignore_eos=True)
+    if decoding:
+        yield
+        yield
+    else:
+        yield from ctx.wait_finished(r, max_steps=50)
+    poster = ctx._driver.poster
+    post = poster._post
+
+    def slow_post(path, payload, answer):
+        time.sleep(delay_s)
+        post(path, payload, answer)
+
+    poster._post = slow_post  # read when the post's thread is made
+    try:
+        ctx.update_weights_from_disk(flush_cache=True, await_arrival=False)
+    finally:
+        del poster._post
+    yield
+
+
+def script_requests_processed(ctx, seconds):
+    """Every request type the scheduler processes during ``seconds``."""
+    import time
+
+    s = ctx.scheduler
+    seen = []
+    original = s._request_dispatcher
+
+    def spy(req):
+        seen.append(type(req).__name__)
+        return original(req)
+
+    s._request_dispatcher = spy
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.002)
+            yield
+    finally:
+        s._request_dispatcher = original
+    return seen
+
+
+@pytest.mark.parametrize("decoding", [True, False], ids=["request-decoding", "request-finished"])
+def test_an_op_posted_without_waiting_lands_before_the_next_script(server_pool, decoding):
+    """The reset waits for what the previous script posted and left unsettled,
+    so it cannot reach the scheduler during the next script; a reset after a
+    script that left nothing behind is the flush alone."""
+    server = server_pool.get("pp1-overlap")
+    for _ in range(3):
+        run_ok(server, script_update_weights_fire_and_forget, decoding)
+        second = run_ok(server, script_requests_processed, 1.0)
+        assert second.value == [], f"processed during the next script: {second.value}"
+    third = run_ok(server, script_requests_processed, 0.2)
+    assert third.reset_steps == 1, "a reset after a clean script is the flush alone"
