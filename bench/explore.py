@@ -34,7 +34,10 @@ PARTS = {"steps": "steps", "HTTP": "HTTP", "resets": "resets", "harness IPC": "I
 def measure(topology: str, seconds: float, repeat: int) -> dict:
     print(f"[bench] {topology}: starting server...", file=sys.stderr, flush=True)
     t0 = time.monotonic()
-    runner = ExampleRunner(topology=topology)
+    # The explorer's own progress lines (a restart and its reason above all:
+    # a restart costs a server start and shows as a low programs/min).
+    runner = ExampleRunner(topology=topology,
+                           progress=lambda line: print(f"[bench] {topology}: {line}", file=sys.stderr, flush=True))
     runner.ensure_server()
     start_s = time.monotonic() - t0
     rates, steps_per, shares, failures = [], [], {p: [] for p in PARTS.values()}, []
@@ -51,7 +54,7 @@ def measure(topology: str, seconds: float, repeat: int) -> dict:
             if st.failures:
                 failures.append(st.failures)
             print(f"[bench] {topology}: run {i + 1}/{repeat}: {st.examples} programs in {st.wall_s:.0f}s = "
-                  f"{st.per_minute:.0f}/min, {steps_per[-1]:.1f} steps each; "
+                  f"{st.per_minute:.0f}/min, {steps_per[-1]:.1f} steps each, {st.restarts} server restarts so far; "
                   + ", ".join(f"{p} {shares[p][-1]:.0f}%" for p in PARTS.values()), file=sys.stderr, flush=True)
     finally:
         runner.close()
