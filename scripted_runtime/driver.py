@@ -179,8 +179,11 @@ class Driver:
                 idle_streak = 0
                 time.sleep(0.001)  # free-running before warmup: do not spin hot
 
-    def _reset(self) -> Generator[None, None, int]:
-        """Bring the engine back to a clean idle state; returns iterations used."""
+    def _reset(self, deadline: float = float("inf")) -> Generator[None, None, int]:
+        """Bring the engine back to a clean idle state; returns iterations
+        used. ``deadline`` (the script's own, monotonic) also bounds the wait
+        for the previous script's unsettled operations, so a ResetError comes
+        back before the harness gives up on the run."""
         s = self.scheduler
         ctx = self.ctx
         steps = 0
@@ -190,7 +193,8 @@ class Driver:
             ctx._release_exhausted()
             ctx.abort_all()
             busy_steps = 0
-            leftover_deadline = time.monotonic() + LEFTOVER_OP_WAIT_S
+            leftover_wait_s = max(0.0, min(LEFTOVER_OP_WAIT_S, deadline - time.monotonic()))
+            leftover_deadline = time.monotonic() + leftover_wait_s
             while True:
                 yield
                 steps += 1
@@ -205,7 +209,7 @@ class Driver:
                         raise ResetError(
                             f"{', '.join(op.name for op in unsettled)} posted by the previous script "
                             f"neither reached the scheduler nor got an HTTP answer within "
-                            f"{LEFTOVER_OP_WAIT_S:.0f}s; state: {state.describe(s)}")
+                            f"{leftover_wait_s:.0f}s; state: {state.describe(s)}")
                     time.sleep(0.001)
                     continue
                 if sglang_compat.is_fully_idle(s) and state.nothing_held(s) and not self.inbox.pending():
@@ -283,7 +287,7 @@ class Driver:
 
         self.ledger.keep_unsettled()  # the reset waits for those
         try:
-            reset_steps = yield from self._reset()
+            reset_steps = yield from self._reset(started + cmd.timeout_s)
         except ResetError as exc:
             return done(False, f"ResetError: {exc}", traceback.format_exc())
         reset_s = time.monotonic() - started

@@ -404,3 +404,15 @@ def test_an_op_posted_without_waiting_lands_before_the_next_script(server_pool, 
         assert second.value == [], f"processed during the next script: {second.value}"
     third = run_ok(server, script_requests_processed, 0.2)
     assert third.reset_steps == 1, "a reset after a clean script is the flush alone"
+
+
+def test_an_op_still_unsettled_at_the_deadline_fails_the_reset_by_name(server_pool):
+    """The wait for the previous script's op is bounded by the next run's
+    timeout: a ResetError naming the op, then the server is usable."""
+    server = server_pool.get("pp1-overlap")
+    run_ok(server, script_update_weights_fire_and_forget, False, 6.0)
+    stuck = server.run(script_requests_processed, 0.1, timeout=2)
+    assert not stuck.passed and not stuck.crashed
+    assert stuck.error.startswith("ResetError: update_weights_from_disk posted by the previous script"), stuck.error
+    after = run_ok(server, script_requests_processed, 0.1)  # the update has landed by now, or lands in this reset
+    assert after.value == []
