@@ -191,7 +191,11 @@ class Driver:
             if sglang_compat.is_paused(s):
                 ctx.continue_generation()
             ctx._release_exhausted()
-            ctx.abort_all()
+            if state.live_reqs(s) or self.inbox.pending():
+                ctx.abort_all()
+            # else only finished requests are still held (a script that
+            # waited for its requests): the loop prunes them by itself, and
+            # the abort_all post (an HTTP round trip) is saved.
             busy_steps = 0
             leftover_wait_s = max(0.0, min(LEFTOVER_OP_WAIT_S, deadline - time.monotonic()))
             leftover_deadline = time.monotonic() + leftover_wait_s
@@ -218,7 +222,7 @@ class Driver:
                 if busy_steps >= RESET_MAX_STEPS:
                     raise ResetError(
                         f"the engine did not become idle within {RESET_MAX_STEPS} iterations "
-                        f"after abort_all; state: {state.describe(s)}"
+                        f"of the reset; state: {state.describe(s)}"
                     )
         # else: the previous script left nothing behind; flushing right away
         # saves the abort_all iteration (one of the two a clean reset took).
