@@ -216,7 +216,7 @@ class Driver:
                             f"{leftover_wait_s:.0f}s; state: {state.describe(s)}")
                     time.sleep(0.001)
                     continue
-                if sglang_compat.is_fully_idle(s) and state.nothing_held(s) and not self.inbox.pending():
+                if self._engine_idle():
                     break
                 busy_steps += 1
                 if busy_steps >= RESET_MAX_STEPS:
@@ -251,13 +251,17 @@ class Driver:
             turned += 1
         return steps
 
+    def _engine_idle(self) -> bool:
+        """Idle by the scheduler's own gate and by the harness's scan, with
+        nothing arrived and not yet ingested: what the reset's flush needs."""
+        s = self.scheduler
+        return sglang_compat.is_fully_idle(s) and state.nothing_held(s) and not self.inbox.pending()
+
     def _needs_drain(self) -> bool:
         """Whether the reset must abort and wait: anything paused, held,
         queued, taken by ``exhaust_kv`` or posted and not yet settled."""
-        s = self.scheduler
-        return (sglang_compat.is_paused(s) or bool(self.ctx._exhausted) or bool(self.ledger.unsettled())
-                or not sglang_compat.is_fully_idle(s) or not state.nothing_held(s)
-                or bool(self.inbox.pending()))
+        return (sglang_compat.is_paused(self.scheduler) or bool(self.ctx._exhausted)
+                or bool(self.ledger.unsettled()) or not self._engine_idle())
 
     def _run(self, cmd: protocol.RunScript) -> Generator[None, None, protocol.ScriptDone]:
         started = time.monotonic()

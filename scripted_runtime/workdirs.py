@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -63,8 +64,8 @@ def prune_stale(parent: Optional[Path] = None, *, days: Optional[float] = None,
         return []
     for path in candidates:
         try:
-            st = path.lstat()
-            if path.is_symlink() or not path.is_dir() or st.st_uid != uid:
+            st = path.lstat()  # a symlink is S_ISLNK here, so it is skipped, not followed
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
                 continue
             if st.st_mtime >= cutoff or last_written(path) >= cutoff:  # the walk only for old ones
                 continue
