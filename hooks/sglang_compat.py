@@ -257,6 +257,35 @@ def decode_ipc_frame(raw: bytes) -> Any:
     return obj
 
 
+RESET_FLUSH_RID = "scripted-runtime-reset-flush"
+
+
+def reset_flush_frame() -> Tuple[bytes, Any]:
+    """A ``FlushCacheReqInput`` encoded as the tokenizer would send it (msgpack
+    or pickle, as this release's IPC does), for the driver to hand the
+    scheduler directly between scripts: the reset's flush without the HTTP
+    round trip. It is marked with ``RESET_FLUSH_RID`` (releases whose request
+    has no ``rid`` field take it as a plain attribute, which pickle keeps) so
+    the driver can keep its answer from the tokenizer, which never asked."""
+    import pickle
+
+    io = importlib.import_module(IO_STRUCT_MODULE)
+    req = io.FlushCacheReqInput()
+    try:
+        req.rid = RESET_FLUSH_RID
+    except (AttributeError, TypeError):  # a slotted type without rid: matched by type alone
+        pass
+    if getattr(io, "_USE_PICKLE_IPC", True) is False and hasattr(io, "msgpack_encode"):
+        return io.msgpack_encode(req), req
+    return pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL), req
+
+
+def is_reset_flush(recv_req: Any) -> bool:
+    """Whether the scheduler is dispatching a ``reset_flush_frame`` request."""
+    return (type(recv_req).__name__ == "FlushCacheReqInput"
+            and getattr(recv_req, "rid", RESET_FLUSH_RID) == RESET_FLUSH_RID)
+
+
 def work_request_type_names() -> Tuple[str, ...]:
     return (
         "TokenizedGenerateReqInput",

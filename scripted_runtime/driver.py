@@ -52,6 +52,8 @@ class Driver:
         self.batch_log: list = []
         self.io_s = 0.0  # seconds the current script spent in HTTP posts and arrival waits
         self._script_gen: Optional[Any] = None  # the running script's generator
+        self._reset_flush_pending = False  # the reset's flush was handed in, not yet dispatched
+        self._reset_flush_answer: Any = None
         self.tracker = RequestTracker()
         self.ledger = ControlLedger(lambda: self.step)
         self.poster = HttpPoster(os.environ[protocol.ENV_HTTP_URL])
@@ -119,6 +121,12 @@ class Driver:
         driver = self
 
         def recording_dispatcher(recv_req):
+            if driver._reset_flush_pending and sglang_compat.is_reset_flush(recv_req):
+                # The reset's own flush: its answer is the driver's; the
+                # tokenizer never asked, so nothing is sent back to it.
+                driver._reset_flush_pending = False
+                driver._reset_flush_answer = dispatcher(recv_req)
+                return None
             output = dispatcher(recv_req)
             driver.ledger.on_processed(recv_req, output)
             if type(recv_req).__name__ == "TokenizedGenerateReqInput":
@@ -226,11 +234,26 @@ class Driver:
                     )
         # else: the previous script left nothing behind; flushing right away
         # saves the abort_all iteration (one of the two a clean reset took).
-        op = ctx.flush_cache()
+        # The flush is handed to the scheduler's input directly, not posted
+        # over HTTP: the same request object the tokenizer would send, read
+        # by the same recv and forwarded to the other ranks the same way,
+        # without the 2-4 ms round trip through the HTTP server and the
+        # tokenizer (its answer is kept from the tokenizer, see
+        # _recording_dispatcher). Scripts' own ctx.flush_cache() still posts.
+        raw, req = sglang_compat.reset_flush_frame()
+        self._reset_flush_answer = None
+        self._reset_flush_pending = True
+        self.inbox.inject(raw, req)
         yield
         steps += 1
-        if not op.processed or not op.success:
-            raise ResetError(f"flush_cache during reset was refused: {op}; state: {state.describe(s)}")
+        answer, self._reset_flush_answer = self._reset_flush_answer, None
+        if self._reset_flush_pending:
+            self._reset_flush_pending = False
+            raise ResetError(f"the reset's flush_cache was not dispatched in the iteration after it was "
+                             f"handed in (frames still queued: {len(self.inbox.pending())}); "
+                             f"state: {state.describe(s)}")
+        if not getattr(answer, "success", False):
+            raise ResetError(f"flush_cache during reset was refused: {answer!r}; state: {state.describe(s)}")
         # The script starts in this iteration. Under PP no slot needs a turn
         # first: nothing is held in any of them (checked above), the tree and
         # pools are shared by every slot, and the other ranks process the

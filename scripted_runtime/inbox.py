@@ -57,6 +57,13 @@ class TokenizerInbox:
         self._drain()
         return [obj for _, obj in self._buffer]
 
+    def inject(self, raw: bytes, obj: Any) -> None:
+        """Queue a frame the harness made itself, behind everything that has
+        arrived: the scheduler ingests it at its next read. Arrival listeners
+        are not told (nothing was posted)."""
+        self._drain()
+        self._buffer.append((raw, obj))
+
     def wait_for(
         self,
         predicate: Optional[Callable[[Any], bool]],

@@ -198,6 +198,39 @@ def test_inbox_buffers_frames_and_waits_with_deadline():
         ctx.term()
 
 
+def test_reset_flush_is_read_by_the_scheduler_behind_what_arrived_and_only_it_is_marked():
+    """The reset hands its flush to the inbox instead of posting it: the
+    scheduler's own read (io_struct.sock_recv, msgpack or pickle as this
+    release's IPC is) must get a FlushCacheReqInput that the driver knows as
+    the reset's, after any frame already on the socket; a script's flush
+    (posted over HTTP, answered to the tokenizer) must not look like it."""
+    io = pytest.importorskip("sglang.srt.managers.io_struct")
+    from scripted_runtime.inbox import TokenizerInbox
+
+    ctx = zmq.Context()
+    push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    push.connect(f"tcp://127.0.0.1:{port}")
+    try:
+        inbox = TokenizerInbox(pull)
+        seen = []
+        inbox.arrival_listeners.append(seen.append)
+        io.sock_send(push, io.FlushCacheReqInput())  # a script's flush, as the tokenizer sends it
+        inbox.wait_for(lambda o: True, timeout_s=5, what="the script's flush")
+        inbox.inject(*sglang_compat.reset_flush_frame())
+        first, second = io.sock_recv(inbox, zmq.NOBLOCK), io.sock_recv(inbox, zmq.NOBLOCK)
+        assert type(first) is io.FlushCacheReqInput and not sglang_compat.is_reset_flush(first)
+        assert type(second) is io.FlushCacheReqInput and sglang_compat.is_reset_flush(second)
+        assert len(seen) == 1, "an injected frame was not posted: arrival listeners must not hear of it"
+        with pytest.raises(zmq.Again):
+            inbox.recv(zmq.NOBLOCK)
+        assert not sglang_compat.is_reset_flush(io.AbortReq(rid=sglang_compat.RESET_FLUSH_RID))
+    finally:
+        push.close(0)
+        pull.close(0)
+        ctx.term()
+
+
 def test_cli_usage_errors_exit_2(tmp_path):
     scenario = tmp_path / "s.py"
     scenario.write_text("def real(ctx):\n    yield\n")
