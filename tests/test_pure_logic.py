@@ -1,6 +1,7 @@
 """Unit tests of pure logic (no SGLang process): small fakes are fine here."""
 from __future__ import annotations
 
+import contextlib
 import pickle
 import re
 import subprocess
@@ -171,14 +172,25 @@ def test_last_traceback_extracts_final_block():
     assert tb.startswith("Traceback") and tb.endswith("RuntimeError: second")
 
 
-def test_inbox_buffers_frames_and_waits_with_deadline():
-    from scripted_runtime.inbox import ArrivalTimeout, TokenizerInbox
-
+@contextlib.contextmanager
+def push_pull():
+    """A connected zmq PUSH/PULL pair on localhost (the tokenizer's socket and the scheduler's)."""
     ctx = zmq.Context()
     push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     push.connect(f"tcp://127.0.0.1:{port}")
     try:
+        yield push, pull
+    finally:
+        push.close(0)
+        pull.close(0)
+        ctx.term()
+
+
+def test_inbox_buffers_frames_and_waits_with_deadline():
+    from scripted_runtime.inbox import ArrivalTimeout, TokenizerInbox
+
+    with push_pull() as (push, pull):
         inbox = TokenizerInbox(pull)
         seen = []
         inbox.arrival_listeners.append(lambda obj: seen.append(obj))
@@ -192,10 +204,6 @@ def test_inbox_buffers_frames_and_waits_with_deadline():
         with pytest.raises(ArrivalTimeout, match="abort did not reach the scheduler within 0s"):
             inbox.wait_for(lambda o: False, timeout_s=0.2, what="abort")
         assert time.monotonic() - t0 < 2
-    finally:
-        push.close(0)
-        pull.close(0)
-        ctx.term()
 
 
 def test_reset_flush_is_read_by_the_scheduler_behind_what_arrived_and_only_it_is_marked():
@@ -207,11 +215,7 @@ def test_reset_flush_is_read_by_the_scheduler_behind_what_arrived_and_only_it_is
     io = pytest.importorskip("sglang.srt.managers.io_struct")
     from scripted_runtime.inbox import TokenizerInbox
 
-    ctx = zmq.Context()
-    push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
-    port = pull.bind_to_random_port("tcp://127.0.0.1")
-    push.connect(f"tcp://127.0.0.1:{port}")
-    try:
+    with push_pull() as (push, pull):
         inbox = TokenizerInbox(pull)
         seen = []
         inbox.arrival_listeners.append(seen.append)
@@ -225,10 +229,6 @@ def test_reset_flush_is_read_by_the_scheduler_behind_what_arrived_and_only_it_is
         with pytest.raises(zmq.Again):
             inbox.recv(zmq.NOBLOCK)
         assert not sglang_compat.is_reset_flush(io.AbortReq(rid=sglang_compat.RESET_FLUSH_RID))
-    finally:
-        push.close(0)
-        pull.close(0)
-        ctx.term()
 
 
 def test_cli_usage_errors_exit_2(tmp_path):
