@@ -266,7 +266,11 @@ def reset_flush_frame() -> Tuple[bytes, Any]:
     scheduler directly between scripts: the reset's flush without the HTTP
     round trip. It is marked with ``RESET_FLUSH_RID`` (releases whose request
     has no ``rid`` field take it as a plain attribute, which pickle keeps) so
-    the driver can keep its answer from the tokenizer, which never asked."""
+    the driver can keep its answer from the tokenizer, which never asked.
+    Read in the sources: 0.5.8.post1 and 0.5.12.post1 (dataclass with a
+    ``rid`` field, pickle IPC) and 0.5.23 (msgspec struct, pickle by default,
+    msgpack with SGLANG_USE_PICKLE_IPC=0) all build it with no arguments and
+    send a non-None dispatcher answer to the tokenizer."""
     import pickle
 
     io = importlib.import_module(IO_STRUCT_MODULE)
