@@ -52,7 +52,7 @@ class Driver:
         self.batch_log: list = []
         self.io_s = 0.0  # seconds the current script spent in HTTP posts and arrival waits
         self._script_gen: Optional[Any] = None  # the running script's generator
-        self._reset_flush_pending = False  # the reset's flush was handed in, not yet dispatched
+        self._reset_flushes_queued = 0  # reset flushes handed in and not dispatched yet
         self._reset_flush_answer: Any = None
         self.tracker = RequestTracker()
         self.ledger = ControlLedger(lambda: self.step)
@@ -121,10 +121,11 @@ class Driver:
         driver = self
 
         def recording_dispatcher(recv_req):
-            if driver._reset_flush_pending and sglang_compat.is_reset_flush(recv_req):
+            if driver._reset_flushes_queued and sglang_compat.is_reset_flush(recv_req):
                 # The reset's own flush: its answer is the driver's; the
-                # tokenizer never asked, so nothing is sent back to it.
-                driver._reset_flush_pending = False
+                # tokenizer never asked, so nothing is sent back to it (also
+                # for one a failed reset left queued).
+                driver._reset_flushes_queued -= 1
                 driver._reset_flush_answer = dispatcher(recv_req)
                 return None
             output = dispatcher(recv_req)
@@ -242,15 +243,15 @@ class Driver:
         # _recording_dispatcher). Scripts' own ctx.flush_cache() still posts.
         raw, req = sglang_compat.reset_flush_frame()
         self._reset_flush_answer = None
-        self._reset_flush_pending = True
+        self._reset_flushes_queued += 1
         self.inbox.inject(raw, req)
         yield
         steps += 1
         answer, self._reset_flush_answer = self._reset_flush_answer, None
-        if self._reset_flush_pending:
-            self._reset_flush_pending = False
-            raise ResetError(f"the reset's flush_cache was not dispatched in the iteration after it was "
-                             f"handed in (frames still queued: {len(self.inbox.pending())}); "
+        if answer is None:
+            raise ResetError(f"the reset's flush_cache got no answer in the iteration after it was handed "
+                             f"in (not dispatched yet, or deferred; frames still queued: "
+                             f"{len(self.inbox.pending())}); "
                              f"state: {state.describe(s)}")
         if not getattr(answer, "success", False):
             raise ResetError(f"flush_cache during reset was refused: {answer!r}; state: {state.describe(s)}")
