@@ -242,12 +242,19 @@ def is_paused(scheduler: Any) -> bool:
     return bool(getattr(scheduler, "_engine_paused", False))
 
 
+def _msgpack_ipc(io: Any) -> bool:
+    """Whether this release's tokenizer->scheduler frames are msgpack (0.5.2x
+    with SGLANG_USE_PICKLE_IPC=0) rather than pickle (older releases, and
+    0.5.2x by default)."""
+    return getattr(io, "_USE_PICKLE_IPC", True) is False and hasattr(io, "msgpack_decode")
+
+
 def decode_ipc_frame(raw: bytes) -> Any:
     """Decode one tokenizer->scheduler frame for inspection (not consumption)."""
     import pickle
 
     io = importlib.import_module(IO_STRUCT_MODULE)
-    if getattr(io, "_USE_PICKLE_IPC", True) is False and hasattr(io, "msgpack_decode"):
+    if _msgpack_ipc(io):
         obj = io.msgpack_decode(raw)
     else:
         obj = pickle.loads(raw)
@@ -279,7 +286,7 @@ def reset_flush_frame() -> Tuple[bytes, Any]:
         req.rid = RESET_FLUSH_RID
     except (AttributeError, TypeError):  # a slotted type without rid: matched by type alone
         pass
-    if getattr(io, "_USE_PICKLE_IPC", True) is False and hasattr(io, "msgpack_encode"):
+    if _msgpack_ipc(io):
         return io.msgpack_encode(req), req
     return pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL), req
 
