@@ -46,8 +46,7 @@ def last_written(path: Path) -> float:
     return newest
 
 
-def prune_stale(parent: Optional[Path] = None, *, days: Optional[float] = None,
-                now: Optional[float] = None) -> List[Path]:
+def prune_stale(parent: Optional[Path] = None, *, days: Optional[float] = None) -> List[Path]:
     """Remove this user's ``scripted-runtime-*`` directories under ``parent``
     (the system temp dir by default) not written for ``days`` days; returns
     the ones removed. Never raises for a directory it cannot read or remove."""
@@ -55,7 +54,7 @@ def prune_stale(parent: Optional[Path] = None, *, days: Optional[float] = None,
     if days <= 0:
         return []
     parent = Path(parent or tempfile.gettempdir())
-    cutoff = (time.time() if now is None else now) - days * 86400
+    cutoff = time.time() - days * 86400
     uid = os.getuid()
     removed = []
     try:
