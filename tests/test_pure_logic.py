@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import pickle
 import re
 import subprocess
 import sys
@@ -188,16 +187,20 @@ def push_pull():
 
 
 def test_inbox_buffers_frames_and_waits_with_deadline():
+    """Frames are sent as the tokenizer sends them (io_struct.sock_send:
+    pickle, or msgpack under SGLANG_USE_PICKLE_IPC=0), so this holds in both
+    IPC modes."""
+    io = pytest.importorskip("sglang.srt.managers.io_struct")
     from scripted_runtime.inbox import ArrivalTimeout, TokenizerInbox
 
     with push_pull() as (push, pull):
         inbox = TokenizerInbox(pull)
         seen = []
         inbox.arrival_listeners.append(lambda obj: seen.append(obj))
-        push.send(pickle.dumps(FlushCacheReqInput("x")))
-        inbox.wait_for(lambda o: isinstance(o, FlushCacheReqInput), timeout_s=5, what="flush")
+        io.sock_send(push, io.FlushCacheReqInput(rid="x"))
+        inbox.wait_for(lambda o: isinstance(o, io.FlushCacheReqInput), timeout_s=5, what="flush")
         assert [o.rid for o in seen] == ["x"]
-        assert pickle.loads(inbox.recv(zmq.NOBLOCK)).rid == "x"  # handed on unchanged
+        assert io.sock_recv(inbox, zmq.NOBLOCK).rid == "x"  # handed on unchanged
         with pytest.raises(zmq.Again):
             inbox.recv(zmq.NOBLOCK)
         t0 = time.monotonic()
