@@ -200,7 +200,7 @@ class Driver:
             if sglang_compat.is_paused(s):
                 ctx.continue_generation()
             ctx._release_exhausted()
-            if state.live_reqs(s) or self.inbox.pending():
+            if state.any_live(s) or self.inbox.pending():
                 ctx.abort_all()
             # else only finished requests are still held (a script that
             # waited for its requests): the loop prunes them by itself, and

@@ -94,6 +94,11 @@ def live_reqs(s: Any) -> Dict[str, Any]:
     return {r.rid: r for r in iter_reqs(s) if not r.finished()}
 
 
+def any_live(s: Any) -> bool:
+    """Whether any held request is unfinished (``live_reqs`` without building it)."""
+    return any(not r.finished() for r in iter_reqs(s))
+
+
 def nothing_held(s: Any) -> bool:
     """No request anywhere, finished or not: the harness's complete idle scan."""
     return next(iter_reqs(s), None) is None
