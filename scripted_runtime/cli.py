@@ -15,8 +15,9 @@ append ``+revert=FIX`` to undo a fix in-process (scripted_runtime/builds/spec.py
 
 Exit codes: run: 0 every scenario passed, 1 one failed, 2 a usage error (bad
 path, missing function, bad engine argument, unreadable trace) or the server
-could not start. ab: 0 both sides ran, 1 a side could not start. bisect-check:
-0 pass, 1 fail, 125 the build cannot start, 255 usage error (aborts a bisect).
+could not start. ab: 0 both sides ran, 1 a side could not start or did not
+finish (ERROR). bisect-check: 0 pass, 1 fail, 125 the build cannot start, 255
+usage error or no disk space for the build's environment (aborts a bisect).
 """
 from __future__ import annotations
 
@@ -186,7 +187,10 @@ def _base_python(text: Optional[str]) -> str:
     if base.kind != "pip" or base.revert:
         raise UsageError(f"--base-env must be 'current' or a pip requirement such as sglang==0.5.12.post1, "
                          f"got {text!r}")
-    return str(envs.ensure_env(base.requirement))
+    try:
+        return str(envs.ensure_env(base.requirement))
+    except envs.EnvBuildError as exc:
+        raise UsageError(f"--base-env {text}: {exc}") from None
 
 
 def _cmd_ab(args: argparse.Namespace) -> int:
@@ -203,7 +207,7 @@ def _cmd_ab(args: argparse.Namespace) -> int:
     for s in sides:
         report = side.run_side(s, scenarios, base_python=base, **_side_options(args))
         reports.append(report)
-        if not report.started or args.verbose:
+        if not report.ran or args.verbose:
             print((report.log or "").rstrip()[-3000:], file=sys.stderr)
     print(ab.format_table(reports))
     if args.json:
@@ -212,7 +216,7 @@ def _cmd_ab(args: argparse.Namespace) -> int:
 
         with open(args.json, "w") as f:
             json.dump([dataclasses.asdict(r) | {"log": None} for r in reports], f, indent=1)
-    return EXIT_PASS if all(r.started for r in reports) else EXIT_FAIL
+    return EXIT_PASS if all(r.ran for r in reports) else EXIT_FAIL
 
 
 EXIT_BISECT_SKIP, EXIT_BISECT_ABORT = 125, 255
@@ -269,8 +273,8 @@ def _cmd_explore(args: argparse.Namespace) -> int:
 
 def _cmd_bisect_check(args: argparse.Namespace) -> int:
     """Exit codes for ``git bisect run``: 0 good, 1 bad, 125 skip (the build
-    cannot start), 255 abort the bisect (usage error: bisecting on would be
-    meaningless)."""
+    cannot start), 255 abort the bisect (usage error, or no disk space for an
+    environment: bisecting on would be meaningless)."""
     from scripted_runtime.builds import side, spec as build_spec
 
     try:

@@ -124,10 +124,82 @@ def test_env_lock_wait_is_bounded(tmp_path):
 
 def test_env_build_failure_names_the_log(tmp_path, monkeypatch):
     monkeypatch.setenv(envs.ENV_CACHE_VAR, str(tmp_path))
+    monkeypatch.setenv(envs.MIN_FREE_VAR, "0")  # this build fails long before it needs space
     # A requirement pip cannot satisfy offline-or-not: fails fast, reported with the log path.
     with pytest.raises(envs.EnvBuildError, match=r"pip install sglang==0\.0\.0\.nonexistent failed .*build\.log"):
         envs.ensure_env("sglang==0.0.0.nonexistent", progress=lambda line: None, timeout_s=240)
     assert envs.ready_info(envs.env_dir("sglang==0.0.0.nonexistent")) is None
+
+
+def _cached_env(root: Path, name: str, version: str = None, size_gb: float = None) -> Path:
+    env = root / name
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python").symlink_to(sys.executable)
+    if version:
+        (env / envs.READY).write_text(json.dumps({"sglang_version": version, "size_gb": size_gb,
+                                                  "built_at": "2026-11-24 10:00:00"}))
+    return env
+
+
+def test_env_build_refused_without_disk_room_lists_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(envs.ENV_CACHE_VAR, str(tmp_path))
+    old = _cached_env(tmp_path, "sglang-0.5.9", "0.5.9", 10.4)
+    half = _cached_env(tmp_path, "sglang-0.5.8.post1")  # no READY: an unfinished build
+    ran = []
+    monkeypatch.setattr(envs, "_run_logged", lambda cmd, log, **kw: ran.append(cmd))
+    monkeypatch.setenv(envs.MIN_FREE_VAR, "1e9")  # more than any disk has
+    with pytest.raises(envs.EnvBuildError) as err:
+        envs.ensure_env("sglang==0.5.13", progress=lambda line: None)
+    text = str(err.value)
+    assert "building the environment for sglang==0.5.13 needs about 1000000000 GB" in text
+    assert f"{old} (sglang 0.5.9, 10.4 GB, built 2026-11-24 10:00:00)" in text
+    assert f"{half} (unfinished build, " in text
+    assert envs.ENV_CACHE_VAR in text and envs.MIN_FREE_VAR in text
+    assert ran == [] and not envs.env_dir("sglang==0.5.13").exists()  # refused before pip ran
+
+    monkeypatch.setenv(envs.MIN_FREE_VAR, "0")
+    envs.check_free_space("sglang==0.5.13", envs.env_dir("sglang==0.5.13"))  # room: no error
+    monkeypatch.setenv(envs.MIN_FREE_VAR, "lots")
+    with pytest.raises(envs.EnvBuildError, match=r"SCRIPTED_RUNTIME_ENV_MIN_FREE_GB='lots' is not a number"):
+        envs.min_free_gb()
+    monkeypatch.delenv(envs.MIN_FREE_VAR)
+    assert envs.min_free_gb() == envs.DEFAULT_MIN_FREE_GB
+
+
+def test_env_build_that_fills_the_disk_deletes_the_half_install(tmp_path, monkeypatch):
+    monkeypatch.setenv(envs.ENV_CACHE_VAR, str(tmp_path))
+    monkeypatch.setenv(envs.MIN_FREE_VAR, "0")
+
+    def fake_run(cmd, log, *, label, **kw):
+        env = log.parent
+        with open(log, "a") as out:  # as _run_logged does
+            out.write(f"$ {' '.join(cmd)}\n")
+        if label == "venv":
+            (env / "bin").mkdir()
+            (env / "bin" / "python").symlink_to(sys.executable)
+            (env / "lib" / "site-packages" / "torch").mkdir(parents=True)
+            return
+        raise envs.EnvBuildError(f"{label} failed (exit 1); last lines of {log}:\n"
+                                 "ERROR: Could not install packages due to an OSError: "
+                                 "[Errno 28] No space left on device")
+
+    monkeypatch.setattr(envs, "_run_logged", fake_run)
+    env = envs.env_dir("sglang==0.5.13")
+    with pytest.raises(envs.DiskSpaceError, match=r"(?s)filled up while pip installed sglang==0\.5\.13; "
+                                                  r"the half-installed environment was deleted.*No space left"):
+        envs.ensure_env("sglang==0.5.13", progress=lambda line: None)
+    assert sorted(p.name for p in env.iterdir()) == ["build.log"]
+
+    def other_failure(cmd, log, *, label, **kw):
+        if label == "venv":
+            (log.parent / "bin").mkdir()
+            return
+        raise envs.EnvBuildError(f"{label} failed (exit 1): no matching distribution")
+
+    monkeypatch.setattr(envs, "_run_logged", other_failure)
+    with pytest.raises(envs.EnvBuildError, match="no matching distribution$"):
+        envs.ensure_env("sglang==0.5.13", progress=lambda line: None)
+    assert (env / "bin").is_dir()  # any other failure leaves the build as it was, to look at
 
 
 def test_worktree_checkout_is_reused(tmp_path, monkeypatch):
@@ -185,6 +257,27 @@ def test_side_reports_an_unpreparable_build_as_no_start(tmp_path, monkeypatch):
     assert not report.started
     assert report.outcomes[0].status == "NO-START"
     assert report.outcomes[0].signature.startswith("build: git rev-parse")
+
+
+def test_a_side_without_disk_for_its_environment_is_an_error_that_aborts_a_bisect(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(envs.ENV_CACHE_VAR, str(tmp_path / "envs"))
+    monkeypatch.setenv(envs.MIN_FREE_VAR, "1e9")
+    report = side.run_side(spec.parse("sglang==0.5.13"), ["/x/s.py:f"], progress=lambda line: None)
+    assert [o.status for o in report.outcomes] == ["ERROR"]
+    assert report.outcomes[0].signature.startswith("build: building the environment for sglang==0.5.13 needs")
+    assert report.started and not report.ran  # ab exits 1 on it
+
+    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "demo.py"
+    target = f"{scenario}:{_first_function(scenario)}"
+    assert cli.main(["bisect-check", target, "--sglang", "sglang==0.5.13"]) == 255
+    assert "-> exit 255 (abort (harness error))" in capsys.readouterr().out
+    # the same for the environment source trees run over: a usage-style abort, no traceback
+    tree = _fake_tree(tmp_path / "src")
+    assert cli.main(["bisect-check", target, "--sglang", str(tree), "--base-env", "sglang==0.5.13"]) == 255
+    assert "--base-env sglang==0.5.13: building the environment" in capsys.readouterr().err
+    assert cli.main(["ab", target, "--a", "sglang==0.5.13", "--b", "sglang==0.5.12.post1"]) == 1
+    table = capsys.readouterr().out
+    assert table.count("| ERROR ") == 2, table
 
 
 def test_bisect_check_exit_codes_for_usage_and_unstartable_builds(tmp_path, monkeypatch, capsys):

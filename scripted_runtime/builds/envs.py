@@ -7,7 +7,11 @@ under the cache root (``$SCRIPTED_RUNTIME_ENV_CACHE``, default
 a successful build and import check marks it usable. A build prints progress
 while pip runs (it takes ~5-8 minutes and ~10 GB per release), keeps pip's
 output in ``build.log`` beside it, and is serialised with a lock file so two
-harness processes never build the same environment at once.
+harness processes never build the same environment at once. Before a build,
+the cache's disk must have room for one (``$SCRIPTED_RUNTIME_ENV_MIN_FREE_GB``,
+default 12): otherwise pip would fail minutes in, deep in its log, with a
+half-installed environment taking the space; the error lists the cached
+environments and their sizes instead.
 """
 from __future__ import annotations
 
@@ -28,6 +32,10 @@ from scripted_runtime.builds import constraints
 ENV_CACHE_VAR = "SCRIPTED_RUNTIME_ENV_CACHE"
 READY = "READY"
 BUILD_TIMEOUT_S = 40 * 60
+MIN_FREE_VAR = "SCRIPTED_RUNTIME_ENV_MIN_FREE_GB"
+# The releases' environments measured 10-11 GB here (0.5.8.post1 .. 0.5.23).
+DEFAULT_MIN_FREE_GB = 12.0
+NO_SPACE = "No space left on device"
 # Our own runtime needs (sglang already depends on both; pinned here so a
 # requirement that does not pull them still yields a usable side).
 HARNESS_REQUIREMENTS = ("pyzmq>=25", "requests>=2.28", "hypothesis>=6.100")
@@ -38,6 +46,10 @@ HARNESS_IMPORTS = ("zmq", "requests", "hypothesis")
 
 class EnvBuildError(RuntimeError):
     """An environment could not be built; the message names the log."""
+
+
+class DiskSpaceError(EnvBuildError):
+    """No room on the cache's disk: a problem of the machine, not of the build."""
 
 
 def cache_root() -> Path:
@@ -174,10 +186,70 @@ def ensure_env(requirement: str, *, progress: Callable[[str], None] = None,
         return _build(requirement, env, progress=progress, python=python, timeout_s=timeout_s)
 
 
+def min_free_gb() -> float:
+    """Free space a build needs on the cache's disk, in GB."""
+    text = os.environ.get(MIN_FREE_VAR, "").strip()
+    if not text:
+        return DEFAULT_MIN_FREE_GB
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise EnvBuildError(f"{MIN_FREE_VAR}={text!r} is not a number of GB (>= 0); unset it for the "
+                            f"default {DEFAULT_MIN_FREE_GB:.0f}")
+    return value
+
+
+def cached_envs() -> List[Path]:
+    """The environment directories under the cache root, by name."""
+    root = cache_root()
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def describe_cached(env: Path) -> str:
+    info = ready_info(env)
+    if info is None:
+        return f"{env} (unfinished build, {_dir_size_gb(env):.1f} GB)"
+    size = info.get("size_gb")
+    size = f"{size} GB" if size is not None else f"{_dir_size_gb(env):.1f} GB"
+    return f"{env} (sglang {info.get('sglang_version')}, {size}, built {info.get('built_at', '?')})"
+
+
+def check_free_space(requirement: str, env: Path, *, need_gb: Optional[float] = None) -> None:
+    """Raise EnvBuildError, naming what to remove, if ``env``'s disk has no room for a build."""
+    need_gb = min_free_gb() if need_gb is None else need_gb
+    free_gb = shutil.disk_usage(env.parent).free / 1e9
+    if free_gb >= need_gb:
+        return
+    others = [describe_cached(p) for p in cached_envs() if p != env]
+    listing = ("; cached environments: " + "; ".join(others)) if others else "; no other environment is cached"
+    raise DiskSpaceError(
+        f"building the environment for {requirement} needs about {need_gb:.0f} GB, but only "
+        f"{free_gb:.1f} GB is free on the disk of {env.parent}{listing}. Remove environments you no "
+        f"longer need (rm -rf DIR), point {ENV_CACHE_VAR} at a disk with room, or set {MIN_FREE_VAR} "
+        "lower if this build needs less")
+
+
+def _free_failed_build(env: Path) -> None:
+    """Delete a failed build's files except its log: the space it took is
+    what the next build needs, the log is what the error names."""
+    for child in env.iterdir():
+        if child.name == "build.log":
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+
+
 def _build(requirement: str, env: Path, *, progress, python: str, timeout_s: float) -> Path:
     if env.exists():
         progress(f"removing unfinished environment {env}")
         shutil.rmtree(env)
+    check_free_space(requirement, env)
     env.mkdir(parents=True)
     log = env / "build.log"
     pins = constraints.for_requirement(requirement)
@@ -188,8 +260,16 @@ def _build(requirement: str, env: Path, *, progress, python: str, timeout_s: flo
     _run_logged([python, "-m", "venv", str(env)], log, label="venv", progress=progress, timeout_s=300)
     cmd = [str(python_of(env)), "-m", "pip", "install", "--progress-bar", "off",
            requirement, *HARNESS_REQUIREMENTS, *(p.requirement for p in pins)]
-    _run_logged(cmd, log, label=f"pip install {requirement}", progress=progress,
-                timeout_s=timeout_s, watch=env)
+    try:
+        _run_logged(cmd, log, label=f"pip install {requirement}", progress=progress,
+                    timeout_s=timeout_s, watch=env)
+    except EnvBuildError as exc:
+        if NO_SPACE not in str(exc):
+            raise
+        _free_failed_build(env)
+        raise DiskSpaceError(f"the disk of {env} filled up while pip installed {requirement}; the "
+                             f"half-installed environment was deleted (its build.log kept). Free space, "
+                             f"or point {ENV_CACHE_VAR} at a disk with room, and run again.\n{exc}") from None
     check = subprocess.run([str(python_of(env)), "-c", "import importlib.metadata as m; "
                             "print(m.version('sglang'))"], capture_output=True, text=True, timeout=120)
     if check.returncode != 0:

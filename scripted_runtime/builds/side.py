@@ -7,7 +7,7 @@ when the SPEC names one). The scenarios run in a child process,
 (restarted if a scenario crashes it), so a side never mixes its SGLang with
 ours. A build that cannot be prepared (environment build, checkout) or whose
 server does not start is reported as ``NO-START``, never as a scenario
-failure.
+failure; one that cannot be built for lack of disk space, as ``ERROR``.
 """
 from __future__ import annotations
 
@@ -51,6 +51,11 @@ class SideReport:
     @property
     def started(self) -> bool:
         return all(o.status != "NO-START" for o in self.outcomes)
+
+    @property
+    def ran(self) -> bool:
+        """Started, and every scenario came back with a result."""
+        return all(o.status not in ("NO-START", "ERROR") for o in self.outcomes)
 
 
 @dataclass
@@ -97,7 +102,9 @@ def run_side(spec: BuildSpec, scenarios: List[str], *, pp: int = 1, overlap: boo
     try:
         build = prepare(spec, base_python=base_python, progress=progress)
     except (envs.EnvBuildError, worktrees.WorktreeError, OSError) as exc:
-        report.outcomes = [Outcome(spec.label, s, "NO-START", f"build: {str(exc).splitlines()[0]}")
+        # A full disk says nothing about the build: ERROR (bisect-check aborts), not NO-START (skip).
+        status = "ERROR" if isinstance(exc, envs.DiskSpaceError) else "NO-START"
+        report.outcomes = [Outcome(spec.label, s, status, f"build: {str(exc).splitlines()[0]}")
                            for s in scenarios]
         report.log = str(exc)
         return report
