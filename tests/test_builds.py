@@ -3,6 +3,7 @@ plus git on a throwaway repository; no SGLang server)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -191,6 +192,7 @@ def test_env_build_that_fills_the_disk_deletes_the_half_install(tmp_path, monkey
     assert sorted(p.name for p in env.iterdir()) == ["build.log"]
 
     def other_failure(cmd, log, *, label, **kw):
+        log.write_text(f"$ {' '.join(cmd)}\n")
         if label == "venv":
             (log.parent / "bin").mkdir()
             return
@@ -200,6 +202,16 @@ def test_env_build_that_fills_the_disk_deletes_the_half_install(tmp_path, monkey
     with pytest.raises(envs.EnvBuildError, match="no matching distribution$"):
         envs.ensure_env("sglang==0.5.13", progress=lambda line: None)
     assert (env / "bin").is_dir()  # any other failure leaves the build as it was, to look at
+
+    # The log lives on the full disk too, so pip's message can be cut short
+    # ("...due to an OSEr", as seen here): a disk left with almost nothing is full.
+    import shutil as shutil_module
+    real_usage = shutil_module.disk_usage
+    monkeypatch.setattr(envs.shutil, "disk_usage",
+                        lambda path: real_usage(path)._replace(free=10_000_000))
+    with pytest.raises(envs.DiskSpaceError, match="filled up while pip installed"):
+        envs.ensure_env("sglang==0.5.13", progress=lambda line: None)
+    assert sorted(p.name for p in env.iterdir()) == ["build.log"]
 
 
 def test_worktree_checkout_is_reused(tmp_path, monkeypatch):
@@ -264,7 +276,8 @@ def test_a_side_without_disk_for_its_environment_is_an_error_that_aborts_a_bisec
     monkeypatch.setenv(envs.MIN_FREE_VAR, "1e9")
     report = side.run_side(spec.parse("sglang==0.5.13"), ["/x/s.py:f"], progress=lambda line: None)
     assert [o.status for o in report.outcomes] == ["ERROR"]
-    assert report.outcomes[0].signature.startswith("build: building the environment for sglang==0.5.13 needs")
+    assert re.fullmatch(r"build: no disk space for sglang==0\.5\.13: [\d.]+ GB free, 1000000000 GB needed",
+                        report.outcomes[0].signature), report.outcomes[0].signature
     assert report.started and not report.ran  # ab exits 1 on it
 
     scenario = Path(__file__).resolve().parents[1] / "scenarios" / "demo.py"

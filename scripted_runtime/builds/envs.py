@@ -36,6 +36,7 @@ MIN_FREE_VAR = "SCRIPTED_RUNTIME_ENV_MIN_FREE_GB"
 # The releases' environments measured 10-11 GB here (0.5.8.post1 .. 0.5.23).
 DEFAULT_MIN_FREE_GB = 12.0
 NO_SPACE = "No space left on device"
+FULL_DISK_GB = 0.5  # what a failed install leaves at most on a disk it filled
 # Our own runtime needs (sglang already depends on both; pinned here so a
 # requirement that does not pull them still yields a usable side).
 HARNESS_REQUIREMENTS = ("pyzmq>=25", "requests>=2.28", "hypothesis>=6.100")
@@ -49,7 +50,12 @@ class EnvBuildError(RuntimeError):
 
 
 class DiskSpaceError(EnvBuildError):
-    """No room on the cache's disk: a problem of the machine, not of the build."""
+    """No room on the cache's disk: a problem of the machine, not of the build.
+    ``summary`` is one short line for tables; the message says what to do."""
+
+    def __init__(self, message: str, summary: str) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 def cache_root() -> Path:
@@ -230,7 +236,21 @@ def check_free_space(requirement: str, env: Path, *, need_gb: Optional[float] = 
         f"building the environment for {requirement} needs about {need_gb:.0f} GB, but only "
         f"{free_gb:.1f} GB is free on the disk of {env.parent}{listing}. Remove environments you no "
         f"longer need (rm -rf DIR), point {ENV_CACHE_VAR} at a disk with room, or set {MIN_FREE_VAR} "
-        "lower if this build needs less")
+        "lower if this build needs less",
+        f"no disk space for {requirement}: {free_gb:.1f} GB free, {need_gb:.0f} GB needed")
+
+
+def _disk_full(env: Path, error: str) -> bool:
+    """Whether a failed install ran out of disk. pip's own message may not
+    be in the log: the log is on the full disk too (seen here: the line was
+    cut at "Could not install packages due to an OSEr"), so a disk with
+    less than FULL_DISK_GB left counts as full as well."""
+    if NO_SPACE in error or "[Errno 28]" in error:
+        return True
+    try:
+        return shutil.disk_usage(env).free < FULL_DISK_GB * 1e9
+    except OSError:
+        return False
 
 
 def _free_failed_build(env: Path) -> None:
@@ -264,12 +284,13 @@ def _build(requirement: str, env: Path, *, progress, python: str, timeout_s: flo
         _run_logged(cmd, log, label=f"pip install {requirement}", progress=progress,
                     timeout_s=timeout_s, watch=env)
     except EnvBuildError as exc:
-        if NO_SPACE not in str(exc):
+        if not _disk_full(env, str(exc)):
             raise
         _free_failed_build(env)
         raise DiskSpaceError(f"the disk of {env} filled up while pip installed {requirement}; the "
                              f"half-installed environment was deleted (its build.log kept). Free space, "
-                             f"or point {ENV_CACHE_VAR} at a disk with room, and run again.\n{exc}") from None
+                             f"or point {ENV_CACHE_VAR} at a disk with room, and run again.\n{exc}",
+                             f"the disk filled up while pip installed {requirement}") from None
     check = subprocess.run([str(python_of(env)), "-c", "import importlib.metadata as m; "
                             "print(m.version('sglang'))"], capture_output=True, text=True, timeout=120)
     if check.returncode != 0:

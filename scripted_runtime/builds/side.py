@@ -103,9 +103,11 @@ def run_side(spec: BuildSpec, scenarios: List[str], *, pp: int = 1, overlap: boo
         build = prepare(spec, base_python=base_python, progress=progress)
     except (envs.EnvBuildError, worktrees.WorktreeError, OSError) as exc:
         # A full disk says nothing about the build: ERROR (bisect-check aborts), not NO-START (skip).
-        status = "ERROR" if isinstance(exc, envs.DiskSpaceError) else "NO-START"
-        report.outcomes = [Outcome(spec.label, s, status, f"build: {str(exc).splitlines()[0]}")
-                           for s in scenarios]
+        if isinstance(exc, envs.DiskSpaceError):
+            status, why = "ERROR", exc.summary
+        else:
+            status, why = "NO-START", str(exc).splitlines()[0]
+        report.outcomes = [Outcome(spec.label, s, status, f"build: {why}") for s in scenarios]
         report.log = str(exc)
         return report
     with tempfile.TemporaryDirectory(prefix="scripted-runtime-side-") as tmp:
