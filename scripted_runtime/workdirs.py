@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from scripted_runtime import settings
+
 PREFIX = "scripted-runtime-"
 ENV_KEEP_DAYS = "SCRIPTED_RUNTIME_KEEP_DAYS"
 DEFAULT_KEEP_DAYS = 7.0
@@ -21,16 +23,7 @@ DEFAULT_KEEP_DAYS = 7.0
 
 def keep_days() -> float:
     """``$SCRIPTED_RUNTIME_KEEP_DAYS`` (0 keeps every directory), else 7."""
-    raw = os.environ.get(ENV_KEEP_DAYS, "").strip()
-    if not raw:
-        return DEFAULT_KEEP_DAYS
-    try:
-        days = float(raw)
-    except ValueError:
-        raise ValueError(f"{ENV_KEEP_DAYS}={raw!r}: expected a number of days (0 keeps everything)") from None
-    if days < 0:
-        raise ValueError(f"{ENV_KEEP_DAYS}={raw!r}: expected a number of days >= 0 (0 keeps everything)")
-    return days
+    return settings.nonnegative_float(ENV_KEEP_DAYS, DEFAULT_KEEP_DAYS, unit="days", zero_means="0 keeps everything")
 
 
 def last_written(path: Path) -> float:

@@ -161,7 +161,7 @@ def test_env_build_refused_without_disk_room_lists_the_cache(tmp_path, monkeypat
     monkeypatch.setenv(envs.MIN_FREE_VAR, "0")
     envs.check_free_space("sglang==0.5.13", envs.env_dir("sglang==0.5.13"))  # room: no error
     monkeypatch.setenv(envs.MIN_FREE_VAR, "lots")
-    with pytest.raises(envs.EnvBuildError, match=r"SCRIPTED_RUNTIME_ENV_MIN_FREE_GB='lots' is not a number"):
+    with pytest.raises(envs.EnvBuildError, match=r"SCRIPTED_RUNTIME_ENV_MIN_FREE_GB='lots': expected a number of GB >= 0"):
         envs.min_free_gb()
     monkeypatch.delenv(envs.MIN_FREE_VAR)
     assert envs.min_free_gb() == envs.DEFAULT_MIN_FREE_GB

@@ -58,7 +58,7 @@ def test_keep_days_from_the_environment(tmp_path, monkeypatch):
     assert workdirs.keep_days() == workdirs.DEFAULT_KEEP_DAYS
 
 
-@pytest.mark.parametrize("raw", ["soon", "-1"])
+@pytest.mark.parametrize("raw", ["soon", "-1", "nan"])
 def test_bad_keep_days_names_the_variable(monkeypatch, raw):
     monkeypatch.setenv(workdirs.ENV_KEEP_DAYS, raw)
     with pytest.raises(ValueError, match=workdirs.ENV_KEEP_DAYS):

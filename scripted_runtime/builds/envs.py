@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional
 
+from scripted_runtime import settings
 from scripted_runtime.builds import constraints
 
 ENV_CACHE_VAR = "SCRIPTED_RUNTIME_ENV_CACHE"
@@ -194,17 +195,10 @@ def ensure_env(requirement: str, *, progress: Callable[[str], None] = None,
 
 def min_free_gb() -> float:
     """Free space a build needs on the cache's disk, in GB."""
-    text = os.environ.get(MIN_FREE_VAR, "").strip()
-    if not text:
-        return DEFAULT_MIN_FREE_GB
     try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value < 0:
-        raise EnvBuildError(f"{MIN_FREE_VAR}={text!r} is not a number of GB (>= 0); unset it for the "
-                            f"default {DEFAULT_MIN_FREE_GB:.0f}")
-    return value
+        return settings.nonnegative_float(MIN_FREE_VAR, DEFAULT_MIN_FREE_GB, unit="GB")
+    except ValueError as exc:
+        raise EnvBuildError(str(exc)) from None
 
 
 def cached_envs() -> List[Path]:
