@@ -259,6 +259,9 @@ def test_ab_table_and_difference():
     assert cells(lines[3]) == ["pp.py:flush", "sglang==0.5.13", "0.5.13", "PASS", "-", "40", "6.0s"]
     assert ab.differs([a, b])
     assert not ab.differs([a, a])
+    long = _report("x@bad", None, ("/x/scenarios/pp.py:flush", "NO-START", "build: " + "y" * 300, 0, 0.0))
+    row = ab.format_table([long]).splitlines()[2]
+    assert cells(row)[4] == "build: " + "y" * (ab.SIGNATURE_WIDTH - 10) + "..."  # the JSON keeps it whole
 
 
 def test_side_reports_an_unpreparable_build_as_no_start(tmp_path, monkeypatch):

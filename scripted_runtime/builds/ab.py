@@ -3,13 +3,21 @@
 Sides run one after the other (each starts its own server; two servers at
 once would halve the CPU each gets and change the timings). The table has a
 row per scenario and side: status, failure signature (the invariant name or
-the exception line), steps and time.
+the exception line, cut to SIGNATURE_WIDTH characters: ``--json`` keeps it
+whole), steps and time.
 """
 from __future__ import annotations
 
 from typing import List, Sequence
 
 from scripted_runtime.builds.side import SideReport
+
+SIGNATURE_WIDTH = 100
+
+
+def cell(text: str, width: int = SIGNATURE_WIDTH) -> str:
+    """``text`` cut to ``width`` characters, the cut marked with '...'."""
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def short_scenario(spec: str) -> str:
@@ -31,7 +39,7 @@ def format_table(reports: Sequence[SideReport]) -> str:
                 if o.scenario != scenario:
                     continue
                 rows.append([short_scenario(scenario), r.side, r.sglang_version or "?", o.status,
-                             o.signature or "-", str(o.steps) if o.steps else "-",
+                             cell(o.signature) or "-", str(o.steps) if o.steps else "-",
                              f"{o.seconds:.1f}s" if o.seconds else "-"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [" | ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
