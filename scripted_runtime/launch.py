@@ -13,20 +13,35 @@ import signal
 import sys
 import threading
 import time
+from typing import Optional
 
+from scripted_runtime import processes
 from scripted_runtime.protocol import ENV_HARNESS_PID
 
 EXIT_BAD_ENGINE_ARGS = 3
 BAD_ARGS_MARKER = "SCRIPTED_RUNTIME_BAD_ENGINE_ARGS:"
+WATCH_INTERVAL_S = 1.0
+
+
+def _harness_gone(pid: int, started: Optional[int]) -> bool:
+    if started is None:  # no /proc to tell processes apart: the pid alone
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+    return not processes.same_process_running(pid, started)
 
 
 def _watch_harness(harness_pid: int) -> None:
+    """Kill this process group once the harness has exited: also when it
+    is a zombie its parent has not reaped, or its pid went to another
+    process (what ``kill(pid, 0)`` alone takes for alive)."""
+    started = processes.start_time(harness_pid)
     while True:
-        time.sleep(1.0)
-        try:
-            os.kill(harness_pid, 0)
-        except ProcessLookupError:
+        if _harness_gone(harness_pid, started):
             os.killpg(0, signal.SIGKILL)
+        time.sleep(WATCH_INTERVAL_S)
 
 
 def main() -> None:

@@ -48,6 +48,14 @@ def start_time(pid: int) -> Optional[int]:
     return st[3] if st is not None else None
 
 
+def same_process_running(pid: int, started: int) -> bool:
+    """``pid`` is still the process that started at ``started`` and has not
+    exited: not gone, not a zombie (exited, not yet reaped by its parent),
+    not another process that got the pid since."""
+    st = _stat(pid)
+    return st is not None and st[2] != b"Z" and st[3] == started
+
+
 def _has_marker(pid: int, marker: bytes) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:

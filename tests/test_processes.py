@@ -89,3 +89,53 @@ def test_a_reused_launcher_pid_does_not_claim_its_session(fake_server):
     assert processes.pids_of_server(other_id, proc.pid, start + 1) == []
     assert processes.pids_of_server(other_id, proc.pid, start) == sorted([proc.pid] + kids)
     assert processes.pids_of_server(other_id, 0) == [], "session 0 (kernel threads) is never a server"
+
+
+# A stand-in launcher: one child in its group, then the real watchdog.
+WATCHED_LAUNCHER = r"""
+import subprocess, sys
+from scripted_runtime import launch
+launch.WATCH_INTERVAL_S = 0.1
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print(child.pid, flush=True)
+launch._watch_harness(int(sys.argv[1]))
+"""
+
+
+def test_watchdog_kills_the_server_group_when_the_harness_exits_unreaped():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    harness = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    launcher = subprocess.Popen([sys.executable, "-c", WATCHED_LAUNCHER, str(harness.pid)],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True, cwd=root,
+                                env={**os.environ, "PYTHONPATH": root})
+    try:
+        child = int(launcher.stdout.readline())
+        time.sleep(0.5)
+        assert launcher.poll() is None and processes.is_running(child)  # the harness lives: nothing killed
+        harness.kill()  # and not reaped: a zombie, which kill(pid, 0) still finds
+        deadline = time.monotonic() + 10
+        while processes.is_running(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not processes.is_running(child), "the watchdog left the server's group running"
+        assert launcher.wait(timeout=5) == -signal.SIGKILL
+        assert processes.start_time(harness.pid) is not None  # it was a zombie all along
+    finally:
+        harness.kill()
+        harness.wait()
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+
+
+def test_same_process_running_tells_a_reused_pid_and_a_zombie():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    started = processes.start_time(proc.pid)
+    assert processes.same_process_running(proc.pid, started)
+    assert not processes.same_process_running(proc.pid, started + 1)  # another process with the pid
+    proc.kill()
+    deadline = time.monotonic() + 5
+    while processes.is_running(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not processes.same_process_running(proc.pid, started)  # a zombie
+    proc.wait()
+    assert not processes.same_process_running(proc.pid, started)  # gone
