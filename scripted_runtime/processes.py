@@ -23,11 +23,11 @@ from scripted_runtime.protocol import ENV_SERVER_ID
 
 def is_running(pid: int) -> bool:
     """The process exists and is not a zombie (a zombie has already exited)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().split(b") ", 1)[1][:1] != b"Z"
-    except (OSError, IndexError):
-        return False
+    return _running(_stat(pid))
+
+
+def _running(st: Optional[Tuple[int, int, bytes, int]]) -> bool:
+    return st is not None and st[2] != b"Z"
 
 
 def _stat(pid: int) -> Optional[Tuple[int, int, bytes, int]]:
@@ -53,7 +53,7 @@ def same_process_running(pid: int, started: int) -> bool:
     exited: not gone, not a zombie (exited, not yet reaped by its parent),
     not another process that got the pid since."""
     st = _stat(pid)
-    return st is not None and st[2] != b"Z" and st[3] == started
+    return _running(st) and st[3] == started
 
 
 def _has_marker(pid: int, marker: bytes) -> bool:

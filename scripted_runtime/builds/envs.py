@@ -219,7 +219,7 @@ def describe_cached(env: Path) -> str:
 
 
 def check_free_space(requirement: str, env: Path, *, need_gb: Optional[float] = None) -> None:
-    """Raise EnvBuildError, naming what to remove, if ``env``'s disk has no room for a build."""
+    """Raise DiskSpaceError, naming what to remove, if ``env``'s disk has no room for a build."""
     need_gb = min_free_gb() if need_gb is None else need_gb
     free_gb = shutil.disk_usage(env.parent).free / 1e9
     if free_gb >= need_gb:
