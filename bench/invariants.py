@@ -1,47 +1,99 @@
 """Cost of the per-iteration invariants and the step trace.
 
-    .venv/bin/python bench/invariants.py [--topologies pp1-overlap,pp1-normal] [--decode 200] [--repeat 5]
+    .venv/bin/python bench/invariants.py [--topologies pp1-overlap,pp1-normal] [--decode 200] [--repeat 5] [--gc-off]
 
 On one server per topology, runs the same decode script (one request,
-``--decode`` tokens, one yield per iteration) in three configurations,
-interleaved ``--repeat`` times so machine noise hits all of them alike:
+``--decode`` tokens, one yield per iteration) in these configurations:
 
 * ``bare``: invariants off, no trace;
 * ``invariants``: all four invariants on, no trace;
-* ``default``: invariants on and the JSONL trace written (what ``run`` does).
+* ``trace``: invariants off, the JSONL trace written;
+* ``default``: invariants on and the trace written (what ``run`` does);
+* with ``--gc-off``, also ``default-gc-off``: the default with Python's
+  garbage collector switched off in the scheduler for that run.
 
-Prints decode steps/s as median and min..max, and each configuration's
-median ratio to ``bare`` (target: invariants >= 0.90).
+Each round runs every configuration once, in an order shuffled per round
+(seeded, so a re-run repeats it), ``--repeat`` rounds, so machine noise hits
+all of them alike and none always runs first. Prints decode steps/s as median
+and min..max, and each configuration's ratio to ``bare`` taken within each
+round: median and quartiles (a slow round slows all of its runs, so the
+within-round ratio is steadier than a ratio of medians).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Dict, List, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from compare_scripts import HARNESS_CONFIGS as CONFIGS, decode  # noqa: E402
+from compare_scripts import HARNESS_CONFIGS, decode  # noqa: E402
+from probe_scripts import python_gc  # noqa: E402
 
 from scripted_runtime import ScriptedServer  # noqa: E402
 
+GC_OFF = "default-gc-off"
 
-def measure(topology: str, n: int, repeat: int) -> dict:
+
+def configurations(gc_off: bool) -> Dict[str, dict]:
+    """name -> run() options (plus ``gc``: whether Python's GC stays on)."""
+    configs = {
+        "bare": dict(HARNESS_CONFIGS["bare"], gc=True),
+        "invariants": dict(HARNESS_CONFIGS["invariants"], gc=True),
+        "trace": {"invariants": False, "trace": True, "gc": True},
+        "default": dict(HARNESS_CONFIGS["default"], gc=True),
+    }
+    if gc_off:
+        configs[GC_OFF] = dict(HARNESS_CONFIGS["default"], gc=False)
+    return configs
+
+
+def round_order(names: Sequence[str], round_no: int) -> List[str]:
+    """The configurations in the order round ``round_no`` runs them."""
+    order = list(names)
+    random.Random(round_no).shuffle(order)
+    return order
+
+
+def within_round_ratios(rates: Dict[str, List[float]], base: str = "bare") -> Dict[str, List[float]]:
+    """Per configuration, its rate over ``base``'s in the same round."""
+    return {name: [a / b for a, b in zip(values, rates[base])] for name, values in rates.items()}
+
+
+def quartiles(values: List[float]) -> str:
+    """``median (q1..q3)`` of ratios; a lone value stands alone."""
+    if len(values) < 2:
+        return f"{values[0]:.3f}x" if values else "n/a"
+    q1, med, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return f"{med:.3f}x ({q1:.3f}x..{q3:.3f}x)"
+
+
+def measure(topology: str, n: int, repeat: int, configs: Dict[str, dict]) -> Dict[str, List[float]]:
     print(f"[bench] {topology}: starting server...", file=sys.stderr, flush=True)
     server = ScriptedServer.start(topology=topology)
     out = tempfile.mktemp(suffix=".json")
     try:
         server.run(decode, 8, out).raise_if_failed()  # warm up
-        rates = {name: [] for name in CONFIGS}
+        rates: Dict[str, List[float]] = {name: [] for name in configs}
         for i in range(repeat):
-            for name, cfg in CONFIGS.items():
-                server.run(decode, n, out, **cfg).raise_if_failed()
+            for name in round_order(configs, i):
+                opts = dict(configs[name])
+                gc_on = opts.pop("gc")
+                if not gc_on:
+                    server.run(python_gc, False, invariants=False, trace=False).raise_if_failed()
+                try:
+                    server.run(decode, n, out, **opts).raise_if_failed()
+                finally:
+                    if not gc_on:
+                        server.run(python_gc, True, invariants=False, trace=False).raise_if_failed()
                 with open(out) as f:
                     v = json.load(f)
                 rates[name].append(v["steps"] / v["wall_s"])
@@ -57,21 +109,25 @@ def main() -> None:
     ap.add_argument("--topologies", default="pp1-overlap,pp1-normal")
     ap.add_argument("--decode", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--gc-off", action="store_true",
+                    help=f"also run {GC_OFF}: the default with Python's GC off in the scheduler")
     args = ap.parse_args()
     started = time.strftime("%Y-%m-%d")
+    wall = time.monotonic()
+    configs = configurations(args.gc_off)
     rows = []
     for topology in args.topologies.split(","):
-        rates = measure(topology, args.decode, args.repeat)
-        base = statistics.median(rates["bare"])
+        rates = measure(topology, args.decode, args.repeat, configs)
+        ratios = within_round_ratios(rates)
         for name, values in rates.items():
-            med = statistics.median(values)
-            rows.append((topology, name, med, min(values), max(values), med / base))
+            rows.append((topology, name, statistics.median(values), min(values), max(values),
+                         quartiles(ratios[name])))
     print(f"\nInvariant and trace overhead, {started}, tiny Qwen2 on CPU, {args.decode}-token decode, "
-          f"{args.repeat} interleaved runs each\n")
-    print("| topology | configuration | decode steps/s median | min..max | vs bare |")
+          f"{args.repeat} rounds, order shuffled per round, {time.monotonic() - wall:.0f} s\n")
+    print("| topology | configuration | decode steps/s median | min..max | / bare within a round, median (q1..q3) |")
     print("|---|---|---|---|---|")
     for topology, name, med, lo, hi, ratio in rows:
-        print(f"| {topology} | {name} | {med:.0f} | {lo:.0f}..{hi:.0f} | {ratio:.2f}x |")
+        print(f"| {topology} | {name} | {med:.0f} | {lo:.0f}..{hi:.0f} | {ratio} |")
 
 
 if __name__ == "__main__":

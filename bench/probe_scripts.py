@@ -29,3 +29,16 @@ def free_run(ctx, seconds: float):
     d.before_iteration = skip_driver
     d.on_run_batch = lambda batch: None
     yield
+
+
+def python_gc(ctx, enabled: bool):
+    """Switch Python's cyclic garbage collector on or off in the scheduler
+    process (bench/invariants.py's ``default-gc-off``: is the collection the
+    per-step allocations bring on part of the cost?). Returns the state it
+    found."""
+    import gc
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    return was
+    yield  # noqa: unreachable - makes this a generator, as every script must be

@@ -15,14 +15,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_compare():
-    spec = importlib.util.spec_from_file_location("bench_compare", ROOT / "bench" / "compare.py")
+def load_bench(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-compare = load_compare()
+compare = load_bench("compare")
+invariants_bench = load_bench("invariants")
 
 
 def test_process_tree_is_followed_and_what_outlives_it_is_named():
@@ -102,6 +103,34 @@ def test_paired_rates_read_ours_per_configuration_and_plain_runs_directly():
     rep = {"decode": {"plain": [{"tokens": 100, "wall_s": 1.0}, {"tokens": 100, "wall_s": 0.5},
                                 {"tokens": 100, "wall_s": 0.25}]}}
     assert compare.tokens_per_s("plain")(rep) == 200.0
+
+
+def test_invariants_bench_shuffles_each_round_the_same_way_on_a_rerun():
+    names = list(invariants_bench.configurations(gc_off=True))
+    assert names == ["bare", "invariants", "trace", "default", "default-gc-off"]
+    orders = [invariants_bench.round_order(names, i) for i in range(8)]
+    assert all(sorted(o) == sorted(names) for o in orders)  # every configuration once a round
+    assert len({tuple(o) for o in orders}) > 1  # not one fixed order
+    assert len({o[0] for o in orders}) > 1  # not always the same one first after the previous round
+    assert orders == [invariants_bench.round_order(names, i) for i in range(8)]  # seeded: a re-run repeats it
+
+
+def test_invariants_bench_configurations_switch_what_they_name():
+    cfg = invariants_bench.configurations(gc_off=False)
+    assert "default-gc-off" not in cfg
+    assert cfg["bare"] == {"invariants": False, "trace": False, "gc": True}
+    assert cfg["trace"] == {"invariants": False, "trace": True, "gc": True}
+    assert cfg["default"] == {"invariants": True, "trace": True, "gc": True}
+    assert invariants_bench.configurations(gc_off=True)["default-gc-off"]["gc"] is False
+
+
+def test_invariants_bench_ratios_are_taken_within_each_round():
+    rates = {"bare": [500.0, 400.0, 600.0], "default": [450.0, 380.0, 540.0]}
+    ratios = invariants_bench.within_round_ratios(rates)
+    assert ratios["bare"] == [1.0, 1.0, 1.0]
+    assert ratios["default"] == pytest.approx([0.9, 0.95, 0.9])
+    assert invariants_bench.quartiles(ratios["default"]) == "0.900x (0.900x..0.925x)"
+    assert invariants_bench.quartiles([0.97]) == "0.970x" and invariants_bench.quartiles([]) == "n/a"
 
 
 @pytest.mark.slow
