@@ -100,6 +100,19 @@ class ControlOp:
         )
 
 
+def pause_posted_last(ops: List[ControlOp]) -> bool:
+    """Whether the last pause/continue among ``ops`` (in posting order) is a
+    pause: the tokenizer flags itself paused as it takes the pause's HTTP
+    call (and then holds new generate requests and lets weight updates skip
+    its writer lock); the scheduler learns of it one iteration later."""
+    for op in reversed(ops):
+        if op.name.startswith("pause_generation"):
+            return True
+        if op.name == "continue_generation":
+            return False
+    return False
+
+
 class ControlLedger:
     """Matches scheduler-processed control requests to the ops that sent them."""
 

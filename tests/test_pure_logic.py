@@ -13,7 +13,7 @@ import zmq
 from hooks import sglang_compat
 from scripted_runtime import cli, engine_config
 from scripted_runtime.context.waits import WaitTimeout, wait_until
-from scripted_runtime.control import ControlLedger, ControlOp
+from scripted_runtime.control import ControlLedger, ControlOp, pause_posted_last
 from scripted_runtime.http_poster import HttpAnswer
 from scripted_runtime.protocol import ScriptTarget
 from scripted_runtime.server import last_traceback, script_target
@@ -162,6 +162,17 @@ def test_op_success_falls_back_to_http():
     assert op.success is None
     op.http.status, op.http.body = 400, {"success": False, "message": "nope"}
     assert op.success is False and op.message == "nope"
+
+
+def test_the_tokenizer_counts_as_paused_after_a_pause_until_a_continue():
+    def op(name):
+        return ControlOp(name, "X", None, 0, HttpAnswer())
+
+    assert pause_posted_last([]) is False
+    assert pause_posted_last([op("flush_cache")]) is False
+    assert pause_posted_last([op("pause_generation(retract)"), op("flush_cache")]) is True
+    assert pause_posted_last([op("pause_generation(in_place)"), op("continue_generation")]) is False
+    assert pause_posted_last([op("continue_generation"), op("pause_generation(abort)"), op("abort(r1)")]) is True
 
 
 def test_last_traceback_extracts_final_block():

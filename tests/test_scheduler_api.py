@@ -218,6 +218,61 @@ def test_update_weights_from_disk(server, flush):
     assert value["second_output"] == 3
 
 
+def script_update_awaited_while_generating(ctx):
+    """await_arrival with a request still generating and no pause: the
+    tokenizer's writer lock would hold the update while the scheduler is
+    frozen, so the call must fail at once, not after the arrival timeout."""
+    import time
+
+    r = ctx.start_req(prompt_len=8, max_new_tokens=200, ignore_eos=True)
+    yield from ctx.wait_until(lambda: r.status == "running", max_steps=40, what="the request decoding")
+    t0 = time.monotonic()
+    try:
+        ctx.update_weights_from_disk(flush_cache=False, await_arrival=True)
+    except RuntimeError as exc:
+        error = str(exc)
+    else:
+        error = None
+    return {"error": error, "seconds": time.monotonic() - t0, "rid": r.rid, "posted": len(ctx.control_ops)}
+
+
+def test_an_awaited_update_that_cannot_arrive_fails_at_once_naming_the_request(server):
+    value = run_ok(server, script_update_awaited_while_generating).value
+    assert value["error"] is not None, "the update was awaited while a request generated, unpaused"
+    assert value["rid"] in value["error"] and "pause_generation" in value["error"], value["error"]
+    assert value["seconds"] < 1.0, value  # not the 30 s arrival timeout
+    assert value["posted"] == 0, "refused before anything was posted"
+
+
+def script_rl_weight_update(ctx):
+    """The RL loop: two requests decoding, pause (retract), an awaited weight
+    update, continue, both finish. Returns the steps where things landed."""
+    a = ctx.start_req(prompt_len=20, max_new_tokens=12, ignore_eos=True)
+    b = ctx.start_req(prompt_len=40, max_new_tokens=12, ignore_eos=True)
+    yield from ctx.wait_until(lambda: a.status == "running" and b.status == "running", max_steps=80,
+                              what="both requests decoding")
+    pause = ctx.pause_generation("retract")
+    yield from pause.wait(max_steps=10)
+    update = ctx.update_weights_from_disk(flush_cache=False, await_arrival=True)
+    yield
+    processed_next = update.processed_step == update.posted_step + 1
+    yield from update.wait(max_steps=10)
+    ctx.continue_generation()
+    yield from ctx.wait_finished(a, b, max_steps=200)
+    return {"update": (update.posted_step, update.processed_step, update.success, update.message),
+            "processed_next": processed_next, "outputs": [len(a.output_ids), len(b.output_ids)],
+            "steps": ctx.step}
+
+
+def test_an_update_awaited_while_paused_lands_in_the_next_iteration_every_run(server):
+    runs = [run_ok(server, script_rl_weight_update).value for _ in range(3)]
+    first = runs[0]
+    assert first["update"][2] is True, first
+    assert first["processed_next"], first
+    assert first["outputs"] == [12, 12], first
+    assert all(v["update"][:2] == first["update"][:2] and v["steps"] == first["steps"] for v in runs), runs
+
+
 # --- failures the harness must report cleanly ------------------------------------------------
 
 def script_raises(ctx):

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 from hooks import sglang_compat
-from scripted_runtime import state, windows
+from scripted_runtime import control, state, windows
 from scripted_runtime.context import radix, waits
 from scripted_runtime.context.requests import BatchRecord, ReqHandle
 from scripted_runtime.control import ControlOp
@@ -95,6 +95,7 @@ class ScriptContext:
         answer = self._driver.poster.post("/generate", payload)
         handle = ReqHandle(self, rid, answer, self.step)
         self._driver.tracker.started.append((self.step, rid))
+        self._driver.tracker.handles.append(handle)
         if await_arrival:
             self._driver.inbox.wait_for(
                 lambda obj: getattr(obj, "rid", None) == rid
@@ -208,12 +209,18 @@ class ScriptContext:
         behind a writer lock that waits for every in-flight generate request,
         so it reaches the scheduler some iterations later. With
         ``await_arrival=True`` the call blocks (bounded) until it reached the
-        scheduler, so it is processed in the very next iteration; use that
-        only when no generate request is in flight any more (e.g. inside
-        ``finished_not_pruned``), or the wait times out."""
+        scheduler, so it is processed in the very next iteration, run after
+        run. That works when no generate request is in flight any more (e.g.
+        inside ``finished_not_pruned``) or after a ``pause_generation`` (the
+        tokenizer lets an update skip its lock while paused: the RL
+        weight-update loop). With a request of this script still generating
+        and no pause posted, the update could not arrive while the scheduler
+        is frozen, so that raises at once instead of waiting."""
         path = model_path or os.environ.get(ENV_CHECKPOINT)
         if not path:
             raise ValueError("update_weights_from_disk needs model_path (no harness checkpoint is set)")
+        if await_arrival:
+            self._refuse_update_behind_lock()
         payload: Dict[str, Any] = {
             "model_path": path,
             "flush_cache": flush_cache,
@@ -227,6 +234,23 @@ class ScriptContext:
             "update_weights_from_disk", "/update_weights_from_disk", payload,
             "UpdateWeightFromDiskReqInput", await_arrival=await_arrival,
         )
+
+    def _refuse_update_behind_lock(self) -> None:
+        """An awaited weight update the tokenizer would hold behind its
+        writer lock until requests end that need scheduler iterations to end:
+        fail now, naming them, rather than after ARRIVAL_TIMEOUT_S frozen."""
+        if control.pause_posted_last(self._driver.ledger.ops):
+            return
+        generating = [h.rid for h in self._driver.tracker.handles if not h.finished]
+        if generating:
+            shown = ", ".join(generating[:4]) + (f" and {len(generating) - 4} more" if len(generating) > 4 else "")
+            raise RuntimeError(
+                f"update_weights_from_disk(await_arrival=True): request(s) {shown} of this script are still "
+                "generating and generation is not paused; SGLang's tokenizer holds a weight update behind a "
+                "writer lock until every in-flight generate request has ended, which needs scheduler "
+                "iterations, so it could not reach the frozen scheduler. Pause first "
+                "(ctx.pause_generation(...): a paused tokenizer lets the update skip the lock), or post it "
+                "without await_arrival and `yield from op.wait()`")
 
     def exhaust_kv(self, *, leave_pages: int = 0) -> int:
         """Take KV slots from the allocator until ``leave_pages`` pages remain

@@ -44,11 +44,13 @@ class RequestTracker:
         self.reqs: Dict[str, Any] = {}
         self.ingested: set = set()
         self.started: List[Tuple[int, str]] = []  # (step posted, rid), for the trace
+        self.handles: List["ReqHandle"] = []  # what the running script started, in order
 
     def clear(self) -> None:
         self.reqs.clear()
         self.ingested.clear()
         self.started.clear()
+        self.handles.clear()
 
     def on_ingested(self, rid: str, scheduler: Any) -> None:
         self.ingested.add(rid)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from scripted_runtime import state
+from scripted_runtime import control, state
 
 # Iterations the end-state check allows for every request to finish (and then
 # for the engine to go idle), per PP microbatch slot.
@@ -38,12 +38,7 @@ def tokenizer_paused(ctx, ops=None) -> bool:
     """Whether the tokenizer holds new requests: the last pause/continue the
     program sent (of ``ops``, default all so far) was a pause; the scheduler
     learns of it one iteration later."""
-    for op in reversed(ctx.control_ops if ops is None else ops):
-        if op.name.startswith("pause_generation"):
-            return True
-        if op.name == "continue_generation":
-            return False
-    return False
+    return control.pause_posted_last(ctx.control_ops if ops is None else ops)
 
 
 def live(reqs) -> List[Any]:
