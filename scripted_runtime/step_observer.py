@@ -98,8 +98,9 @@ class StepObserver:
         rec["windows_opened"] = list(self.windows.opened_now)
         rec["entered"] = list(self._entered)
         rec["ops"] = [{"op": op.name} for op in ops if op.posted_step == step] if ops else []
-        started = d.tracker.started
-        rec["started"] = [rid for posted, rid in started if posted == step] if started and started[-1][0] >= step else []
+        handles = d.tracker.handles
+        rec["started"] = ([h.rid for h in handles if h.posted_step == step]
+                          if handles and handles[-1].posted_step >= step else [])
         rec["violation"] = violation.as_dict() if violation is not None else None
         self.writer.append(rec)
         return violation

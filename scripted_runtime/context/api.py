@@ -94,7 +94,6 @@ class ScriptContext:
         t0 = time.monotonic()
         answer = self._driver.poster.post("/generate", payload)
         handle = ReqHandle(self, rid, answer, self.step)
-        self._driver.tracker.started.append((self.step, rid))
         self._driver.tracker.handles.append(handle)
         if await_arrival:
             self._driver.inbox.wait_for(
@@ -239,7 +238,7 @@ class ScriptContext:
         """An awaited weight update the tokenizer would hold behind its
         writer lock until requests end that need scheduler iterations to end:
         fail now, naming them, rather than after ARRIVAL_TIMEOUT_S frozen."""
-        if control.pause_posted_last(self._driver.ledger.ops):
+        if control.pause_posted_last(self.control_ops):
             return
         generating = [h.rid for h in self._driver.tracker.handles if not h.finished]
         if generating:

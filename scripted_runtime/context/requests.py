@@ -43,13 +43,11 @@ class RequestTracker:
     def __init__(self) -> None:
         self.reqs: Dict[str, Any] = {}
         self.ingested: set = set()
-        self.started: List[Tuple[int, str]] = []  # (step posted, rid), for the trace
-        self.handles: List["ReqHandle"] = []  # what the running script started, in order
+        self.handles: List["ReqHandle"] = []  # what the running script started, in order (the trace's "started")
 
     def clear(self) -> None:
         self.reqs.clear()
         self.ingested.clear()
-        self.started.clear()
         self.handles.clear()
 
     def on_ingested(self, rid: str, scheduler: Any) -> None:
