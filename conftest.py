@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from scripted_runtime.engine_config import TOPOLOGIES
+from scripted_runtime.user_side.engine_config import TOPOLOGIES
 
 TOPOLOGY_MARKS = {"pp4": [pytest.mark.pp4]}
 
@@ -68,7 +68,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def server_pool(request):
-    from scripted_runtime.pool import ServerPool
+    from scripted_runtime.user_side.pool import ServerPool
 
     log_dir = request.config.getoption("--server-log-dir") or None
     pool = ServerPool(device=request.config.getoption("--device"),

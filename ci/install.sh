@@ -16,6 +16,17 @@ spec = sys.argv[1]
 want = spec.split("==", 1)[1] if "==" in spec else None
 have = m.version("sglang")
 m.version("scripted-runtime"); m.version("pytest-xdist"); m.version("hypothesis")
+# The console script must point where pyproject.toml says (a checkout whose
+# modules moved keeps a stale entry point otherwise).
+try:
+    import tomllib
+    with open("pyproject.toml", "rb") as f:
+        wanted_ep = tomllib.load(f)["project"]["scripts"]["scripted-runtime"]
+    have_ep = [e.value for e in m.entry_points(group="console_scripts") if e.name == "scripted-runtime"]
+    if have_ep != [wanted_ep]:
+        sys.exit(1)
+except ImportError:  # Python 3.10: no tomllib; the version checks above suffice
+    pass
 sys.exit(0 if want is None or have == want else 1)
 PYEOF
 then

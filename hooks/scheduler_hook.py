@@ -32,7 +32,7 @@ def _driver_for(scheduler):
     if driver is None:
         pp_rank, tp_rank, _, _ = sglang_compat.rank_info(scheduler)
         if pp_rank == 0 and tp_rank == 0:
-            from scripted_runtime.driver import Driver
+            from scripted_runtime.scheduler_side.driver import Driver
 
             driver = Driver(scheduler)
         else:

@@ -1,4 +1,13 @@
-"""Errors the harness raises on the caller's side."""
+"""Errors the harness raises in the user's process (CLI, ScriptedServer,
+explore, builds); shared here so no module has to import the command line
+front end for them. Scheduler-side errors (``WaitTimeout``,
+``InvariantViolation``) live with the code that raises them.
+"""
+
+
+class UsageError(Exception):
+    """Bad input from the command line or an API call: the CLI prints it as
+    one line and exits 2."""
 
 
 class HarnessError(RuntimeError):

@@ -39,7 +39,7 @@ class RunScript:
     kwargs: Dict[str, Any] = field(default_factory=dict)
     max_steps: int = 20_000
     timeout_s: float = 120.0
-    disabled_invariants: Tuple[str, ...] = ()  # names from scripted_runtime.invariants.NAMES
+    disabled_invariants: Tuple[str, ...] = ()  # names from scripted_runtime.scheduler_side.invariants.NAMES
     trace: bool = True  # record the step trace
     trace_path: Optional[str] = None  # where the scheduler writes it (JSON lines)
 

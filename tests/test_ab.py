@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scripted_runtime import cli
+from scripted_runtime.user_side import cli
 
 pytestmark = pytest.mark.sglang
 

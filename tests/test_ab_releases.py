@@ -1,5 +1,5 @@
 """The cross-release A/B lane (``pytest --ab -m ab``): real PyPI releases in
-cached environments (scripted_runtime/builds/envs.py), ~10 GB and ~8 minutes
+cached environments (scripted_runtime/user_side/builds/envs.py), ~10 GB and ~8 minutes
 each to build the first time, reused after."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scripted_runtime import cli
+from scripted_runtime.user_side import cli
 
 pytestmark = [pytest.mark.ab, pytest.mark.sglang]
 

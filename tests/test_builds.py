@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from scripted_runtime import cli
-from scripted_runtime.builds import ab, constraints, envs, side, spec, worktrees
+from scripted_runtime.user_side import cli
+from scripted_runtime.user_side.builds import ab, constraints, envs, side, spec, worktrees
 from hooks import sglang_compat
 
 

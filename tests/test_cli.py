@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "scripted_runtime.cli", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "scripted_runtime.user_side.cli", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scripted_runtime.explore import explorer
+from scripted_runtime.user_side.explore import explorer
 
 pytestmark = pytest.mark.sglang
 REPO = Path(__file__).resolve().parent.parent
@@ -42,7 +42,7 @@ def test_ci_profile_exploration_passes(server, tmp_path, capsys):
 def test_explore_cli_finds_pr27446_without_being_told_the_window(tmp_path):
     out_dir = tmp_path / "found"
     proc = subprocess.run(
-        [sys.executable, "-m", "scripted_runtime.cli", "explore", "--pp", "4", "--revert-fix", "pr27446",
+        [sys.executable, "-m", "scripted_runtime.user_side.cli", "explore", "--pp", "4", "--revert-fix", "pr27446",
          "--profile", "ci", "--out", str(out_dir), "--stats-json", str(tmp_path / "stats.json")],
         capture_output=True, text=True, timeout=900, cwd=str(REPO))
     text = proc.stdout + proc.stderr
@@ -67,7 +67,7 @@ def test_explore_cli_finds_pr27446_without_being_told_the_window(tmp_path):
 @pytest.mark.slow
 def test_parallel_workers_merge_their_statistics(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "scripted_runtime.cli", "explore", "--no-overlap", "-n", "2", "--profile", "ci",
+        [sys.executable, "-m", "scripted_runtime.user_side.cli", "explore", "--no-overlap", "-n", "2", "--profile", "ci",
          "--max-examples", "20", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=900, cwd=str(REPO))
     text = proc.stdout + proc.stderr

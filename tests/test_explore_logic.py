@@ -7,10 +7,10 @@ import ast
 import pytest
 from hypothesis import given, settings
 
-from scripted_runtime.explore import actions as A
-from scripted_runtime.explore import determinism, runner, strategies
-from scripted_runtime.explore.stats import Stats
-from scripted_runtime.result import ScriptResult
+from scripted_runtime.user_side.explore import actions as A
+from scripted_runtime.user_side.explore import determinism, runner, strategies
+from scripted_runtime.user_side.explore.stats import Stats
+from scripted_runtime.user_side.result import ScriptResult
 
 PROGRAM = [A.Start(100, 1, 4), A.Steps(3), A.Flush(), A.Pause("retract"), A.Start(8, 2, 2),
            A.OnWindow("finished_not_pruned", A.UpdateWeights(True), 24), A.AbortOne(1), A.Continue()]
@@ -121,8 +121,8 @@ def test_stats_add_merge_and_tables():
 
 
 def test_worker_command_line_round_trips():
-    from scripted_runtime import cli
-    from scripted_runtime.explore import parallel
+    from scripted_runtime.user_side import cli
+    from scripted_runtime.user_side.explore import parallel
 
     args = cli.build_parser().parse_args(["explore", "--pp", "4", "--profile", "ci", "-n", "3", "--seed", "7",
                                           "--revert-fix", "pr27446", "--sglang-arg", "max_total_tokens=4096"])
@@ -135,7 +135,7 @@ def test_worker_command_line_round_trips():
 def test_phases_of_a_scheduler_state():
     from tests.test_invariants_logic import FakeBatch, FakeReq, FakeScheduler
 
-    from scripted_runtime.explore.phases import op_kind, phases_of
+    from scripted_runtime.scheduler_side.explore.phases import op_kind, phases_of
 
     s = FakeScheduler(idle=True)
     s.running_batch = None

@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from scripted_runtime.http_poster import HttpPoster
+from scripted_runtime.scheduler_side.http_poster import HttpPoster
 
 
 class Recorder(BaseHTTPRequestHandler):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from scripted_runtime import invariants
-from scripted_runtime.trace import timeline
+from scripted_runtime.scheduler_side import invariants
+from scripted_runtime import timeline
 from tests.helpers import run_ok
 
 pytestmark = pytest.mark.sglang
@@ -111,7 +111,7 @@ def script_lock_left_at_idle(ctx):
     yield from ctx.wait_idle()
     tree = ctx.scheduler.tree_cache
     node_id = next(iter(ctx.get_all_node_lock_refs()))
-    from scripted_runtime.context import radix
+    from scripted_runtime.scheduler_side.context import radix
 
     node = radix.resolve(tree, node_id)
     data = node.component_data[0] if getattr(node, "component_data", None) else node

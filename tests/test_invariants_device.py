@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from hooks import sglang_compat
-from scripted_runtime import invariants
+from scripted_runtime.scheduler_side import invariants
 from tests.test_invariants_logic import TOTAL, FakeReq, FakeScheduler, check
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]

@@ -10,10 +10,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from scripted_runtime import cli, invariants
-from scripted_runtime.invariants import InvariantChecker, StateView
-from scripted_runtime.trace import render, timeline
-from scripted_runtime.windows import Window, WindowTracker
+from scripted_runtime.user_side import cli
+from scripted_runtime.scheduler_side import invariants
+from scripted_runtime.scheduler_side.invariants import InvariantChecker, StateView
+from scripted_runtime.user_side import trace_render as render
+from scripted_runtime import timeline
+from scripted_runtime.scheduler_side.windows import Window, WindowTracker
 
 TOTAL = 100
 

@@ -1,4 +1,4 @@
-"""How a server's processes are found and stopped (scripted_runtime.processes),
+"""How a server's processes are found and stopped (scripted_runtime.user_side.processes),
 with real processes shaped like an SGLang server: a launcher in a session of
 its own whose children rename themselves with ``setproctitle`` (as SGLang's
 scheduler and detokenizer do), which wipes what ``/proc/PID/environ`` shows.
@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from scripted_runtime import processes
+from scripted_runtime.user_side import processes
 from scripted_runtime.protocol import ENV_SERVER_ID
 
 # The launcher starts two renamed children, prints their pids, then waits.
@@ -94,7 +94,7 @@ def test_a_reused_launcher_pid_does_not_claim_its_session(fake_server):
 # A stand-in launcher: one child in its group, then the real watchdog.
 WATCHED_LAUNCHER = r"""
 import subprocess, sys
-from scripted_runtime import launch
+from scripted_runtime.user_side import launch
 launch.WATCH_INTERVAL_S = 0.1
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 print(child.pid, flush=True)

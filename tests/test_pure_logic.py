@@ -11,12 +11,12 @@ import pytest
 import zmq
 
 from hooks import sglang_compat
-from scripted_runtime import cli, engine_config
-from scripted_runtime.context.waits import WaitTimeout, wait_until
-from scripted_runtime.control import ControlLedger, ControlOp, pause_posted_last
-from scripted_runtime.http_poster import HttpAnswer
+from scripted_runtime.user_side import cli, engine_config
+from scripted_runtime.scheduler_side.context.waits import WaitTimeout, wait_until
+from scripted_runtime.scheduler_side.control import ControlLedger, ControlOp, pause_posted_last
+from scripted_runtime.scheduler_side.http_poster import HttpAnswer
 from scripted_runtime.protocol import ScriptTarget
-from scripted_runtime.server import last_traceback, script_target
+from scripted_runtime.user_side.server import last_traceback, script_target
 
 
 def test_parse_version_orders_releases():
@@ -202,7 +202,7 @@ def test_inbox_buffers_frames_and_waits_with_deadline():
     pickle, or msgpack under SGLANG_USE_PICKLE_IPC=0), so this holds in both
     IPC modes."""
     io = pytest.importorskip("sglang.srt.managers.io_struct")
-    from scripted_runtime.inbox import ArrivalTimeout, TokenizerInbox
+    from scripted_runtime.scheduler_side.inbox import ArrivalTimeout, TokenizerInbox
 
     with push_pull() as (push, pull):
         inbox = TokenizerInbox(pull)
@@ -227,7 +227,7 @@ def test_reset_flush_is_read_by_the_scheduler_behind_what_arrived_and_only_it_is
     the reset's, after any frame already on the socket; a script's flush
     (posted over HTTP, answered to the tokenizer) must not look like it."""
     io = pytest.importorskip("sglang.srt.managers.io_struct")
-    from scripted_runtime.inbox import TokenizerInbox
+    from scripted_runtime.scheduler_side.inbox import TokenizerInbox
 
     with push_pull() as (push, pull):
         inbox = TokenizerInbox(pull)
@@ -257,11 +257,11 @@ def test_cli_usage_errors_exit_2(tmp_path):
     ]:
         with pytest.raises(cli.UsageError, match=re.escape(message)):
             cli.check_script_spec(spec)
-    proc = subprocess.run([sys.executable, "-m", "scripted_runtime.cli", "run", f"{scenario}:nope"],
+    proc = subprocess.run([sys.executable, "-m", "scripted_runtime.user_side.cli", "run", f"{scenario}:nope"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0, "a usage error is one line"
-    proc = subprocess.run([sys.executable, "-m", "scripted_runtime.cli", "run", f"{scenario}:real", "--pp", "3"],
+    proc = subprocess.run([sys.executable, "-m", "scripted_runtime.user_side.cli", "run", f"{scenario}:real", "--pp", "3"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--pp must be 1 or 4" in proc.stderr
 
@@ -280,7 +280,7 @@ def test_state_scan_sees_every_place_and_tells_live_from_finished():
     result_queue, the PP slot lists and the waiting queue, each request once."""
     from types import SimpleNamespace as NS
 
-    from scripted_runtime import state
+    from scripted_runtime.scheduler_side import state
 
     def req(rid, done=False):
         return NS(rid=rid, finished=lambda: done)

@@ -364,7 +364,7 @@ def script_leave_work(ctx, n):
 
 
 def script_first_slot(ctx):
-    from scripted_runtime import state
+    from scripted_runtime.scheduler_side import state
 
     slot = state.pp_slot(ctx.scheduler)
     r = ctx.start_req(prompt_len=8, max_new_tokens=2, ignore_eos=True)

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from scripted_runtime import ScriptedServer, processes
+from scripted_runtime import ScriptedServer
+from scripted_runtime.user_side import processes
 from scripted_runtime.errors import ServerDeadError
 from tests.helpers import run_ok
 from tests.test_scheduler_api import script_lifecycle

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scripted_runtime import workdirs
+from scripted_runtime.user_side import workdirs
 
 DAY = 86400
 

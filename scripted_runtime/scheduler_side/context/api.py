@@ -1,0 +1,400 @@
+"""The object a script receives: ``def script(ctx, *args): ... yield ...``.
+
+One ``yield`` is one scheduler iteration (one microbatch slot under PP).
+Requests and control operations go through the server's real HTTP API; the
+context waits (bounded) until each has reached the scheduler's socket before
+returning, so the next iteration ingests it. ``update_weights_from_disk`` is
+the exception: the tokenizer holds it behind a writer lock that only
+scheduler progress releases, so it is posted fire-and-forget; step with
+``yield from op.wait()``.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
+
+from hooks import sglang_compat
+from scripted_runtime.scheduler_side import control, state, windows
+from scripted_runtime.scheduler_side.context import radix, waits
+from scripted_runtime.scheduler_side.context.requests import BatchRecord, ReqHandle
+from scripted_runtime.scheduler_side.control import ControlOp
+
+if TYPE_CHECKING:
+    from scripted_runtime.scheduler_side.driver import Driver
+
+ARRIVAL_TIMEOUT_S = 30.0
+# After the HTTP answer of an op that the tokenizer may drop (abort of a
+# request it no longer tracks), wait this long for a frame before concluding
+# that none was sent.
+NO_FRAME_GRACE_S = 0.1
+ENV_CHECKPOINT = "SCRIPTED_RUNTIME_CHECKPOINT"
+
+_rid_counter = itertools.count()
+
+
+class ScriptContext:
+    def __init__(self, driver: Driver) -> None:
+        self._driver = driver
+        self._exhausted: List[Any] = []
+        # Called as listener(op, payload) right after each control operation
+        # is posted (the state then is what the next iteration starts from).
+        self.control_listeners: List[Callable[[ControlOp, Optional[dict]], None]] = []
+
+    # --- direct access ---------------------------------------------------------
+    @property
+    def scheduler(self) -> Any:
+        return self._driver.scheduler
+
+    @property
+    def step(self) -> int:
+        """Iterations this script has run so far."""
+        return self._driver.step
+
+    @property
+    def loop_kind(self) -> str:
+        return sglang_compat.loop_kind(self.scheduler)
+
+    @property
+    def batch_log(self) -> List[BatchRecord]:
+        return self._driver.batch_log
+
+    @property
+    def control_ops(self) -> List[ControlOp]:
+        return self._driver.ledger.ops
+
+    # --- requests ----------------------------------------------------------------
+    def start_req(
+        self,
+        *,
+        prompt_len: Optional[int] = None,
+        max_new_tokens: int = 8,
+        rid: Optional[str] = None,
+        ignore_eos: bool = False,
+        prompt_token: int = 1,
+        input_ids: Optional[List[int]] = None,
+        temperature: Optional[float] = None,
+        stop_token_ids: Optional[List[int]] = None,
+        await_arrival: bool = True,
+    ) -> ReqHandle:
+        """Send a generate request of ``prompt_len`` copies of ``prompt_token``
+        (or explicit ``input_ids``); returns once it reached the scheduler."""
+        if input_ids is None:
+            if prompt_len is None or prompt_len < 1:
+                raise ValueError("start_req needs prompt_len >= 1 or input_ids")
+            input_ids = [prompt_token] * prompt_len
+        rid = rid or f"r{next(_rid_counter)}-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+        sampling: Dict[str, Any] = {"max_new_tokens": max_new_tokens, "ignore_eos": ignore_eos}
+        if temperature is not None:
+            sampling["temperature"] = temperature
+        if stop_token_ids is not None:
+            sampling["stop_token_ids"] = stop_token_ids
+        payload = {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": False}
+        t0 = time.monotonic()
+        answer = self._driver.poster.post("/generate", payload)
+        handle = ReqHandle(self, rid, answer, self.step)
+        self._driver.tracker.handles.append(handle)
+        if await_arrival:
+            self._driver.inbox.wait_for(
+                lambda obj: getattr(obj, "rid", None) == rid
+                and type(obj).__name__ in sglang_compat.work_request_type_names(),
+                timeout_s=ARRIVAL_TIMEOUT_S,
+                what=f"generate request {rid!r}",
+                already_arrived=lambda: answer.done,
+            )
+        self._driver.io_s += time.monotonic() - t0
+        return handle
+
+    # --- control operations --------------------------------------------------
+    def _control(
+        self,
+        name: str,
+        path: str,
+        payload: Optional[dict],
+        request_type: str,
+        *,
+        rid: Optional[str] = None,
+        await_arrival: bool = True,
+    ) -> ControlOp:
+        t0 = time.monotonic()
+        answer = self._driver.poster.post(path, payload)
+        op = self._driver.ledger.register(
+            ControlOp(name=name, request_type=request_type, rid=rid,
+                      posted_step=self.step, http=answer)
+        )
+        op.describe = self.describe
+        if await_arrival:
+            done_at: List[float] = []
+
+            def answered_without_frame() -> bool:
+                if op.arrived:
+                    return True
+                if not answer.done:
+                    return False
+                done_at.append(time.monotonic())
+                return done_at[-1] - done_at[0] >= NO_FRAME_GRACE_S
+
+            # Arrival is the ledger's verdict (it pairs frames with ops in
+            # order): an earlier op's frame of the same type, still buffered,
+            # must not count as this one's.
+            self._driver.inbox.wait_for(
+                None,
+                timeout_s=ARRIVAL_TIMEOUT_S,
+                what=f"{name} ({request_type})",
+                already_arrived=answered_without_frame,
+            )
+        self._driver.io_s += time.monotonic() - t0
+        for listener in self.control_listeners:
+            listener(op, payload)
+        return op
+
+    def flush_cache(self) -> ControlOp:
+        """Ask for a cache flush. ``op.success`` is False when the scheduler's
+        idle gate refused it (visible after the next yield).
+
+        The tokenizer sends flushes one at a time (it waits for each answer),
+        so a second flush before the first was processed could not reach the
+        scheduler: that raises at once; yield first."""
+        pending = self._driver.ledger.unprocessed("flush_cache")
+        if pending:
+            raise RuntimeError(
+                f"flush_cache: the flush posted at step {pending[0].posted_step} has not been processed yet, and "
+                "the tokenizer sends flushes one at a time (it waits for each answer), so this one could not "
+                "reach the scheduler; yield (or `yield from op.wait()`) before flushing again")
+        return self._control("flush_cache", "/flush_cache", None, "FlushCacheReqInput")
+
+    def pause_generation(self, mode: str = "retract") -> ControlOp:
+        if mode not in ("retract", "in_place", "abort"):
+            raise ValueError(f"pause_generation mode must be retract|in_place|abort, got {mode!r}")
+        return self._control(
+            f"pause_generation({mode})", "/pause_generation", {"mode": mode},
+            "PauseGenerationReqInput", await_arrival=mode != "abort",
+        )
+
+    def continue_generation(self, *, torch_empty_cache: bool = False) -> ControlOp:
+        return self._control(
+            "continue_generation", "/continue_generation",
+            {"torch_empty_cache": torch_empty_cache}, "ContinueGenerationReqInput",
+        )
+
+    def abort(self, handle: Union[ReqHandle, str]) -> ControlOp:
+        rid = handle if isinstance(handle, str) else handle.rid
+        return self._control(
+            f"abort({rid})", "/abort_request", {"rid": rid, "abort_all": False},
+            "AbortReq", rid=rid,
+        )
+
+    def abort_all(self) -> ControlOp:
+        return self._control(
+            "abort_all", "/abort_request", {"rid": "", "abort_all": True}, "AbortReq"
+        )
+
+    def update_weights_from_disk(
+        self,
+        model_path: Optional[str] = None,
+        *,
+        flush_cache: bool = True,
+        load_format: Optional[str] = None,
+        abort_all_requests: bool = False,
+        await_arrival: bool = False,
+    ) -> ControlOp:
+        """Post /update_weights_from_disk; ``yield from op.wait()`` until the
+        scheduler processed it. ``model_path`` defaults to the harness's
+        checkpoint (a tiny safetensors file for the tiny model, the served
+        model otherwise).
+
+        By default the post is fire-and-forget: the tokenizer holds the update
+        behind a writer lock that waits for every in-flight generate request,
+        so it reaches the scheduler some iterations later. With
+        ``await_arrival=True`` the call blocks (bounded) until it reached the
+        scheduler, so it is processed in the very next iteration, run after
+        run. That works when no generate request is in flight any more (e.g.
+        inside ``finished_not_pruned``) or after a ``pause_generation`` (the
+        tokenizer lets an update skip its lock while paused: the RL
+        weight-update loop). With a request of this script still generating
+        and no pause posted, the update could not arrive while the scheduler
+        is frozen, so that raises at once instead of waiting."""
+        path = model_path or os.environ.get(ENV_CHECKPOINT)
+        if not path:
+            raise ValueError("update_weights_from_disk needs model_path (no harness checkpoint is set)")
+        if await_arrival:
+            self._refuse_update_behind_lock()
+        payload: Dict[str, Any] = {
+            "model_path": path,
+            "flush_cache": flush_cache,
+            "abort_all_requests": abort_all_requests,
+        }
+        if load_format is not None:
+            payload["load_format"] = load_format
+        elif os.environ.get(ENV_CHECKPOINT) == path:
+            payload["load_format"] = "safetensors"
+        return self._control(
+            "update_weights_from_disk", "/update_weights_from_disk", payload,
+            "UpdateWeightFromDiskReqInput", await_arrival=await_arrival,
+        )
+
+    def _refuse_update_behind_lock(self) -> None:
+        """An awaited weight update the tokenizer would hold behind its
+        writer lock until requests end that need scheduler iterations to end:
+        fail now, naming them, rather than after ARRIVAL_TIMEOUT_S frozen."""
+        if control.pause_posted_last(self.control_ops):
+            return
+        generating = [h.rid for h in self._driver.tracker.handles if not h.finished]
+        if generating:
+            shown = ", ".join(generating[:4]) + (f" and {len(generating) - 4} more" if len(generating) > 4 else "")
+            raise RuntimeError(
+                f"update_weights_from_disk(await_arrival=True): request(s) {shown} of this script are still "
+                "generating and generation is not paused; SGLang's tokenizer holds a weight update behind a "
+                "writer lock until every in-flight generate request has ended, which needs scheduler "
+                "iterations, so it could not reach the frozen scheduler. Pause first "
+                "(ctx.pause_generation(...): a paused tokenizer lets the update skip the lock), or post it "
+                "without await_arrival and `yield from op.wait()`")
+
+    def exhaust_kv(self, *, leave_pages: int = 0) -> int:
+        """Take KV slots from the allocator until ``leave_pages`` pages remain
+        (given back at the next reset); returns the tokens taken."""
+        allocator = self.scheduler.token_to_kv_pool_allocator
+        need = allocator.available_size() - leave_pages * self.engine_stats()["page_size"]
+        if need <= 0:
+            return 0
+        held = allocator.alloc(need)
+        if held is None:
+            raise RuntimeError(f"exhaust_kv: the allocator refused {need} tokens")
+        self._exhausted.append(held)
+        sglang_compat.set_script_held_tokens(self.scheduler, self._exhausted_tokens())
+        return int(need)
+
+    def _exhausted_tokens(self) -> int:
+        return sum(int(held.numel()) for held in self._exhausted)
+
+    def _release_exhausted(self) -> None:
+        for held in self._exhausted:
+            self.scheduler.token_to_kv_pool_allocator.free(held)
+        self._exhausted.clear()
+        sglang_compat.set_script_held_tokens(self.scheduler, 0)
+
+    # --- queries -------------------------------------------------------------
+    def find_req_by_rid(self, rid: str) -> Optional[Any]:
+        return state.find_req(self.scheduler, rid)
+
+    def list_active_reqs(self) -> List[Any]:
+        """Every unfinished request held anywhere (all PP slots, result_queue)."""
+        return list(state.live_reqs(self.scheduler).values())
+
+    def holders(self) -> List[state.Holder]:
+        return state.holders(self.scheduler)
+
+    def where_is(self, rid: str) -> List[str]:
+        return state.where_is(self.scheduler, rid)
+
+    def batch_composition(self) -> Dict[str, List[str]]:
+        s = self.scheduler
+        chunked = [s.chunked_req.rid] if getattr(s, "chunked_req", None) is not None else []
+        prefill: List[str] = []
+        decode: List[str] = []
+        seen = set()
+        for holder in state.holders(s):
+            batch = holder.batch
+            if batch is None or id(batch) in seen or holder.label.startswith("running"):
+                continue
+            seen.add(id(batch))
+            mode = getattr(batch, "forward_mode", None)
+            if mode is None:
+                continue
+            bucket = prefill if mode.is_extend() else decode if mode.is_decode() else None
+            if bucket is not None:
+                bucket.extend(r.rid for r in batch.reqs if r.rid not in bucket and r.rid not in chunked)
+        running = [r.rid for r in getattr(s.running_batch, "reqs", [])] if s.running_batch is not None else []
+        waiting = [r.rid for r in s.waiting_queue]
+        return {"prefill": prefill, "decode": decode, "chunked": chunked,
+                "running": running, "waiting": waiting}
+
+    def engine_stats(self) -> Dict[str, int]:
+        return state.engine_stats(self.scheduler)
+
+    def get_all_node_lock_refs(self) -> Dict[Any, int]:
+        return radix.all_lock_refs(self.scheduler.tree_cache)
+
+    def get_all_node_hit_counts(self) -> Dict[Any, int]:
+        return radix.all_hit_counts(self.scheduler.tree_cache)
+
+    def tree_node_count(self) -> int:
+        return radix.node_count(self.scheduler.tree_cache)
+
+    @property
+    def is_fully_idle(self) -> bool:
+        """The scheduler's own idle gate (what flush_cache trusts)."""
+        return sglang_compat.is_fully_idle(self.scheduler)
+
+    @property
+    def nothing_held(self) -> bool:
+        """The harness's complete scan: no request in any holder."""
+        return state.nothing_held(self.scheduler)
+
+    @property
+    def is_paused(self) -> bool:
+        return sglang_compat.is_paused(self.scheduler)
+
+    def describe(self) -> str:
+        return f"step={self.step} " + state.describe(self.scheduler)
+
+    # --- waiting ---------------------------------------------------------------
+    def wait_until(self, predicate: Callable[[], bool], *, max_steps: int = 200, what: str = "condition"):
+        """``yield from ctx.wait_until(pred, max_steps=50, what="...")``."""
+        return (yield from waits.wait_until(predicate, max_steps=max_steps, what=what, describe=self.describe))
+
+    def wait_finished(self, *handles: ReqHandle, max_steps: int = 500):
+        rids = ", ".join(h.rid for h in handles)
+        return (yield from self.wait_until(
+            lambda: all(h.finished for h in handles), max_steps=max_steps,
+            what=f"requests [{rids}] to finish"))
+
+    def wait_idle(self, *, max_steps: int = 500):
+        """Until the scheduler's idle gate holds and nothing is held anywhere."""
+        return (yield from self.wait_until(
+            lambda: self.is_fully_idle and self.nothing_held, max_steps=max_steps,
+            what="the scheduler to become idle"))
+
+    # --- race windows ----------------------------------------------------------
+    def window_open(self, name: str) -> Optional[str]:
+        """The detail of window ``name`` if it is open now, else None."""
+        windows.get(name)
+        return self._driver.observer.windows.open.get(name)
+
+    def window_stats(self) -> Dict[str, Dict[str, int]]:
+        """Per window: reached (times opened), open_steps, entered (so far this run)."""
+        return self._driver.observer.windows.report()
+
+    def wait_for_window(self, name: str, *, max_steps: int = 200, required: bool = True):
+        """``detail = yield from ctx.wait_for_window("finished_not_pruned")``:
+        step until the named window is open; the script then has control inside
+        it (inject now: the op is processed in the window's iteration). Raises
+        WaitTimeout with the state seen if it does not open within max_steps;
+        with ``required=False`` returns None instead."""
+        window = windows.get(name)
+        loop = self.loop_kind
+        if loop not in window.loops:
+            raise ValueError(
+                f"window {name!r} ({window.source}) cannot open on the {loop} loop; "
+                f"it applies to: {', '.join(window.loops)}")
+        observer = self._driver.observer
+        for waited in range(max_steps + 1):
+            detail = observer.windows.open.get(name)
+            if detail is not None:
+                observer.note_entered(name)
+                return detail
+            if waited == max_steps:
+                break
+            yield
+        if not required:
+            return None
+        raise waits.WaitTimeout(
+            f"window {name!r} ({window.source}) not reached within {max_steps} steps; "
+            f"it is: {window.doc} State seen: {self.describe()}")
+
+    def steps(self, n: int):
+        """``yield from ctx.steps(n)``: run n iterations."""
+        for _ in range(n):
+            yield
+

@@ -1,0 +1,425 @@
+"""The script driver: runs on the driver rank (pp_rank == tp_rank == 0),
+inside the scheduler process, on the scheduler's own thread.
+
+``before_iteration()`` is called by the hook at the start of every event-loop
+iteration. It advances one generator (``_main``), which
+
+1. lets the scheduler run freely until the server's warmup request has been
+   served and the engine is idle again, then reports ``Ready``;
+2. blocks between scripts waiting for a command from the harness (the
+   scheduler is frozen meanwhile; other ranks wait in the cross-rank
+   broadcast);
+3. for ``RunScript``: resets the engine, then advances the script's generator
+   once per iteration, and reports ``ScriptDone``.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import pickle
+import sys
+import time
+import traceback
+from typing import Any, Generator, Optional
+
+import zmq
+
+from hooks import sglang_compat
+from scripted_runtime import protocol
+from scripted_runtime.scheduler_side import script_loader, state
+from scripted_runtime.scheduler_side.context.api import ScriptContext
+from scripted_runtime.scheduler_side.context.requests import BatchRecord, RequestTracker
+from scripted_runtime.scheduler_side.control import ControlLedger
+from scripted_runtime.scheduler_side.http_poster import HttpPoster
+from scripted_runtime.scheduler_side.inbox import TokenizerInbox
+from scripted_runtime.scheduler_side.step_observer import StepObserver
+
+WARMUP_TIMEOUT_S = 180.0
+RESET_MAX_STEPS = 400
+LEFTOVER_OP_WAIT_S = 60.0  # for ops the previous script posted and did not wait for
+CANCEL_POLL_S = 0.01  # how often a running script looks for the harness's Cancel
+ENV_EXPECT_WARMUP = "SCRIPTED_RUNTIME_EXPECT_WARMUP"
+
+
+class ResetError(RuntimeError):
+    """The engine could not be brought back to idle between scripts."""
+
+
+class Driver:
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.step = 0  # iterations the current script has run
+        self.iteration = 0  # iterations since the driver started
+        self.batch_log: list = []
+        self.io_s = 0.0  # seconds the current script spent in HTTP posts and arrival waits
+        self._script_gen: Optional[Any] = None  # the running script's generator
+        self._reset_flushes_queued = 0  # reset flushes handed in and not dispatched yet
+        self._reset_flush_answer: Any = None
+        self.tracker = RequestTracker()
+        self.ledger = ControlLedger(lambda: self.step)
+        self.poster = HttpPoster(os.environ[protocol.ENV_HTTP_URL])
+        self.inbox: TokenizerInbox = sglang_compat.swap_tokenizer_socket(scheduler, TokenizerInbox)
+        self.inbox.arrival_listeners.append(self.ledger.on_arrival)
+        scheduler._request_dispatcher = self._recording_dispatcher(scheduler._request_dispatcher)
+        self.ctx = ScriptContext(self)
+        self.observer = StepObserver(self)
+        for entry in reversed(os.environ.get(protocol.ENV_SYS_PATH, "").split(os.pathsep)):
+            if entry and entry not in sys.path:
+                sys.path.insert(0, entry)
+        self._zmq = zmq.Context()
+        self._sock = self._zmq.socket(zmq.PAIR)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(os.environ[protocol.ENV_IPC_ADDR])
+        self._main_gen = self._main()
+
+    # --- called by the hook -------------------------------------------------
+    def before_iteration(self) -> None:
+        self.iteration += 1
+        next(self._main_gen)
+
+    def on_run_batch(self, batch: Any) -> None:
+        mode = getattr(getattr(batch, "forward_mode", None), "name", None)
+        chunked = getattr(self.scheduler, "chunked_req", None)
+        reqs = batch.reqs
+        self.tracker.on_batch(reqs)
+        self.batch_log.append(
+            BatchRecord(
+                self.step,
+                state.pp_slot(self.scheduler),
+                mode.lower() if mode else None,
+                tuple([r.rid for r in reqs]),
+                chunked.rid if chunked is not None else None,
+                tuple([state.req_pool_idx(r) for r in reqs]),
+                self._in_flight_rows(),
+            )
+        )
+
+    def _in_flight_rows(self):
+        """(rid, row) of the launched batches still in ``result_queue``, as
+        recorded at their own launch: a finished request has given its row up
+        by now, and reading the batch's index tensor would sync the device on
+        this hot path."""
+        queued = state.result_queue_batches(self.scheduler)
+        if not queued:
+            return ()
+        out = []
+        for batch in queued:
+            rids = tuple([r.rid for r in batch.reqs])
+            launched = next((rec for rec in reversed(self.batch_log) if rec.rids == rids), None)
+            if launched is not None:
+                out.extend((rid, row) for rid, row in zip(launched.rids, launched.rows) if row is not None)
+        return tuple(out)
+
+    def on_crash(self, tb: str) -> None:
+        try:
+            self._sock.send_pyobj(protocol.SchedulerCrashed(
+                traceback=tb, script_stack=script_stack(self._script_gen)), flags=zmq.NOBLOCK)
+            time.sleep(0.2)  # let the frame leave before the process dies
+        except zmq.ZMQError:
+            pass
+
+    def _recording_dispatcher(self, dispatcher):
+        driver = self
+
+        def recording_dispatcher(recv_req):
+            if driver._reset_flushes_queued and sglang_compat.is_reset_flush(recv_req):
+                # The reset's own flush: its answer is the driver's; the
+                # tokenizer never asked, so nothing is sent back to it (also
+                # for one a failed reset left queued).
+                driver._reset_flushes_queued -= 1
+                driver._reset_flush_answer = dispatcher(recv_req)
+                return None
+            output = dispatcher(recv_req)
+            driver.ledger.on_processed(recv_req, output)
+            if type(recv_req).__name__ == "TokenizedGenerateReqInput":
+                driver.tracker.on_ingested(recv_req.rid, driver.scheduler)
+            return output
+
+        recording_dispatcher.__wrapped__ = dispatcher
+        return recording_dispatcher
+
+    # --- the main generator -------------------------------------------------
+    def _main(self) -> Generator[None, None, None]:
+        yield from self._drain_warmup()
+        self._sock.send_pyobj(protocol.Ready(info=self._info()))
+        while True:
+            cmd = self._sock.recv_pyobj()  # the scheduler is frozen here, by design
+            if isinstance(cmd, protocol.Shutdown):
+                self._sock.close()
+                os._exit(0)
+            if isinstance(cmd, protocol.Cancel):
+                continue  # a cancel that raced with the end of its script
+            if isinstance(cmd, protocol.RunScript):
+                done = yield from self._run(cmd)
+                self._sock.send_pyobj(done)
+            else:
+                raise RuntimeError(f"scripted-runtime driver: unknown command {cmd!r}")
+
+    def _info(self) -> dict:
+        pp_rank, tp_rank, pp_size, tp_size = sglang_compat.rank_info(self.scheduler)
+        return {
+            "sglang_version": sglang_compat.installed_sglang_version(),
+            "loop_kind": sglang_compat.loop_kind(self.scheduler),
+            "pp_size": pp_size,
+            "tp_size": tp_size,
+            "pid": os.getpid(),
+            "iterations_to_ready": self.iteration,
+            "engine_stats": state.engine_stats(self.scheduler),
+        }
+
+    def _drain_warmup(self) -> Generator[None, None, None]:
+        """Run freely until the server warmup request was served and the
+        engine stayed idle for two full microbatch rotations."""
+        if os.environ.get(ENV_EXPECT_WARMUP, "1") != "1":
+            return
+        s = self.scheduler
+        quiesce = 2 * (state.mbs_slots(s) or 1)
+        deadline = time.monotonic() + WARMUP_TIMEOUT_S
+        idle_streak = 0
+        while idle_streak < quiesce:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"scripted-runtime: server warmup not served within {WARMUP_TIMEOUT_S:.0f}s "
+                    f"(work requests seen: {self.inbox.work_reqs_seen}; {state.describe(s)})"
+                )
+            yield
+            if self.inbox.work_reqs_seen > 0 and sglang_compat.is_fully_idle(s) and state.nothing_held(s):
+                idle_streak += 1
+            else:
+                idle_streak = 0
+                time.sleep(0.001)  # free-running before warmup: do not spin hot
+
+    def _reset(self, deadline: float = float("inf")) -> Generator[None, None, int]:
+        """Bring the engine back to a clean idle state; returns iterations
+        used. ``deadline`` (the script's own, monotonic) also bounds the wait
+        for the previous script's unsettled operations, so a ResetError comes
+        back before the harness gives up on the run."""
+        s = self.scheduler
+        ctx = self.ctx
+        steps = 0
+        if self._needs_drain():
+            if sglang_compat.is_paused(s):
+                ctx.continue_generation()
+            ctx._release_exhausted()
+            if state.any_live(s) or self.inbox.pending():
+                ctx.abort_all()
+            # else only finished requests are still held (a script that
+            # waited for its requests): the loop prunes them by itself, and
+            # the abort_all post (an HTTP round trip) is saved.
+            busy_steps = 0
+            leftover_wait_s = max(0.0, min(LEFTOVER_OP_WAIT_S, deadline - time.monotonic()))
+            leftover_deadline = time.monotonic() + leftover_wait_s
+            while True:
+                yield
+                steps += 1
+                unsettled = self.ledger.unsettled()
+                if unsettled:
+                    # An op the previous script posted without waiting for it
+                    # (update_weights_from_disk behind the tokenizer's lock):
+                    # it must land here, not in the next script. Waited for
+                    # by time: it arrives after HTTP round trips, not after
+                    # a number of iterations.
+                    if time.monotonic() > leftover_deadline:
+                        raise ResetError(
+                            f"{', '.join(op.name for op in unsettled)} posted by the previous script "
+                            f"neither reached the scheduler nor got an HTTP answer within "
+                            f"{leftover_wait_s:.0f}s; state: {state.describe(s)}")
+                    time.sleep(0.001)
+                    continue
+                if self._engine_idle():
+                    break
+                busy_steps += 1
+                if busy_steps >= RESET_MAX_STEPS:
+                    raise ResetError(
+                        f"the engine did not become idle within {RESET_MAX_STEPS} iterations "
+                        f"of the reset; state: {state.describe(s)}"
+                    )
+        # else: the previous script left nothing behind; flushing right away
+        # saves the abort_all iteration (one of the two a clean reset took).
+        # The flush is handed to the scheduler's input directly, not posted
+        # over HTTP: the same request object the tokenizer would send, read
+        # by the same recv and forwarded to the other ranks the same way,
+        # without the 2-4 ms round trip through the HTTP server and the
+        # tokenizer (its answer is kept from the tokenizer, see
+        # _recording_dispatcher). Scripts' own ctx.flush_cache() still posts.
+        raw, req = sglang_compat.reset_flush_frame()
+        self._reset_flush_answer = None
+        self._reset_flushes_queued += 1
+        self.inbox.inject(raw, req)
+        yield
+        steps += 1
+        answer, self._reset_flush_answer = self._reset_flush_answer, None
+        if answer is None:
+            raise ResetError(f"the reset's flush_cache got no answer in the iteration after it was handed "
+                             f"in (not dispatched yet, or deferred; frames still queued: "
+                             f"{len(self.inbox.pending())}); "
+                             f"state: {state.describe(s)}")
+        if not getattr(answer, "success", False):
+            raise ResetError(f"flush_cache during reset was refused: {answer!r}; state: {state.describe(s)}")
+        # The script starts in this iteration. Under PP no slot needs a turn
+        # first: nothing is held in any of them (checked above), the tree and
+        # pools are shared by every slot, and the other ranks process the
+        # flush before anything the script sends. But the script must start
+        # at the same slot every time: the iterations a reset takes vary
+        # with what the previous script left, and a script started at
+        # another slot sees its requests batched at other steps (what its
+        # step 0 posts lands in whichever slot comes next). Idle iterations
+        # up to slot 0: at most pp_loop_size - 1 of them.
+        slots = state.mbs_slots(s)
+        turned = 0
+        while slots and state.pp_slot(s) not in (None, 0):
+            if turned >= slots:
+                raise ResetError(f"the PP loop did not come round to slot 0 within {slots} iterations "
+                                 f"after the flush; state: {state.describe(s)}")
+            yield
+            steps += 1
+            turned += 1
+        return steps
+
+    def _engine_idle(self) -> bool:
+        """Idle by the scheduler's own gate and by the harness's scan, with
+        nothing arrived and not yet ingested: what the reset's flush needs."""
+        s = self.scheduler
+        return sglang_compat.is_fully_idle(s) and state.nothing_held(s) and not self.inbox.pending()
+
+    def _needs_drain(self) -> bool:
+        """Whether the reset must abort and wait: anything paused, held,
+        queued, taken by ``exhaust_kv`` or posted and not yet settled."""
+        return (sglang_compat.is_paused(self.scheduler) or bool(self.ctx._exhausted)
+                or bool(self.ledger.unsettled()) or not self._engine_idle())
+
+    def _run(self, cmd: protocol.RunScript) -> Generator[None, None, protocol.ScriptDone]:
+        started = time.monotonic()
+
+        def done(passed: bool, error: Optional[str] = None, tb: Optional[str] = None,
+                 value: Any = None, reset_steps: int = 0,
+                 violation: Optional[dict] = None, stack=None) -> protocol.ScriptDone:
+            self._script_gen = None
+            try:
+                pickle.dumps(value)
+            except Exception:  # noqa: BLE001
+                value = repr(value)
+            window_counts = self.observer.end() if observing else {}
+            return protocol.ScriptDone(
+                passed=passed, steps=self.step, reset_steps=reset_steps,
+                duration_s=time.monotonic() - started, error=error, traceback=tb,
+                control_log=self.ledger.log(), value=value, violation=violation,
+                windows=window_counts,
+                timeline="" if passed or not observing else self.observer.timeline_tail(),
+                reset_s=reset_s, io_s=self.io_s, script_stack=stack,
+            )
+
+        observing = False
+        reset_s = 0.0
+        self.step = 0
+        self.io_s = 0.0
+        try:
+            fn = script_loader.load(cmd.target)
+        except script_loader.ScriptLoadError as exc:
+            return done(False, f"ScriptLoadError: {exc}")
+
+        self.ledger.keep_unsettled()  # the reset waits for those
+        try:
+            reset_steps = yield from self._reset(started + cmd.timeout_s)
+        except ResetError as exc:
+            return done(False, f"ResetError: {exc}", traceback.format_exc())
+        reset_s = time.monotonic() - started
+        self.io_s = 0.0
+        self.ledger.clear()
+        self.tracker.clear()
+        self.batch_log.clear()
+        self.step = 0
+        try:
+            self.observer.begin(cmd)
+        except (ValueError, OSError) as exc:
+            return done(False, f"{type(exc).__name__}: {exc}", reset_steps=reset_steps)
+        observing = True
+
+        try:
+            gen = fn(self.ctx, *cmd.args, **cmd.kwargs)
+        except Exception as exc:
+            return done(False, _one_line(exc), traceback.format_exc(), reset_steps=reset_steps)
+        if not inspect.isgenerator(gen):
+            return done(
+                False,
+                f"NotAGenerator: {cmd.target.describe()} returned {type(gen).__name__}, "
+                "not a generator; a script must `yield` (one yield = one scheduler iteration)",
+                reset_steps=reset_steps,
+            )
+        self._script_gen = gen
+        deadline = started + cmd.timeout_s
+        next_cancel_poll = 0.0
+        while True:
+            self.observer.observe_windows()
+            finished = False
+            try:
+                next(gen)
+            except StopIteration as stop:
+                finished, value = True, stop.value
+            except Exception as exc:
+                return done(False, _one_line(exc), traceback.format_exc(), reset_steps=reset_steps,
+                            stack=exception_stack(exc, gen))
+            try:
+                violation = self.observer.after_script()
+            except Exception as exc:  # a harness bug must not kill the scheduler
+                gen.close()
+                return done(False, f"HarnessError: the step observer raised {_one_line(exc)}",
+                            traceback.format_exc(), reset_steps=reset_steps)
+            if violation is not None:
+                stack = script_stack(gen)
+                gen.close()
+                owners = "; ".join(f"{rid}: row {o['row']} in {'+'.join(o['holders'])}"
+                                   for rid, o in violation.owners.items())
+                return done(False, f"{violation.headline()} (iteration {violation.iteration})"
+                            + (f"; owners: {owners}" if owners else ""),
+                            violation=violation.as_dict(), reset_steps=reset_steps, stack=stack)
+            if finished:
+                return done(True, value=value, reset_steps=reset_steps)
+            problem = None
+            now = time.monotonic()
+            if self.step >= cmd.max_steps:
+                problem = f"StepBudgetExceeded: script still running after {cmd.max_steps} steps"
+            elif now > deadline:
+                problem = f"ScriptTimeout: script still running after {cmd.timeout_s:.0f}s"
+            elif now >= next_cancel_poll:  # a socket poll every iteration costs more than the wait
+                next_cancel_poll = now + CANCEL_POLL_S
+                if self._sock.poll(0):
+                    msg = self._sock.recv_pyobj()
+                    if isinstance(msg, protocol.Cancel):
+                        problem = f"Cancelled: {msg.reason}"
+            if problem:
+                stack = script_stack(gen)
+                gen.close()
+                return done(False, f"{problem}; state: {self.ctx.describe()}", reset_steps=reset_steps,
+                            stack=stack)
+            self.step += 1
+            yield
+
+
+def script_stack(gen: Any) -> Optional[tuple]:
+    """(file, line, function) of a suspended script generator and of the
+    generators it delegates to (``yield from``), outermost first."""
+    frames = []
+    while gen is not None and inspect.isgenerator(gen):
+        frame = gen.gi_frame
+        if frame is None:
+            break
+        frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        gen = gen.gi_yieldfrom
+    return tuple(frames) or None
+
+
+def exception_stack(exc: BaseException, gen: Any) -> Optional[tuple]:
+    """(file, line, function) of the frames an exception raised in a script
+    went through, from the script's own function inwards."""
+    frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+    top = getattr(gen, "gi_code", None)
+    for i, (filename, _, name) in enumerate(frames):
+        if top is not None and filename == top.co_filename and name == top.co_name:
+            return tuple(frames[i:])
+    return tuple(frames) or None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"

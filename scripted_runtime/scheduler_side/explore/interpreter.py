@@ -1,0 +1,41 @@
+"""Runs an explored program's source in the scheduler process.
+
+``run_source(ctx, source)`` compiles the program (the same text a failure is
+written out as), counts which scheduler phase each control operation lands
+in, and returns the end-state summary plus that coverage as the script's
+value.
+"""
+from __future__ import annotations
+
+import linecache
+from typing import Any, Dict
+
+from scripted_runtime.scheduler_side.explore import phases
+from scripted_runtime.scheduler_side.explore import program as program_helpers
+
+PROGRAM_FILENAME = "<explored program>"
+# The function an explored program's source defines (and a written scenario file holds).
+PROGRAM_FUNCTION = "program"
+
+
+def run_source(ctx, source: str):
+    code = compile(source, PROGRAM_FILENAME, "exec")
+    # Tracebacks then show the program's lines.
+    linecache.cache[PROGRAM_FILENAME] = (len(source), None, source.splitlines(True), PROGRAM_FILENAME)
+    namespace: Dict[str, Any] = {"__name__": "explored_program"}
+    exec(code, namespace)
+    coverage: Dict[str, int] = {}
+
+    def on_control(op, payload) -> None:
+        kind = phases.op_kind(op.name, payload)
+        paused = program_helpers.tokenizer_paused(ctx, ctx.control_ops[:-1])  # before this op
+        for phase in phases.phases_of(ctx.scheduler, tokenizer_paused=paused):
+            key = f"{kind}|{phase}"
+            coverage[key] = coverage.get(key, 0) + 1
+
+    ctx.control_listeners.append(on_control)
+    try:
+        summary = yield from namespace[PROGRAM_FUNCTION](ctx)
+    finally:
+        ctx.control_listeners.remove(on_control)
+    return {"end": summary, "coverage": coverage}

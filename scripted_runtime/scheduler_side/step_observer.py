@@ -1,0 +1,116 @@
+"""Once per script iteration (scheduler process): windows, invariants and
+the step trace.
+
+``observe_windows()`` runs at the start of an iteration, before the script
+advances (so ``wait_for_window`` sees the state the iteration left);
+``after_script()`` runs once the script yielded: one state scan feeds the
+invariants and the trace record, so a violation is reported on the state the
+next iteration is about to process, before SGLang's own checks run on it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+from hooks import sglang_compat
+from scripted_runtime import protocol
+from scripted_runtime.scheduler_side.invariants import InvariantChecker, StateView, Violation
+from scripted_runtime.scheduler_side import trace_record as trace_record
+from scripted_runtime.timeline import format_timeline
+from scripted_runtime.scheduler_side.windows import WindowTracker
+
+if TYPE_CHECKING:
+    from scripted_runtime.scheduler_side.driver import Driver
+
+TIMELINE_TAIL = 20
+
+
+class StepObserver:
+    def __init__(self, driver: "Driver") -> None:
+        self.driver = driver
+        self.windows = WindowTracker()
+        self.invariants = InvariantChecker()
+        self.writer = trace_record.TraceWriter(None)
+        self.trace_enabled = True
+        self._open_now: Dict[str, str] = {}
+        self._pending = False
+        self._entered: List[str] = []
+        self._batch_cursor = 0
+
+    def begin(self, cmd: protocol.RunScript) -> None:
+        self.windows.clear()
+        self.invariants.reset(cmd.disabled_invariants)
+        self.trace_enabled = cmd.trace
+        self.writer.close()
+        self.writer = trace_record.TraceWriter(cmd.trace_path if cmd.trace else None)
+        s = self.driver.scheduler
+        _, _, pp_size, _ = sglang_compat.rank_info(s)
+        self.writer.write_header(trace_record.header(
+            script=cmd.target.describe(), loop=sglang_compat.loop_kind(s), pp_size=pp_size,
+            sglang_version=sglang_compat.installed_sglang_version(),
+            invariants=self.invariants.enabled))
+        self._open_now = {}
+        self._pending = False
+        self._entered = []
+        self._batch_cursor = 0
+
+    def observe_windows(self) -> None:
+        """Start of an iteration, before the script advances: which windows are open."""
+        d = self.driver
+        self._open_now = self.windows.observe(d.scheduler, sglang_compat.loop_kind(d.scheduler))
+        self._entered = []
+        self._pending = True
+
+    def note_entered(self, name: str) -> None:
+        self.windows.mark_entered(name)
+        self._entered.append(name)
+
+    def after_script(self) -> Optional[Violation]:
+        """After the script advanced, before the scheduler ingests: scan once,
+        check the invariants on the state the iteration is about to see
+        (including anything the script changed), write this step's record."""
+        if not self._pending:
+            return None
+        self._pending = False
+        checking = bool(self.invariants.enabled)
+        if not checking and not self.trace_enabled:
+            return None  # nothing reads the scan
+        d = self.driver
+        s = d.scheduler
+        view = StateView(s, extra_held_tokens=d.ctx._exhausted_tokens())
+        violation = self.invariants.check(view) if checking else None
+        if violation is not None:
+            violation.step = d.step
+            violation.iteration = d.iteration
+        if not self.trace_enabled:
+            return violation
+        step = d.step
+        launched = d.batch_log[self._batch_cursor:]
+        self._batch_cursor = len(d.batch_log)
+        rec: Dict[str, Any] = {"step": step, "it": d.iteration}
+        rec.update(trace_record.snapshot(s, view))
+        rec["launched"] = [{"slot": b.slot, "mode": b.mode, "rids": list(b.rids)} for b in launched]
+        ops = d.ledger.ops
+        rec["answers"] = [
+            {"op": op.name, **op.scheduler_verdict()}  # not the HTTP answer: its timing varies
+            for op in ops if op.processed_step == step
+        ] if ops else []
+        rec["windows"] = self._open_now
+        rec["windows_opened"] = list(self.windows.opened_now)
+        rec["entered"] = list(self._entered)
+        rec["ops"] = [{"op": op.name} for op in ops if op.posted_step == step] if ops else []
+        handles = d.tracker.handles
+        rec["started"] = ([h.rid for h in handles if h.posted_step == step]
+                          if handles and handles[-1].posted_step >= step else [])
+        rec["violation"] = violation.as_dict() if violation is not None else None
+        self.writer.append(rec)
+        return violation
+
+    def timeline_tail(self, n: int = TIMELINE_TAIL) -> str:
+        if not self.writer.recent:
+            return ""
+        return format_timeline(self.writer.recent, last=n)
+
+    def end(self) -> Dict[str, Dict[str, int]]:
+        """Close the trace; the run's window counts."""
+        self.writer.close()
+        return self.windows.report()

@@ -1,0 +1,433 @@
+"""``scripted-runtime`` command line.
+
+    scripted-runtime run PATH_OR_MODULE:FUNCTION [--pp N] [--overlap/--no-overlap]
+                     [--device cpu|cuda] [--sglang-arg k=v ...] [--timeout S]
+                     [--no-invariants | --skip-invariant NAME ...] [--trace FILE]
+                     [--revert-fix NAME ...]
+    scripted-runtime ab SCENARIO... --a SPEC --b SPEC [--pp N] [--base-env SPEC]
+    scripted-runtime bisect-check SCENARIO --sglang SPEC [--pp N] [--base-env SPEC]
+    scripted-runtime trace show FILE [--last N]
+    scripted-runtime trace render FILE -o OUT.svg|OUT.html|OUT.png [--steps A:B]
+
+SPEC: ``current``, a pip requirement (``sglang==0.5.13``: a cached environment
+built once), an SGLang source tree, or ``REPO@REV`` (a throwaway worktree);
+append ``+revert=FIX`` to undo a fix in-process (scripted_runtime/user_side/builds/spec.py).
+
+Exit codes: run: 0 every scenario passed, 1 one failed, 2 a usage error (bad
+path, missing function, bad engine argument, unreadable trace) or the server
+could not start. ab: 0 both sides ran, 1 a side could not start or did not
+finish (ERROR). bisect-check: 0 pass, 1 fail, 125 the build cannot start, 255
+usage error or no disk space for the build's environment (aborts a bisect).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import os
+import sys
+import time
+from typing import List, Optional
+
+from scripted_runtime.errors import UsageError
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def check_script_spec(spec: str) -> str:
+    """Validate PATH.py:FUNCTION or MODULE:FUNCTION without importing it
+    (scenarios import scheduler-side code); returns the spec to run."""
+    where, sep, func = spec.rpartition(":")
+    if not sep or not where or not func:
+        raise UsageError(f"scenario must be PATH.py:FUNCTION or MODULE:FUNCTION, got {spec!r}")
+    if where.endswith(".py") or os.sep in where:
+        path = os.path.abspath(where)
+        if not os.path.isfile(path):
+            raise UsageError(f"scenario file not found: {where}")
+    else:
+        try:
+            found = importlib.util.find_spec(where)
+        except (ImportError, ValueError):
+            found = None
+        if found is None or not found.origin or not found.origin.endswith(".py"):
+            raise UsageError(f"scenario module not found: {where}")
+        path = found.origin
+    with open(path) as f:
+        try:
+            tree = ast.parse(f.read(), filename=path)
+        except SyntaxError as exc:
+            raise UsageError(f"{where}: syntax error at line {exc.lineno}: {exc.msg}") from exc
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if func.split(".")[0] not in names:
+        known = ", ".join(sorted(names)) or "none"
+        raise UsageError(f"{where} has no function {func!r} (functions: {known})")
+    return f"{path}:{func}"
+
+
+def outcome_of(result) -> dict:
+    """One scenario's outcome as the A/B table and bisect-check read it."""
+    verdict = "PASS" if result.passed else ("CRASH" if result.crashed else "FAIL")
+    if result.passed:
+        signature = ""
+    elif result.violation:
+        signature = f"InvariantViolation[{result.violation['invariant']}]"
+    else:
+        signature = (result.error or "").strip().splitlines()[0][:160] if result.error else "failed"
+    return {"scenario": result.script, "status": verdict, "signature": signature,
+            "steps": result.steps, "seconds": round(result.duration_s, 2)}
+
+
+def _write_json(path: Optional[str], payload: dict) -> None:
+    if not path:
+        return
+    import json
+
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=1)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from scripted_runtime.user_side import engine_config
+    from scripted_runtime.errors import EngineArgumentError, ServerStartError
+    from scripted_runtime.user_side.server import ScriptedServer
+
+    from scripted_runtime.scheduler_side import invariants
+
+    try:
+        specs = [check_script_spec(s) for s in args.scenario]
+        topology = engine_config.topology_for(args.pp, args.overlap)
+        overrides = engine_config.parse_engine_args(args.sglang_arg or [])
+        skipped = invariants.validate_names(args.skip_invariant or [])
+        from hooks import fix_toggles
+
+        reverted = fix_toggles.validate(args.revert_fix or [])
+        checked = False if args.no_invariants else [n for n in invariants.NAMES if n not in skipped]
+        if args.trace and len(specs) > 1:
+            raise UsageError("--trace FILE takes one scenario; with several, traces go to the server's trace dir")
+    except (UsageError, ValueError) as exc:
+        print(f"scripted-runtime: {exc}", file=sys.stderr)
+        _write_json(args.result_json, {"status": "USAGE", "error": str(exc), "outcomes": []})
+        return EXIT_USAGE
+
+    from hooks import sglang_compat
+
+    version = sglang_compat.installed_sglang_version()
+    print(f"[scripted-runtime] starting SGLang {version} ({topology}, {args.device})...",
+          file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    try:
+        server = ScriptedServer.start(device=args.device, topology=topology,
+                                      start_timeout_s=args.start_timeout, revert_fixes=reverted,
+                                      **overrides)
+    except ServerStartError as exc:
+        usage = isinstance(exc, EngineArgumentError)
+        print(f"scripted-runtime: {'' if usage else 'server did not start: '}{exc}", file=sys.stderr)
+        _write_json(args.result_json, {"status": "USAGE" if usage else "NO-START",
+                                       "sglang_version": version, "error": str(exc), "outcomes": []})
+        return EXIT_USAGE
+    outcomes, results = [], []
+    try:
+        started_s = time.monotonic() - t0
+        print(f"[scripted-runtime] server ready in {started_s:.1f}s "
+              f"(sglang {server.info.get('sglang_version')}, loop {server.info.get('loop_kind')})",
+              file=sys.stderr, flush=True)
+        for spec in specs:
+            if not server.alive:
+                print(f"[scripted-runtime] scheduler dead; restarting for {spec}", file=sys.stderr, flush=True)
+                server.shutdown()
+                server = ScriptedServer.start(device=args.device, topology=topology,
+                                              start_timeout_s=args.start_timeout,
+                                              revert_fixes=reverted, **overrides)
+            result = server.run(spec, timeout=args.timeout, invariants=checked,
+                                trace=args.trace or True)
+            results.append(result)
+            outcomes.append(outcome_of(result))
+            _report(result)
+    finally:
+        server.shutdown()
+        _write_json(args.result_json, {"status": "RAN", "sglang_version": version,
+                                       "start_s": round(started_s, 1) if outcomes else None,
+                                       "outcomes": outcomes})
+    return EXIT_PASS if results and all(r.passed for r in results) else EXIT_FAIL
+
+
+def _report(result) -> None:
+    print(result.summary())
+    if result.passed and result.value is not None:
+        print(f"  returned: {result.value!r}")
+    reached = result.windows_reached()
+    if reached:
+        print("  windows reached: " + ", ".join(f"{k} x{v}" for k, v in reached.items()))
+    if result.trace_path and result.passed:
+        print(f"  trace: {result.trace_path}")
+    if not result.passed and result.traceback:
+        print(result.traceback)
+
+
+def _side_options(args: argparse.Namespace) -> dict:
+    extra = []
+    for kv in args.sglang_arg or []:
+        extra += ["--sglang-arg", kv]
+    if args.no_invariants:
+        extra.append("--no-invariants")
+    extra += ["--device", args.device]
+    return dict(pp=args.pp, overlap=args.overlap, timeout_s=args.timeout,
+                start_timeout_s=args.start_timeout, extra_args=extra)
+
+
+def _cmd_ab(args: argparse.Namespace) -> int:
+    from scripted_runtime.user_side.builds import ab, side, spec as build_spec
+
+    try:
+        scenarios = [check_script_spec(s) for s in args.scenario]
+        sides = [build_spec.parse(args.a), build_spec.parse(args.b)]
+        base = side.base_python(args.base_env)
+    except (UsageError, ValueError) as exc:
+        print(f"scripted-runtime: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    reports = []
+    for s in sides:
+        report = side.run_side(s, scenarios, base_python=base, **_side_options(args))
+        reports.append(report)
+        if not report.ran or args.verbose:
+            print((report.log or "").rstrip()[-3000:], file=sys.stderr)
+    print(ab.format_table(reports))
+    if args.json:
+        import dataclasses
+        import json
+
+        with open(args.json, "w") as f:
+            json.dump([dataclasses.asdict(r) | {"log": None} for r in reports], f, indent=1)
+    return EXIT_PASS if all(r.ran for r in reports) else EXIT_FAIL
+
+
+EXIT_BISECT_SKIP, EXIT_BISECT_ABORT = 125, 255
+
+
+def _cmd_explore(args: argparse.Namespace) -> int:
+    """Exit 0: no failure found; 1: a failure found (and written out); 2:
+    usage error or the server could not start."""
+    from scripted_runtime.user_side import engine_config
+    from scripted_runtime.errors import ServerStartError
+
+    try:
+        topology = engine_config.topology_for(args.pp, args.overlap)
+        overrides = engine_config.parse_engine_args(args.sglang_arg or [])
+        from hooks import fix_toggles
+
+        reverted = fix_toggles.validate(args.revert_fix or [])
+        if args.workers < 1:
+            raise UsageError(f"-n must be >= 1, got {args.workers}")
+    except (UsageError, ValueError) as exc:
+        print(f"scripted-runtime: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.sglang and args.sglang != "current":
+        from scripted_runtime.user_side.explore import parallel
+
+        return parallel.run_in_build(args)
+    if args.workers > 1:
+        from scripted_runtime.user_side.explore import parallel
+
+        return parallel.run_workers(args)
+    from pathlib import Path
+
+    from scripted_runtime.user_side.explore import explorer
+
+    def progress(line: str) -> None:
+        print(f"[explore {args.worker_label or topology}] {line}", file=sys.stderr, flush=True)
+
+    try:
+        report = explorer.explore(
+            topology=topology, profile=args.profile, device=args.device, seed=args.seed,
+            max_examples=args.max_examples, max_time_s=args.max_time, shrink_time_s=args.shrink_time,
+            out_dir=Path(args.out), revert_fixes=reverted, engine_overrides=overrides,
+            stop_file=args.stop_file, check_determinism=not args.no_determinism_check,
+            sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout,
+            invariants=not args.no_invariants, example_timeout_s=args.timeout, progress=progress)
+    except ServerStartError as exc:
+        print(f"scripted-runtime: server did not start: {exc}", file=sys.stderr)
+        _write_json(args.stats_json, {"status": "NO-START", "error": str(exc)})
+        return EXIT_USAGE
+    explorer.print_report(report, profile=args.profile)
+    _write_json(args.stats_json, {"status": "RAN", **report.as_dict()})
+    return EXIT_FAIL if report.failed else EXIT_PASS
+
+
+def _cmd_bisect_check(args: argparse.Namespace) -> int:
+    """Exit codes for ``git bisect run``: 0 good, 1 bad, 125 skip (the build
+    cannot start), 255 abort the bisect (usage error, or no disk space for an
+    environment: bisecting on would be meaningless)."""
+    from scripted_runtime.user_side.builds import side, spec as build_spec
+
+    try:
+        scenario = check_script_spec(args.scenario)
+        build = build_spec.parse(args.sglang)
+        base = side.base_python(args.base_env)
+    except (UsageError, ValueError) as exc:
+        print(f"scripted-runtime: {exc}", file=sys.stderr)
+        return EXIT_BISECT_ABORT
+    report = side.run_side(build, [scenario], base_python=base, **_side_options(args))
+    outcome = report.outcomes[0]
+    print((report.log or "").rstrip()[-4000:], file=sys.stderr)
+    verdict = {"PASS": EXIT_PASS, "FAIL": EXIT_FAIL, "CRASH": EXIT_FAIL,
+               "NO-START": EXIT_BISECT_SKIP}.get(outcome.status, EXIT_BISECT_ABORT)
+    meaning = {EXIT_PASS: "good", EXIT_FAIL: "bad", EXIT_BISECT_SKIP: "skip (build cannot start)",
+               EXIT_BISECT_ABORT: "abort (harness error)"}[verdict]
+    print(f"bisect-check: {outcome.status} on {args.sglang} (sglang {report.sglang_version or '?'})"
+          f"{': ' + outcome.signature if outcome.signature else ''} -> exit {verdict} ({meaning})")
+    return verdict
+
+
+def _add_server_options(p: argparse.ArgumentParser) -> None:
+    """Options of every command that starts a server (run, ab, bisect-check)."""
+    p.add_argument("--pp", type=int, default=1, help="pipeline-parallel size: 1 or 4 (default 1)")
+    p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                   help="overlap scheduling for pp=1 (SGLang's default: on)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--sglang-arg", action="append", metavar="KEY=VALUE",
+                   help="extra SGLang ServerArgs field (repeatable)")
+    p.add_argument("--timeout", type=float, default=120.0, help="script timeout in seconds")
+    p.add_argument("--start-timeout", type=float, default=300.0, help="server start timeout in seconds")
+    p.add_argument("--no-invariants", action="store_true", help="check no invariant after each step")
+
+
+def _add_side_options(p: argparse.ArgumentParser) -> None:
+    _add_server_options(p)
+    p.add_argument("--base-env", metavar="SPEC", default="current",
+                   help="environment source-tree and REPO@REV sides run over: 'current' (default) or "
+                        "a pip requirement such as sglang==0.5.12.post1")
+
+
+def _parse_steps(text: Optional[str]):
+    if not text:
+        return None
+    lo, sep, hi = text.partition(":")
+    try:
+        return (int(lo) if lo else 0, int(hi) if hi else 10**9)
+    except ValueError:
+        raise UsageError(f"--steps must be A:B (step numbers), got {text!r}") from None
+
+
+def _cmd_trace_show(args: argparse.Namespace) -> int:
+    from scripted_runtime import timeline
+
+    try:
+        header, records = timeline.load(args.file)
+    except (OSError, ValueError) as exc:
+        print(f"scripted-runtime: cannot read trace: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(timeline.format_timeline(records, last=args.last, header=header))
+    return EXIT_PASS
+
+
+def _cmd_trace_render(args: argparse.Namespace) -> int:
+    from scripted_runtime.user_side import trace_render as render
+    from scripted_runtime import timeline
+
+    out = args.output
+    if not out.endswith((".svg", ".html", ".png")):
+        print(f"scripted-runtime: -o must end in .svg, .html or .png, got {out!r}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        steps = _parse_steps(args.steps)
+        header, records = timeline.load(args.file)
+        records = render.select_steps(records, steps)
+        title = os.path.basename(args.file)
+        if out.endswith(".png"):
+            render.render_png(header, records, out, title=title)
+        else:
+            draw = render.render_html if out.endswith(".html") else render.render_svg
+            text = draw(header, records, title=title)
+            with open(out, "w", encoding="utf-8") as f:
+                f.write(text)
+    except (OSError, ValueError, UsageError) as exc:
+        print(f"scripted-runtime: cannot render trace: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"wrote {out} ({len(records)} steps)")
+    return EXIT_PASS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="scripted-runtime", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run one scenario against a freshly started server")
+    run.add_argument("scenario", nargs="+",
+                     help="PATH.py:FUNCTION or MODULE:FUNCTION (several run one after another on one server)")
+    _add_server_options(run)
+    run.add_argument("--skip-invariant", action="append", metavar="NAME",
+                     help="do not check this invariant (repeatable): idle_gate, slot_ownership, "
+                          "radix_locks, pool_accounting")
+    run.add_argument("--trace", metavar="FILE", help="write the step trace (JSON lines) here")
+    run.add_argument("--revert-fix", action="append", metavar="NAME",
+                     help="undo this SGLang fix in-process (repeatable; see hooks/fix_toggles.py): "
+                          "pr27446, pr17850, issue14062")
+    run.add_argument("--result-json", metavar="FILE",
+                     help="write each scenario's outcome (status, failure signature, steps, time) here")
+    run.set_defaults(func=_cmd_run)
+
+    abp = sub.add_parser("ab", help="run scenarios against two SGLang builds and compare")
+    abp.add_argument("scenario", nargs="+", help="PATH.py:FUNCTION or MODULE:FUNCTION")
+    abp.add_argument("--a", required=True, metavar="SPEC",
+                     help="side A: current | sglang==X | SOURCE_TREE | REPO@REV, optionally +revert=FIX")
+    abp.add_argument("--b", required=True, metavar="SPEC", help="side B (same forms as --a)")
+    abp.add_argument("--json", metavar="FILE", help="also write the outcomes as JSON")
+    abp.add_argument("-v", "--verbose", action="store_true", help="print each side's output")
+    _add_side_options(abp)
+    abp.set_defaults(func=_cmd_ab)
+
+    bis = sub.add_parser("bisect-check", help="one scenario on one build; exit 0 pass, 1 fail, "
+                                               "125 build cannot start (for git bisect run)")
+    bis.add_argument("scenario", help="PATH.py:FUNCTION or MODULE:FUNCTION")
+    bis.add_argument("--sglang", required=True, metavar="SPEC",
+                     help="the build: an SGLang source tree (e.g. . in a checkout), REPO@REV, sglang==X or current")
+    _add_side_options(bis)
+    bis.set_defaults(func=_cmd_bisect_check)
+
+    exp = sub.add_parser("explore", help="generate programs with Hypothesis, run them on the real scheduler, "
+                                         "shrink a failure and write it out as a scenario")
+    _add_server_options(exp)
+    exp.add_argument("--profile", choices=["ci", "dev", "nightly"], default="dev",
+                     help="ci: derandomized, 100 programs / 60 s; dev (default): 1000 / 10 min; "
+                          "nightly: 20000 / 3 h")
+    exp.add_argument("--max-examples", type=int, help="override the profile's program count")
+    exp.add_argument("--max-time", type=float, help="override the profile's search time (s, server start excluded)")
+    exp.add_argument("--shrink-time", type=float, help="override the profile's shrink time (s)")
+    exp.add_argument("--seed", type=int, help="Hypothesis seed (printed by every run; not with --profile ci)")
+    exp.add_argument("-n", "--workers", type=int, default=1,
+                     help="parallel workers, each with its own server (for boxes with the cores)")
+    exp.add_argument("--out", default="explore-found", help="where failing programs are written (default explore-found/)")
+    exp.add_argument("--revert-fix", action="append", metavar="NAME",
+                     help="undo this SGLang fix in-process (repeatable): pr27446, pr17850, issue14062")
+    exp.add_argument("--sglang", metavar="SPEC",
+                     help="explore another build: sglang==X (cached environment), a source tree or REPO@REV")
+    exp.add_argument("--base-env", metavar="SPEC", default="current",
+                     help="environment source-tree and REPO@REV builds run over")
+    exp.add_argument("--no-determinism-check", action="store_true",
+                     help="skip replaying a program twice to compare traces")
+    exp.add_argument("--stats-json", metavar="FILE", help="also write the statistics and outcome as JSON")
+    exp.add_argument("--stop-file", help=argparse.SUPPRESS)  # workers: stop searching once it exists
+    exp.add_argument("--worker-label", help=argparse.SUPPRESS)
+    exp.add_argument("--sglang-label", help=argparse.SUPPRESS)  # the SPEC a build child runs for
+    exp.set_defaults(func=_cmd_explore)
+
+    trace = sub.add_parser("trace", help="read a step trace")
+    trace_sub = trace.add_subparsers(dest="trace_command", required=True)
+    show = trace_sub.add_parser("show", help="print the one-line-per-step timeline")
+    show.add_argument("file")
+    show.add_argument("--last", type=int, default=None, help="only the last N steps")
+    show.set_defaults(func=_cmd_trace_show)
+    draw = trace_sub.add_parser("render", help="draw the trace as SVG or HTML")
+    draw.add_argument("file")
+    draw.add_argument("-o", "--output", required=True, help="OUT.svg, OUT.html or OUT.png (PNG needs Pillow)")
+    draw.add_argument("--steps", help="only steps A:B (inclusive)")
+    draw.set_defaults(func=_cmd_trace_render)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Runs one explored program on a live server and classifies the outcome
+(harness process).
+
+One server per topology is kept for the whole exploration; every run starts
+with the driver's engine reset (abort all, wait for idle, flush). A crashed
+or killed server is restarted before the next program.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, Optional, Sequence
+
+from scripted_runtime import protocol
+from scripted_runtime.user_side.explore import actions as A
+from scripted_runtime.user_side.explore.determinism import RID
+from scripted_runtime.user_side.result import ScriptResult
+
+INTERPRETER = protocol.ScriptTarget(qualname="run_source", module="scripted_runtime.scheduler_side.explore.interpreter")
+EXAMPLE_TIMEOUT_S = 120.0
+
+
+@dataclass
+class Outcome:
+    """What one program did. ``signature`` is None when it passed; equal
+    signatures are treated as the same bug (and shrunk as one)."""
+
+    signature: Optional[str]
+    message: str = ""
+    steps: int = 0
+    reset_steps: int = 0
+    run_s: float = 0.0  # in the scheduler: reset + script
+    reset_s: float = 0.0
+    io_s: float = 0.0  # HTTP posts and arrival waits of the script
+    wall_s: float = 0.0  # in the harness, server.run round trip
+    restart_s: float = 0.0  # restarting a dead server before this program
+    windows: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    coverage: Dict[str, int] = field(default_factory=dict)
+    failing_action: Optional[int] = None  # index into the program; None: end checks or unknown
+    failing_step: Optional[int] = None
+
+    @property
+    def failed(self) -> bool:
+        return self.signature is not None
+
+
+def _normalize(text: str, limit: int = 100) -> str:
+    text = re.sub(r"0x[0-9a-f]+", "0x?", text)
+    text = RID.sub("<rid>", text)
+    text = re.sub(r"\d+", "N", text)
+    return text.strip()[:limit]
+
+
+def signature_of(result: ScriptResult) -> Optional[str]:
+    """A failure's identity, stable across programs: invariant name, crash
+    exception line, or error type and the first clause of its message."""
+    if result.passed:
+        return None
+    if result.violation:
+        return f"InvariantViolation[{result.violation['invariant']}]"
+    error = (result.error or "").strip()
+    if result.crashed:
+        return "SchedulerCrashed: " + _normalize(error.partition(": ")[2])
+    etype, _, msg = error.partition(": ")
+    msg = re.split(r"[;(\[]", msg, maxsplit=1)[0]
+    return f"{etype}: {_normalize(msg, 80)}" if msg else etype or "failed"
+
+
+def failing_position(result: ScriptResult, source: A.Source) -> Optional[int]:
+    """The program line the script stood at when it failed, as an action index."""
+    for filename, line, function in result.script_stack or []:
+        if function == A.PROGRAM_FUNCTION:
+            return source.action_at(line)
+    return None
+
+
+def _failing_step(result: ScriptResult) -> Optional[int]:
+    if result.passed:
+        return None
+    if result.violation:
+        return result.violation.get("step", result.steps)
+    if result.crashed and not result.trace_path:
+        return None  # a crash reports no step; only its trace would tell
+    return result.steps
+
+
+class ExampleRunner:
+    """Runs programs on one topology's server; starts it lazily, restarts it
+    after a crash. Pass ``server`` to reuse a running one (it is then not
+    shut down by ``close``)."""
+
+    def __init__(self, *, topology: str, device: str = "cpu", revert_fixes: Iterable[str] = (),
+                 engine_overrides: Optional[Dict[str, Any]] = None, log_dir: Optional[Path] = None,
+                 server: Any = None, start_timeout_s: float = 300.0,
+                 example_timeout_s: float = EXAMPLE_TIMEOUT_S, invariants: Any = True,
+                 progress=None) -> None:
+        self.invariants = invariants
+        self.topology = topology
+        self.device = device
+        self.revert_fixes = list(revert_fixes)
+        self.engine_overrides = dict(engine_overrides or {})
+        self.log_dir = log_dir
+        self.start_timeout_s = start_timeout_s
+        self.example_timeout_s = example_timeout_s
+        self.server = server
+        self._own_server = server is None
+        self.restarts = 0
+        self.start_s: Optional[float] = None
+        self.progress = progress or (lambda line: None)
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        return self.server.info if self.server is not None else {}
+
+    def ensure_server(self) -> float:
+        """Start (or restart) the server if needed; returns seconds spent."""
+        from scripted_runtime.user_side.server import ScriptedServer
+
+        t0 = time.monotonic()
+        if self.server is None:
+            self.progress(f"starting the {self.topology} server ({self.device})...")
+            self.server = ScriptedServer.start(device=self.device, topology=self.topology,
+                                               start_timeout_s=self.start_timeout_s,
+                                               revert_fixes=self.revert_fixes, log_dir=self.log_dir,
+                                               **self.engine_overrides)
+            self.start_s = time.monotonic() - t0
+            self.progress(f"server ready in {self.start_s:.1f}s (sglang {self.info.get('sglang_version')}, "
+                          f"loop {self.info.get('loop_kind')})")
+            return self.start_s
+        if not self.server.alive:
+            self._restart("scheduler died")
+            return time.monotonic() - t0
+        return 0.0
+
+    def _restart(self, why: str) -> None:
+        self.restarts += 1
+        self.progress(f"{why}; restarting the {self.topology} server (restart {self.restarts})")
+        self.server.restart()
+
+    def run(self, program: Sequence[A.Action], *, trace: Any = False) -> Outcome:
+        restart_s = self.ensure_server()
+        source = A.to_source(program)
+        t0 = time.monotonic()
+        result = self.server.run(INTERPRETER, source.text, timeout=self.example_timeout_s,
+                                 trace=trace, invariants=self.invariants)
+        if not result.passed and (result.error or "").startswith("ResetError"):
+            # The engine did not come back between programs: not this program's
+            # doing. Start afresh and run it once more.
+            self._restart(f"reset failed ({result.error[:120]}), so this program is retried")
+            result = self.server.run(INTERPRETER, source.text, timeout=self.example_timeout_s,
+                                     trace=trace, invariants=self.invariants)
+        wall = time.monotonic() - t0
+        value = result.value if isinstance(result.value, dict) else {}
+        return Outcome(
+            signature=signature_of(result),
+            message=(result.error or "").strip().splitlines()[0][:300] if result.error else "",
+            steps=result.steps, reset_steps=result.reset_steps, run_s=result.duration_s,
+            reset_s=result.reset_s, io_s=result.io_s, wall_s=wall, restart_s=restart_s,
+            windows=result.windows or {}, coverage=value.get("coverage", {}),
+            failing_action=failing_position(result, source) if not result.passed else None,
+            failing_step=_failing_step(result),
+        )
+
+    def run_file(self, path: str, *, trace: Any = False) -> ScriptResult:
+        self.ensure_server()
+        return self.server.run(f"{path}:{A.PROGRAM_FUNCTION}", timeout=self.example_timeout_s, trace=trace,
+                               invariants=self.invariants)
+
+    def close(self) -> None:
+        if self.server is not None and self._own_server:
+            self.server.shutdown()
+            self.server = None

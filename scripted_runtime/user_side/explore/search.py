@@ -1,0 +1,172 @@
+"""The Hypothesis search over programs (harness process).
+
+Design: each example is a whole program (a list of actions, drawn by
+``strategies.programs``) that runs as one script on the live server, instead
+of a ``RuleBasedStateMachine`` whose rules would each be a harness <->
+scheduler round trip. Hypothesis shrinks the list the same way it shrinks a
+state machine's rule sequence (drop actions, simplify each one), and the
+state machine's preconditions become run-time guards in the program
+(``abort_one`` with nothing live does nothing, a start while paused is held
+back), so a shrunk program never needs a precondition it cannot meet.
+
+Runs are memoized by program, so Hypothesis's final replay of the shrunk
+example answers from memory (no Flaky from a nondeterministic build; the
+determinism check replays for real). The time budget is enforced by answering
+programs that arrive after it as passing without running them.
+"""
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
+
+from scripted_runtime.user_side.explore import strategies
+from scripted_runtime.user_side.explore.runner import ExampleRunner, Outcome
+from scripted_runtime.user_side.explore.stats import Stats
+
+
+@dataclass(frozen=True)
+class Profile:
+    max_examples: int
+    max_time_s: float  # for finding (server start excluded)
+    shrink_time_s: float  # for shrinking a failure once found
+    derandomize: bool
+    progress_every_s: float
+
+
+PROFILES: Dict[str, Profile] = {
+    # CI: the same programs every run, bounded in examples and time.
+    "ci": Profile(max_examples=100, max_time_s=60, shrink_time_s=90, derandomize=True, progress_every_s=15),
+    "dev": Profile(max_examples=1000, max_time_s=600, shrink_time_s=180, derandomize=False, progress_every_s=30),
+    "nightly": Profile(max_examples=20000, max_time_s=3 * 3600, shrink_time_s=900, derandomize=False,
+                       progress_every_s=60),
+}
+
+
+def hypothesis_settings(profile: Profile, max_examples: int) -> settings:
+    return settings(
+        max_examples=max_examples, derandomize=profile.derandomize, database=None, deadline=None,
+        suppress_health_check=list(HealthCheck), report_multiple_bugs=False, print_blob=False,
+        verbosity=Verbosity.quiet, phases=(Phase.explicit, Phase.generate, Phase.shrink),
+    )
+
+
+for _name, _profile in PROFILES.items():
+    settings.register_profile(f"scripted-runtime-{_name}", hypothesis_settings(_profile, _profile.max_examples))
+
+
+class ProgramFailed(AssertionError):
+    """Raised inside the Hypothesis test for a failing program; one subclass
+    per failure signature, so Hypothesis shrinks each failure as its own bug."""
+
+    signature = ""
+
+
+_failure_classes: Dict[str, type] = {}
+
+
+def failure_class(signature: str) -> type:
+    cls = _failure_classes.get(signature)
+    if cls is None:
+        cls = type(f"ProgramFailed_{len(_failure_classes)}", (ProgramFailed,), {"signature": signature})
+        _failure_classes[signature] = cls
+    return cls
+
+
+@dataclass
+class SearchResult:
+    stats: Stats
+    program: Optional[list] = None  # the shrunk failing program
+    outcome: Optional[Outcome] = None
+    seed: Optional[int] = None
+    first_program: Optional[list] = None  # the failing program as first found
+    found_after_examples: Optional[int] = None
+    longest_passing: Optional[list] = None  # for the determinism check when nothing failed
+
+
+def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = None,
+           max_examples: Optional[int] = None, max_time_s: Optional[float] = None,
+           shrink_time_s: Optional[float] = None, stop_file: Optional[str] = None,
+           progress: Callable[[str], None] = lambda line: None) -> SearchResult:
+    topology = runner.topology
+    stats = Stats(topology=topology)
+    limit_examples = max_examples or profile.max_examples
+    limit_s = profile.max_time_s if max_time_s is None else max_time_s
+    shrink_s = profile.shrink_time_s if shrink_time_s is None else shrink_time_s
+    if not profile.derandomize and seed is None:
+        seed = random.randrange(2**31)
+    memo: Dict[Tuple, Outcome] = {}
+    last_failing: Dict[str, Tuple[list, Outcome]] = {}
+    first: Dict[str, object] = {}
+    longest: List[object] = [None, -1]
+    t0 = time.monotonic()
+    last_note = [t0]
+
+    def budget_left() -> bool:
+        now = time.monotonic()
+        if "at" in first:
+            return now - first["at"] < shrink_s
+        if stop_file and os.path.exists(stop_file):
+            return False
+        return now - t0 < limit_s
+
+    def note(force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - last_note[0] < profile.progress_every_s:
+            return
+        last_note[0] = now
+        stats.wall_s = now - t0
+        phase = f"shrinking {first['signature']}" if "at" in first else "searching"
+        progress(f"{phase}: {stats.examples} programs ({stats.per_minute:.0f}/min), {stats.steps} steps, "
+                 f"{sum(stats.failures.values())} failing, {stats.wall_s:.0f}s")
+
+    @given(strategies.programs(topology))
+    def explored(program):
+        key = tuple(program)
+        outcome = memo.get(key)
+        if outcome is None:
+            if not budget_left():
+                stats.skipped += 1
+                return
+            ran_at = time.monotonic()
+            outcome = runner.run(program)
+            memo[key] = outcome
+            stats.add(outcome, shrinking="at" in first)
+            stats.restarts = runner.restarts
+            if not outcome.failed and outcome.steps > longest[1]:
+                longest[:] = [list(program), outcome.steps]
+            if outcome.failed and "at" not in first:
+                first.update(at=time.monotonic(), signature=outcome.signature, program=list(program),
+                             examples=stats.examples)
+                stats.first_failure_s = ran_at + outcome.wall_s - t0
+                if stop_file:
+                    open(stop_file, "a").close()
+                progress(f"FOUND {outcome.signature} after {stats.examples} programs in "
+                         f"{stats.first_failure_s:.1f}s; shrinking (up to {shrink_s:.0f}s)")
+            note()
+        else:
+            stats.cached += 1
+        if outcome.failed:
+            last_failing[outcome.signature] = (list(program), outcome)
+            raise failure_class(outcome.signature)(outcome.message)
+
+    explored = hypothesis_settings(profile, limit_examples)(explored)
+    if seed is not None:
+        explored = hypothesis_seed(seed)(explored)
+    result = SearchResult(stats=stats, seed=seed)
+    try:
+        explored()
+    except ProgramFailed as exc:
+        program, outcome = last_failing[exc.signature]
+        result.program, result.outcome = program, outcome
+        result.first_program = first.get("program")
+        result.found_after_examples = first.get("examples")
+    stats.wall_s = time.monotonic() - t0
+    result.longest_passing = longest[0]
+    note(force=True)
+    return result

@@ -1,0 +1,144 @@
+"""Exploration statistics: counts, where the time went, windows reached and
+the control-operation x scheduler-phase coverage table. Plain data, so
+parallel workers can send theirs as JSON and the parent can merge them."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional
+
+from scripted_runtime.scheduler_side.explore.phases import PHASES
+
+OPS = ("flush_cache", "update_weights(flush)", "update_weights(no_flush)", "pause(in_place)",
+       "pause(retract)", "continue", "abort", "abort_all")
+
+
+@dataclass
+class Stats:
+    topology: str = ""
+    sglang_version: str = ""
+    examples: int = 0  # programs run on the server
+    cached: int = 0  # programs Hypothesis asked for again (answered from memory)
+    skipped: int = 0  # programs not run because the time budget was spent
+    shrink_examples: int = 0  # of ``examples``: run while shrinking a failure
+    steps: int = 0
+    reset_steps: int = 0
+    failures: Dict[str, int] = field(default_factory=dict)  # signature -> programs that failed so
+    restarts: int = 0
+    wall_s: float = 0.0  # the whole exploration, server start excluded
+    start_s: float = 0.0  # server start
+    first_failure_s: Optional[float] = None  # from the start of the search (server start excluded)
+    # Where the time of the examples went (seconds, summed over examples)
+    script_s: float = 0.0  # scheduler side: the program's iterations (steps + io)
+    io_s: float = 0.0  # of script_s: HTTP posts and arrival waits
+    reset_s: float = 0.0  # scheduler side: the engine reset before each program
+    ipc_s: float = 0.0  # harness <-> scheduler round trip beyond the scheduler's own time
+    restart_s: float = 0.0
+    windows: Dict[str, Dict[str, int]] = field(default_factory=dict)  # name -> reached/entered
+    coverage: Dict[str, int] = field(default_factory=dict)  # "op|phase" -> count
+
+    def add(self, outcome, *, shrinking: bool) -> None:
+        self.examples += 1
+        self.shrink_examples += 1 if shrinking else 0
+        self.steps += outcome.steps
+        self.reset_steps += outcome.reset_steps
+        script = max(0.0, outcome.run_s - outcome.reset_s)
+        self.script_s += script
+        self.io_s += outcome.io_s
+        self.reset_s += outcome.reset_s
+        self.ipc_s += max(0.0, outcome.wall_s - outcome.run_s)
+        self.restart_s += outcome.restart_s
+        if outcome.signature:
+            self.failures[outcome.signature] = self.failures.get(outcome.signature, 0) + 1
+        for name, counts in outcome.windows.items():
+            mine = self.windows.setdefault(name, {"reached": 0, "entered": 0})
+            mine["reached"] += counts.get("reached", 0)
+            mine["entered"] += counts.get("entered", 0)
+        for key, n in outcome.coverage.items():
+            self.coverage[key] = self.coverage.get(key, 0) + n
+
+    def merge(self, other: "Stats") -> None:
+        for name in ("examples", "cached", "skipped", "shrink_examples", "steps", "reset_steps", "restarts",
+                     "script_s", "io_s", "reset_s", "ipc_s", "restart_s"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.wall_s = max(self.wall_s, other.wall_s)
+        self.start_s = max(self.start_s, other.start_s)
+        if other.first_failure_s is not None:
+            self.first_failure_s = min(x for x in (self.first_failure_s, other.first_failure_s) if x is not None)
+        for sig, n in other.failures.items():
+            self.failures[sig] = self.failures.get(sig, 0) + n
+        for name, counts in other.windows.items():
+            mine = self.windows.setdefault(name, {"reached": 0, "entered": 0})
+            for k in ("reached", "entered"):
+                mine[k] += counts.get(k, 0)
+        for key, n in other.coverage.items():
+            self.coverage[key] = self.coverage.get(key, 0) + n
+        self.topology = self.topology or other.topology
+        self.sglang_version = self.sglang_version or other.sglang_version
+
+    @property
+    def per_minute(self) -> float:
+        return 60.0 * self.examples / self.wall_s if self.wall_s > 0 else 0.0
+
+    def time_split(self) -> Dict[str, float]:
+        """Seconds of the search by where they went; the rest of the wall
+        time is the harness side (Hypothesis drawing and shrinking, source
+        generation, bookkeeping)."""
+        known = self.script_s + self.reset_s + self.ipc_s + self.restart_s
+        return {"steps": max(0.0, self.script_s - self.io_s), "HTTP": self.io_s, "resets": self.reset_s,
+                "harness IPC": self.ipc_s, "restarts": self.restart_s,
+                "generation+shrinking": max(0.0, self.wall_s - known)}
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Stats":
+        return cls(**data)
+
+    # --- printing -----------------------------------------------------------------
+    def summary(self) -> str:
+        lines = [
+            f"explored {self.topology} (sglang {self.sglang_version or '?'}): {self.examples} programs in "
+            f"{self.wall_s:.1f}s = {self.per_minute:.0f}/min; {self.steps} steps "
+            f"(+{self.reset_steps} reset steps); server start {self.start_s:.1f}s; "
+            f"restarts {self.restarts}",
+        ]
+        if self.cached or self.skipped or self.shrink_examples:
+            lines.append(f"  {self.shrink_examples} of them while shrinking; {self.cached} repeats answered "
+                         f"from memory; {self.skipped} not run (time budget spent)")
+        if self.script_s + self.reset_s + self.ipc_s + self.restart_s > 0:
+            lines.append("  time: " + ", ".join(
+                f"{name} {sec:.1f}s ({100 * sec / max(self.wall_s, 1e-9):.0f}%)"
+                for name, sec in self.time_split().items()))
+        if self.failures:
+            lines.append("  failures: " + "; ".join(f"{sig} x{n}" for sig, n in self.failures.items()))
+        else:
+            lines.append("  failures: none")
+        if self.windows:
+            lines.append("  windows (reached/entered): " + ", ".join(
+                f"{name} {c['reached']}/{c['entered']}" for name, c in sorted(self.windows.items())))
+        return "\n".join(lines)
+
+    def coverage_table(self) -> str:
+        """Control operation x scheduler phase: how many operations were
+        processed against a state in that phase ('.' = never)."""
+        width = max(len(op) for op in OPS)
+        cols = PHASES
+        head = "  " + "op".ljust(width) + " | " + " | ".join(c.rjust(max(5, len(c))) for c in cols)
+        rows = [head, "  " + "-" * (len(head) - 2)]
+        for op in OPS:
+            cells = []
+            for c in cols:
+                n = self.coverage.get(f"{op}|{c}", 0)
+                cells.append((str(n) if n else ".").rjust(max(5, len(c))))
+            rows.append("  " + op.ljust(width) + " | " + " | ".join(cells))
+        exercised = sum(1 for op in OPS for c in cols if self.coverage.get(f"{op}|{c}"))
+        rows.append(f"  {exercised} of {len(OPS) * len(cols)} combinations exercised")
+        return "\n".join(rows)
+
+
+def merge_all(parts: List[Stats]) -> Stats:
+    out = Stats()
+    for part in parts:
+        out.merge(part)
+    return out

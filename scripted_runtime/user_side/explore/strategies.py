@@ -1,0 +1,68 @@
+"""Hypothesis strategies for explored programs (harness process).
+
+A program is a list of actions (``actions.py``). Alternatives are listed
+simplest first, because Hypothesis shrinks towards the first: a failing
+program shrinks towards fewer actions, plain steps, short prompts, few new
+tokens.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+from hypothesis import strategies as st
+
+from scripted_runtime.scheduler_side import windows
+from scripted_runtime.user_side.explore import actions as A
+
+# Prompt lengths around the 64-token chunk boundaries (1, 2 and 3 chunks).
+PROMPT_LENGTHS = (8, 1, 63, 64, 65, 100, 127, 128, 129, 150, 192)
+# Requests with the same token share their prompt prefix in the radix tree.
+PROMPT_TOKENS = (1, 2, 3)
+MAX_NEW_TOKENS = 12
+MAX_ACTIONS = 12
+
+LOOP_OF_TOPOLOGY = {"pp1-overlap": "overlap", "pp1-normal": "normal", "pp4": "pp"}
+# Steps "when window W opens" waits for it, per topology (PP steps are microbatch slots).
+WINDOW_WAIT_STEPS = {"pp1-overlap": 24, "pp1-normal": 24, "pp4": 60}
+MAX_STEPS_ACTION = {"pp1-overlap": 8, "pp1-normal": 8, "pp4": 12}
+
+
+def windows_for(topology: str) -> Tuple[str, ...]:
+    loop = LOOP_OF_TOPOLOGY[topology]
+    return tuple(name for name, w in windows.WINDOWS.items() if loop in w.loops)
+
+
+def control_ops() -> st.SearchStrategy:
+    return st.one_of(
+        st.just(A.Flush()),
+        st.builds(A.AbortOne, pick=st.integers(0, 3)),
+        st.just(A.AbortAll()),
+        st.builds(A.UpdateWeights, flush=st.booleans()),
+        st.builds(A.Pause, mode=st.sampled_from(("in_place", "retract"))),
+        st.just(A.Continue()),
+    )
+
+
+def starts() -> st.SearchStrategy:
+    return st.builds(A.Start, prompt_len=st.sampled_from(PROMPT_LENGTHS),
+                     token=st.sampled_from(PROMPT_TOKENS),
+                     max_new_tokens=st.integers(1, MAX_NEW_TOKENS))
+
+
+def action_strategy(topology: str) -> st.SearchStrategy:
+    names = windows_for(topology)
+    return st.one_of(
+        st.builds(A.Steps, n=st.integers(1, MAX_STEPS_ACTION[topology])),
+        starts(),
+        control_ops(),
+        st.builds(A.OnWindow, window=st.sampled_from(names),
+                  op=control_ops().filter(lambda op: not isinstance(op, A.Continue)),
+                  max_steps=st.just(WINDOW_WAIT_STEPS[topology])),
+    )
+
+
+def programs(topology: str, *, max_actions: int = MAX_ACTIONS) -> st.SearchStrategy:
+    """Programs that start at least one request first (an empty engine has
+    little to race with); the rest is free."""
+    return st.builds(lambda first, rest: [first] + rest, starts(),
+                     st.lists(action_strategy(topology), max_size=max_actions - 1))

@@ -1,0 +1,55 @@
+"""Writes a failing program out as a plain, runnable scenario file."""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from scripted_runtime.user_side.explore import actions as A
+
+
+def replay_command(path: str, *, topology: str, revert_fixes: Sequence[str] = (),
+                   sglang: Optional[str] = None, invariants: bool = True) -> str:
+    opts = {"pp1-overlap": "", "pp1-normal": " --no-overlap", "pp4": " --pp 4"}[topology]
+    opts += "" if invariants else " --no-invariants"
+    reverts = "".join(f" --revert-fix {f}" for f in revert_fixes)
+    if sglang and sglang != "current":
+        return f"scripted-runtime bisect-check {path}:{A.PROGRAM_FUNCTION} --sglang {sglang}{opts}"
+    return f"scripted-runtime run {path}:{A.PROGRAM_FUNCTION}{opts}{reverts}"
+
+
+def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topology: str,
+                   sglang_version: str, seed: Optional[int], profile: str,
+                   revert_fixes: Sequence[str] = (), sglang_spec: Optional[str] = None,
+                   found_after: str = "", invariants: bool = True) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", outcome.signature).strip("_").lower()[:40]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = out_dir / f"found_{topology.replace('-', '_')}_{slug}_{stamp}.py"
+    where = (f"action {outcome.failing_action + 1}" if outcome.failing_action is not None
+             else "the end-state checks")
+    build = f"SGLang {sglang_version}" + (f" with fixes reverted: {', '.join(revert_fixes)}" if revert_fixes else "")
+    build += "" if invariants else " (invariants off)"
+    lines: List[str] = [
+        f"Found by `scripted-runtime explore` ({profile} profile, seed {seed if seed is not None else 'derandomized'})",
+        f"on {build}, topology {topology}{(', ' + found_after) if found_after else ''}.",
+        "",
+        f"Failure: {outcome.signature}",
+        f"  {outcome.message[:400]}",
+        f"It fails in {where}" + (f", at script step {outcome.failing_step}" if outcome.failing_step is not None
+                                  else "") + " (marked below).",
+        "",
+        "Replay:",
+        f"  {replay_command(str(path), topology=topology, revert_fixes=revert_fixes, sglang=sglang_spec, invariants=invariants)}",
+        "",
+        "The program, shrunk by Hypothesis (one `yield` = one scheduler iteration):",
+    ]
+    lines += [f"  {i + 1}. {a.describe()}" for i, a in enumerate(program)]
+    mark: Dict[int, str] = {}
+    key = outcome.failing_action if outcome.failing_action is not None else -1
+    step = f" (step {outcome.failing_step})" if outcome.failing_step is not None else ""
+    mark[key] = f"FAILS here{step}: {outcome.signature}"
+    source = A.to_source(program, docstring="\n".join(lines), mark=mark)
+    path.write_text(source.text)
+    return path

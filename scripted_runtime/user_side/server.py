@@ -1,0 +1,410 @@
+"""``ScriptedServer``: launch a real SGLang server with the hooks, run scripts.
+
+    with ScriptedServer.start(topology="pp1-overlap") as server:
+        result = server.run(my_script, 32)
+        assert result.passed, result.traceback
+
+All sockets bind to 127.0.0.1. Every wait has a deadline whose error names
+what it waited for and shows the tail of the server log.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+import zmq
+
+from hooks import fix_toggles, sglang_compat
+from scripted_runtime.user_side import engine_config, processes, workdirs
+from scripted_runtime import protocol
+from scripted_runtime.scheduler_side import invariants as invariant_names
+from scripted_runtime.errors import EngineArgumentError, ServerDeadError, ServerStartError
+from scripted_runtime.user_side.launch import BAD_ARGS_MARKER, EXIT_BAD_ENGINE_ARGS
+from scripted_runtime.user_side.models import files as model_files
+from scripted_runtime.user_side.result import ScriptResult
+from scripted_runtime import timeline
+
+HOST = "127.0.0.1"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SITE_DIR = REPO_ROOT / "hooks" / "_site"
+DEFAULT_START_TIMEOUT_S = 300.0
+DEFAULT_RUN_TIMEOUT_S = 120.0
+CANCEL_GRACE_S = 10.0
+POLL_S = 0.05
+
+ScriptLike = Union[Callable, str, protocol.ScriptTarget]
+
+
+# SGLang derives ports from the HTTP port (0.5.13: gRPC at port + 10000, which
+# must stay <= 65535), so the HTTP port comes from below the kernel's ephemeral
+# range (32768+), where an OS-assigned port could land too high.
+HTTP_PORT_RANGE = (20000, 30000)
+
+
+def free_port(port_range: Tuple[int, int] = HTTP_PORT_RANGE, tries: int = 200) -> int:
+    import random
+
+    for _ in range(tries):
+        port = random.randrange(*port_range)
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    raise ServerStartError(f"no free TCP port in {port_range[0]}-{port_range[1]} after {tries} tries")
+
+
+def script_target(script: ScriptLike) -> protocol.ScriptTarget:
+    """A function, 'path/to/file.py:fn', 'package.module:fn' or a ScriptTarget."""
+    if isinstance(script, protocol.ScriptTarget):
+        return script
+    if callable(script):
+        path = inspect.getsourcefile(script)
+        return protocol.ScriptTarget(qualname=script.__qualname__, path=os.path.abspath(path) if path else None,
+                                     module=script.__module__)
+    spec, sep, qualname = str(script).rpartition(":")
+    if not sep or not spec or not qualname:
+        raise ValueError(f"script must be PATH.py:FUNCTION or MODULE:FUNCTION, got {script!r}")
+    if spec.endswith(".py") or os.sep in spec:
+        return protocol.ScriptTarget(qualname=qualname, path=os.path.abspath(spec))
+    return protocol.ScriptTarget(qualname=qualname, module=spec)
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no server log)"
+    return "\n".join(text[-lines:])
+
+
+def last_traceback(text: str) -> Optional[str]:
+    idx = text.rfind("Traceback (most recent call last)")
+    if idx < 0:
+        return None
+    block = text[idx:].splitlines()
+    out = []
+    for line in block:
+        out.append(line)
+        if out and not line.startswith((" ", "Traceback")) and len(out) > 1:
+            break
+    return "\n".join(out)
+
+
+def invariant_selection(invariants: Union[bool, Iterable[str]]) -> Tuple[str, ...]:
+    """The invariant names to switch off for ``run(invariants=...)``."""
+    if invariants is True:
+        return ()
+    if invariants is False or invariants is None:
+        return tuple(invariant_names.NAMES)
+    wanted = invariant_names.validate_names(invariants)
+    return tuple(n for n in invariant_names.NAMES if n not in wanted)
+
+
+class ScriptedServer:
+    def __init__(self, *, device: str, topology: str, engine_kwargs: Dict[str, Any],
+                 start_timeout_s: float, log_dir: Optional[Path],
+                 revert_fixes: Iterable[str] = ()) -> None:
+        self.device = device
+        self.revert_fixes = fix_toggles.validate(list(revert_fixes))
+        self.topology = topology
+        self.engine_kwargs = engine_kwargs
+        self.start_timeout_s = start_timeout_s
+        self._log_dir = log_dir
+        self.info: Dict[str, Any] = {}
+        self.start_time_s: Optional[float] = None
+        self._proc: Optional[subprocess.Popen] = None
+        # (pid, start time) of the launcher: its session holds the server's
+        # processes, and it identifies them after the launcher is gone
+        self._launcher: Tuple[int, Optional[int]] = (0, None)
+        self._zmq: Optional[zmq.Context] = None
+        self._sock: Optional[zmq.Socket] = None
+        self._dead_reason: Optional[str] = None
+        self.server_id = ""
+        self._runs = 0
+        self._trace_dir: Optional[Path] = None
+        self.workdir = Path()
+        self.log_path = Path()
+
+    # --- lifecycle ----------------------------------------------------------
+    @classmethod
+    def start(cls, *, device: str = "cpu", topology: str = "pp1-overlap",
+              start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+              log_dir: Optional[Union[str, Path]] = None, revert_fixes: Iterable[str] = (),
+              **engine_overrides: Any) -> "ScriptedServer":
+        """Start a server. ``revert_fixes`` names SGLang fixes to undo
+        in-process (``hooks/fix_toggles.py``), e.g. ``["pr27446"]``."""
+        kwargs = engine_config.engine_kwargs(device, topology, **engine_overrides)
+        server = cls(device=device, topology=topology, engine_kwargs=kwargs,
+                     start_timeout_s=start_timeout_s, log_dir=Path(log_dir) if log_dir else None,
+                     revert_fixes=revert_fixes)
+        server._launch()
+        return server
+
+    def restart(self) -> "ScriptedServer":
+        self.shutdown()
+        self._launch()
+        return self
+
+    def _launch(self) -> None:
+        t0 = time.monotonic()
+        self.server_id = uuid.uuid4().hex
+        workdirs.prune_stale()  # work dirs of earlier servers, untouched for a week
+        self.workdir = Path(tempfile.mkdtemp(prefix=workdirs.PREFIX))
+        log_dir = self._log_dir or self.workdir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"server-{self.topology}-{self.server_id[:8]}.log"
+        crash_dir = self.workdir / "crashes"
+        crash_dir.mkdir()
+        self._dead_reason = None
+
+        kwargs = dict(self.engine_kwargs)
+        model_name = kwargs.pop("model", None) or engine_config.DEVICE_MODELS[self.device]
+        expect_warmup = not kwargs.get("skip_server_warmup", False)
+        checkpoint = None
+        if "model_path" not in kwargs:
+            kwargs["model_path"] = str(model_files.model_dir(model_name))
+            checkpoint = model_files.checkpoint_dir(model_name)
+        http_port = free_port()
+        kwargs.update(host=HOST, port=http_port)
+
+        self._zmq = zmq.Context()
+        self._sock = self._zmq.socket(zmq.PAIR)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        ipc_port = self._sock.bind_to_random_port(f"tcp://{HOST}")
+
+        env = {**sglang_compat.SERVER_ENV, **os.environ}
+        env.update({
+            protocol.ENV_HOOKS: "1",
+            protocol.ENV_DEVICE: self.device,
+            protocol.ENV_IPC_ADDR: f"tcp://{HOST}:{ipc_port}",
+            protocol.ENV_HTTP_URL: f"http://{HOST}:{http_port}",
+            protocol.ENV_SERVER_ID: self.server_id,
+            protocol.ENV_HARNESS_PID: str(os.getpid()),
+            protocol.ENV_CRASH_DIR: str(crash_dir),
+            protocol.ENV_SYS_PATH: os.pathsep.join([os.getcwd(), str(REPO_ROOT)]),
+            "SCRIPTED_RUNTIME_EXPECT_WARMUP": "1" if expect_warmup else "0",
+            "PYTHONPATH": os.pathsep.join(
+                [str(SITE_DIR), str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+            ),
+            "PYTHONUNBUFFERED": "1",
+            fix_toggles.ENV_REVERT_FIXES: ",".join(self.revert_fixes),
+        })
+        if checkpoint is not None:
+            env["SCRIPTED_RUNTIME_CHECKPOINT"] = str(checkpoint)
+        else:
+            env["SCRIPTED_RUNTIME_CHECKPOINT"] = kwargs["model_path"]
+        if self.device == "cpu":
+            env["SGLANG_CPU_OMP_THREADS_BIND"] = sglang_compat.omp_bind_rule().value(
+                tp_size=kwargs.get("tp_size", 1), pp_size=kwargs.get("pp_size", 1),
+                cores=os.cpu_count() or 1)
+        log = open(self.log_path, "wb")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "scripted_runtime.user_side.launch", json.dumps(kwargs)],
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=str(REPO_ROOT),
+        )
+        log.close()
+        self._launcher = (self._proc.pid, processes.start_time(self._proc.pid))
+        try:
+            ready = self._wait_for_ready(t0)
+        except BaseException:
+            self._kill()
+            raise
+        self.info = ready.info
+        self.start_time_s = time.monotonic() - t0
+
+    def _wait_for_ready(self, t0: float) -> protocol.Ready:
+        deadline = t0 + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._sock.poll(int(POLL_S * 1000) * 4):
+                msg = self._sock.recv_pyobj()
+                if isinstance(msg, protocol.Ready):
+                    return msg
+                if isinstance(msg, protocol.SchedulerCrashed):
+                    raise ServerStartError(f"the scheduler died during start-up:\n{msg.traceback}")
+                raise ServerStartError(f"expected Ready from the scheduler hook, got {msg!r}")
+            code = self._proc.poll()
+            if code is not None:
+                tail = log_tail(self.log_path)
+                if code == EXIT_BAD_ENGINE_ARGS:
+                    line = next((l for l in tail.splitlines() if BAD_ARGS_MARKER in l), tail)
+                    raise EngineArgumentError(
+                        f"SGLang rejected the engine arguments: {line.split(BAD_ARGS_MARKER)[-1].strip()}")
+                raise ServerStartError(
+                    f"the SGLang server exited with code {code} before the scheduler hook "
+                    f"reported ready (log: {self.log_path}):\n{tail}")
+        raise ServerStartError(
+            f"the scheduler hook did not report ready within {self.start_timeout_s:.0f}s "
+            f"(waiting for warmup to drain; log: {self.log_path}):\n{log_tail(self.log_path)}")
+
+    @property
+    def trace_dir(self) -> Path:
+        """Where runs write their step traces (kept after shutdown)."""
+        return self._trace_dir or (self._log_dir or self.workdir) / "traces"
+
+    @trace_dir.setter
+    def trace_dir(self, path: Union[str, Path]) -> None:
+        self._trace_dir = Path(path)
+
+    @property
+    def alive(self) -> bool:
+        return self._dead_reason is None and self._proc is not None and self._proc.poll() is None
+
+    def pids(self) -> List[int]:
+        """Every live process of this server (launcher, tokenizer manager,
+        scheduler ranks, detokenizer, their helpers)."""
+        if not self.server_id:
+            return []
+        return processes.pids_of_server(self.server_id, *self._launcher)
+
+    def shutdown(self) -> float:
+        """Stop every process of this server; returns seconds taken."""
+        t0 = time.monotonic()
+        if self._proc is None:
+            return 0.0
+        if self._sock is not None and self.alive:
+            try:
+                self._sock.send_pyobj(protocol.Shutdown(), flags=zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+        self._kill()
+        return time.monotonic() - t0
+
+    def _kill(self) -> None:
+        left = []
+        if self._proc is not None:
+            left = processes.kill_server(self.server_id, self._proc.pid, pgid_start=self._launcher[1])
+            try:
+                self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+            self._proc = None
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._zmq.term()
+            self._sock = None
+        self._dead_reason = self._dead_reason or "shut down"
+        shutil.rmtree(self.workdir / "crashes", ignore_errors=True)
+        if left:
+            raise ServerDeadError(f"processes of server {self.server_id[:8]} survived SIGKILL: {left}")
+
+    def __enter__(self) -> "ScriptedServer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    # --- scripts --------------------------------------------------------------
+    def run(self, script: ScriptLike, *args: Any, timeout: float = DEFAULT_RUN_TIMEOUT_S,
+            max_steps: int = 20_000, invariants: Union[bool, Iterable[str]] = True,
+            trace: Union[bool, str, Path] = True, **kwargs: Any) -> ScriptResult:
+        """Run one script (after an engine reset); never raises for script
+        failures: inspect ``result.passed`` / ``result.error``.
+
+        ``invariants``: True (all, the default), False (none), or the names
+        to check (see ``scripted_runtime.scheduler_side.invariants.NAMES``).
+        ``trace``: True writes the step trace under ``trace_dir``; a path
+        writes it there; False records none."""
+        target = script_target(script)
+        name = target.describe()
+        if not self.alive:
+            raise ServerDeadError(
+                f"cannot run {name}: the server is not running ({self._dead_reason}); call restart()")
+        disabled = invariant_selection(invariants)
+        trace_path: Optional[str] = None
+        if trace:
+            if trace is True:
+                self._runs += 1
+                slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", target.qualname)[:60]
+                trace_path = str(self.trace_dir / f"{self._runs:04d}-{slug}.jsonl")
+            else:
+                trace_path = str(Path(trace).resolve())
+            Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        self._sock.send_pyobj(protocol.RunScript(
+            target=target, args=tuple(args), kwargs=kwargs, max_steps=max_steps, timeout_s=timeout,
+            disabled_invariants=disabled, trace=bool(trace), trace_path=trace_path))
+        cancel_sent = False
+        while True:
+            if self._sock.poll(int(POLL_S * 1000)):
+                msg = self._sock.recv_pyobj()
+                if isinstance(msg, protocol.ScriptDone):
+                    return ScriptResult(
+                        script=name, passed=msg.passed, steps=msg.steps, reset_steps=msg.reset_steps,
+                        duration_s=msg.duration_s, error=msg.error, traceback=msg.traceback,
+                        control_log=msg.control_log, value=msg.value, violation=msg.violation,
+                        windows=msg.windows, timeline=msg.timeline, trace_path=trace_path,
+                        reset_s=msg.reset_s, io_s=msg.io_s,
+                        script_stack=list(msg.script_stack) if msg.script_stack else None)
+                if isinstance(msg, protocol.SchedulerCrashed):
+                    crashed = self._with_trace(self._crashed(name, msg.traceback, t0), trace_path)
+                    crashed.script_stack = list(msg.script_stack) if msg.script_stack else None
+                    return crashed
+            crash = self._crash_file_text()
+            if crash is not None or (self._proc is not None and self._proc.poll() is not None):
+                time.sleep(0.3)  # a SchedulerCrashed frame may be in flight
+                if self._sock.poll(0):
+                    continue
+                return self._with_trace(self._crashed(name, crash, t0), trace_path)
+            elapsed = time.monotonic() - t0
+            if elapsed > timeout + 5 and not cancel_sent:
+                self._sock.send_pyobj(protocol.Cancel(reason=f"harness timeout {timeout:.0f}s"))
+                cancel_sent = True
+            if elapsed > timeout + 5 + CANCEL_GRACE_S:
+                self._dead_reason = f"script {name} hung past {timeout:.0f}s and did not answer a cancel"
+                tail = log_tail(self.log_path, 20)
+                self._kill()
+                return ScriptResult(script=name, passed=False, duration_s=elapsed,
+                                    error=f"HarnessTimeout: {self._dead_reason}; server killed",
+                                    traceback=tail)
+
+    @staticmethod
+    def _with_trace(result: ScriptResult, trace_path: Optional[str]) -> ScriptResult:
+        """A crashed run keeps the trace the scheduler flushed up to its death."""
+        result.trace_path = trace_path
+        if trace_path and os.path.exists(trace_path):
+            try:
+                _, records = timeline.load(trace_path)
+                result.timeline = timeline.format_timeline(records, last=20)
+                if records:
+                    result.steps = int(records[-1].get("step", 0))
+            except (OSError, ValueError):
+                pass
+        return result
+
+    def _crash_file_text(self) -> Optional[str]:
+        crash_dir = self.workdir / "crashes"
+        try:
+            files = sorted(crash_dir.iterdir())
+        except OSError:
+            return None
+        if not files:
+            return None
+        return "\n".join(f"[{f.name}]\n{f.read_text(errors='replace').split(chr(10), 1)[-1]}" for f in files)
+
+    def _crashed(self, name: str, tb: Optional[str], t0: float) -> ScriptResult:
+        log = ""
+        try:
+            log = self.log_path.read_text(errors="replace")
+        except OSError:
+            pass
+        tb = tb or self._crash_file_text() or last_traceback(log) or log_tail(self.log_path)
+        lines = [l for l in (tb or "").strip().splitlines() if l.strip()]
+        self._dead_reason = "the scheduler crashed"
+        self._kill()
+        return ScriptResult(script=name, passed=False, crashed=True, duration_s=time.monotonic() - t0,
+                            error=f"SchedulerCrashed: {lines[-1] if lines else 'no traceback'}",
+                            traceback=tb)

@@ -1,0 +1,85 @@
+"""The package layout: no import cycles, and the scheduler side never pulls
+in user-side code (pure, no SGLang)."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests import import_graph
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("scripted_runtime", "hooks")
+# Run inside SGLang's processes: what they import, directly or not, must
+# never be user-side code (server control, builds, the CLI, the explorer's search).
+IN_SGLANG = ("scripted_runtime.scheduler_side", "hooks", "scripted_runtime.protocol",
+             "scripted_runtime.errors", "scripted_runtime.timeline")
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return import_graph.build(ROOT, PACKAGES)
+
+
+def test_no_import_cycles(graph):
+    found = import_graph.cycles(graph)
+    assert not found, "import cycles (move what both need into the module that owns it):\n" + "\n".join(
+        import_graph.describe_cycle(graph, comp) for comp in found)
+
+
+def test_the_graph_covers_both_sides(graph):
+    # Guards the test above against reading nothing (a moved root, a glob gone wrong).
+    assert "scripted_runtime.scheduler_side.driver" in graph
+    assert "scripted_runtime.user_side.server" in graph
+    assert "scripted_runtime.scheduler_side.context.api" in graph["scripted_runtime.scheduler_side.driver"]
+
+
+def test_code_run_by_sglang_never_reaches_user_side(graph):
+    bad = []
+    for mod in graph:
+        if mod.startswith(IN_SGLANG):
+            for target, via in import_graph.reachable(graph, mod).items():
+                if target.startswith("scripted_runtime.user_side"):
+                    bad.append(f"{mod} reaches {target} (imported by {via})")
+    assert not bad, "\n".join(bad)
+
+
+def _write(root: Path, files: dict) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def test_cycle_finder_sees_function_level_imports_and_skips_type_checking(tmp_path):
+    _write(tmp_path, {
+        "pkg/__init__.py": "from pkg import a\n",            # a package importing its child: no cycle
+        "pkg/a.py": "from pkg.b import thing\n",
+        "pkg/b.py": """
+            from typing import TYPE_CHECKING
+            if TYPE_CHECKING:
+                from pkg import c
+            def thing():
+                from pkg import a   # lazy, still a cycle a <-> b
+            """,
+        "pkg/c.py": "from . import b\n",                     # relative; b -> c only under TYPE_CHECKING
+    })
+    graph = import_graph.build(tmp_path, ["pkg"])
+    assert graph["pkg.c"] == {"pkg.b": 1}
+    assert "pkg.c" not in graph["pkg.b"]
+    assert import_graph.cycles(graph) == [["pkg.a", "pkg.b"]]
+    assert "pkg.b -> pkg.a (line 6)" in import_graph.describe_cycle(graph, ["pkg.a", "pkg.b"])
+    assert import_graph.reachable(graph, "pkg.c") == {"pkg.b": "pkg.c", "pkg.a": "pkg.b"}
+
+
+def test_public_imports_keep_working():
+    import scripted_runtime
+    from scripted_runtime import ScriptedServer, ScriptResult, ScriptFailedError  # noqa: F401
+    # Scenario files written by `explore` before the split import this path.
+    from scripted_runtime.explore import program
+
+    assert callable(program.end_state_checks)
+    assert ScriptedServer.__module__ == "scripted_runtime.user_side.server"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        scripted_runtime.nope  # noqa: B018
