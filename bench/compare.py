@@ -1,12 +1,13 @@
-"""The harness side by side with SGLang's plain engine and SGLang's own
-built-in harness, in one run, on this machine and the installed release.
+"""How does the harness compare with SGLang without a harness and with
+SGLang's own built-in harness (start, decode rate, per-script overhead,
+shutdown, processes left, memory), on this machine and the installed release?
 
     .venv/bin/python bench/compare.py [--topologies pp1-overlap,pp4] [--repeat 3]
-        [--decode-steps 400] [--decode-runs 3] [--short-runs 20] [--explore-seconds 30]
-        [--json out.json]
+        [--decode-steps 400] [--decode-runs 3] [--short-runs 20] [--json out.json]
 
-Systems, each started fresh in its own process for every repeat (order
-rotated between repeats), with the same engine arguments and CPU enablement:
+Systems, each started fresh in its own process (``bench/compare_child.py``)
+for every repeat (order rotated between repeats), with the same engine
+arguments and CPU enablement:
 
 * ``harness``  - ours (``ScriptedServer``), run as ``scripted-runtime run`` does;
 * ``upstream`` - SGLang's built-in ``sglang.test.scripted_runtime`` harness
@@ -26,14 +27,12 @@ many fewer tokens; a system's rate is the median of its runs),
 processes left (right after shutdown returns, and after the process exits),
 and the memory of the whole process tree: peak RSS (sum over the tree, from
 ``/proc/PID/statm`` every 0.25 s) and PSS (shared pages counted once, from
-``smaps_rollup``) read once at a quiet point after the timed work. PSS is not
-sampled while anything is timed: reading ``smaps_rollup`` takes each
-process's mmap lock and walks its page tables, which stalled the scheduler by
-up to 80 ms and cost our harness a fifth of its decode rate in a trial. Our
-harness decodes in three configurations, interleaved run by run: ``bare``
+``smaps_rollup``) read once at a quiet point after the timed work (reading
+PSS while timing stalled the scheduler; ``bench/proctree.py``). Our harness
+decodes in three configurations, interleaved run by run: ``bare``
 (invariants off, no trace), ``invariants`` (on, no trace) and ``default``
-(what ``scripted-runtime run`` does: invariants and trace). Then
-``--explore-seconds`` of exploration per topology and repeat.
+(what ``scripted-runtime run`` does: invariants and trace). Exploration
+throughput is ``bench/explore.py``'s question, not this one.
 
 Ratios are taken within one repeat (the systems ran minutes apart on the same
 machine) and reported as median and min..max over repeats; the verdict column
@@ -45,7 +44,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import queue
 import signal
 import statistics
@@ -60,15 +58,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import explore as explore_bench  # noqa: E402  (its runs, and issue 5's programs/min TARGETS)
-from hooks import sglang_compat  # noqa: E402
-from scripted_runtime import engine_config  # noqa: E402
+from proctree import TreeSampler, alive, descendants, kill_all, mem_available_mib, memory_mib, signal_all  # noqa: E402
+from stats import machine_line, md_table, rotated, spread, verdict  # noqa: E402
+
+from scripted_runtime.user_side import engine_config  # noqa: E402
 
 SYSTEMS = ("harness", "upstream", "server", "engine")
 LABELS = {"harness": "harness", "upstream": "upstream harness", "server": "plain launch_server",
           "engine": "plain Engine"}
 CHILD_TIMEOUT_S = 1800.0
-SAMPLE_EVERY_S = 0.25
 # After SIGCONT a server's wall-clock timers fire at once (uvicorn closes the
 # keep-alive connections it held): a request sent in that instant on a reused
 # connection was lost, and SGLang's own harness waited 60 s for an abort that
@@ -81,109 +79,9 @@ TREE_MIB_GUESS = {1: 3500.0, 4: 6000.0}
 # who stays up for the paired decodes when not all fit: ours first, then the
 # plain server it wraps
 PAIRED_PRIORITY = ("harness", "server", "engine", "upstream")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-# --- the process tree of one child ----------------------------------------------
-def _stat(pid: int) -> Optional[Tuple[int, str, int]]:
-    """(ppid, state, start time in ticks) of a process, None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            rest = f.read().rsplit(b") ", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(rest[1]), rest[0].decode(), int(rest[19])
-
-
-def descendants(root: int) -> Dict[int, int]:
-    """pid -> start time of ``root`` and every live process below it."""
-    children: Dict[int, List[int]] = {}
-    starts: Dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        st = _stat(int(name))
-        if st is None or st[1] == "Z":
-            continue
-        children.setdefault(st[0], []).append(int(name))
-        starts[int(name)] = st[2]
-    out, todo = {}, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in starts:
-            out[pid] = starts[pid]
-        todo.extend(children.get(pid, ()))
-    return out
-
-
-def alive(seen: Dict[int, int], exclude: int) -> List[int]:
-    """Processes of ``seen`` still running (same pid, same start time)."""
-    left = []
-    for pid, start in seen.items():
-        st = _stat(pid)
-        if pid != exclude and st is not None and st[1] != "Z" and st[2] == start:
-            left.append(pid)
-    return sorted(left)
-
-
-def rss_mib(pids) -> float:
-    """Sum of resident memory, from ``statm``: cheap, takes no mmap lock."""
-    rss = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                rss += int(f.read().split()[1]) * PAGE
-        except (OSError, ValueError, IndexError):
-            continue
-    return rss / 2**20
-
-
-def memory_mib(pids) -> Tuple[float, float]:
-    """(RSS, PSS) sums. PSS reads ``smaps_rollup``, which locks and walks each
-    process's address space: only at quiet points, never while timing."""
-    pss = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        pss += int(line.split()[1]) * 1024
-                        break
-        except (OSError, ValueError, IndexError):
-            continue
-    return rss_mib(pids), pss / 2**20
-
-
-class TreeSampler(threading.Thread):
-    """Every process of a tree (for the leftover check) and its peak RSS."""
-
-    def __init__(self, root: int) -> None:
-        super().__init__(daemon=True)
-        self.root = root
-        self.seen: Dict[int, int] = {}
-        self.peak_rss = 0.0
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.is_set():
-            tree = descendants(self.root)
-            self.seen.update(tree)
-            self.peak_rss = max(self.peak_rss, rss_mib(tree))
-            self._stop_event.wait(SAMPLE_EVERY_S)
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join(timeout=5)
-
-
-def kill_all(pids: List[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, 9)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
+# --- one system in a child process -----------------------------------------------
 class Child:
     """One system in a fresh process (``compare_child.py``), read event by
     event. Every wait is bounded by the child's overall deadline."""
@@ -256,11 +154,7 @@ class Child:
     def signal_tree(self, sig: int) -> None:
         """SIGSTOP / SIGCONT every process of the child's tree (the servers
         sit in process groups of their own)."""
-        for pid in descendants(self.proc.pid):
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        signal_all(descendants(self.proc.pid), sig)
 
     def finish(self) -> dict:
         """Let the child end (quiet reading, shutdown), then look for leftovers."""
@@ -288,14 +182,6 @@ class Child:
             kill_all(list(descendants(self.proc.pid)))
             self.proc.wait(timeout=10)
         self.sampler.stop()
-
-
-def mem_available_mib() -> float:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def paired_set(systems: List[str], tree_mib: float, available_mib: float) -> List[str]:
@@ -371,8 +257,7 @@ def run_repeat(systems: List[str], topology: str, decode_tokens: int, short_runs
             except (RuntimeError, TimeoutError, OSError) as exc:
                 failed(child, exc)
         for r in range(paired_rounds if len(live) >= 2 else 0):
-            turn = live[r % len(live):] + live[:r % len(live)]
-            for child in turn:
+            for child in rotated(live, r):
                 try:
                     child.thaw()
                     child.send("decode")
@@ -396,25 +281,12 @@ def run_repeat(systems: List[str], topology: str, decode_tokens: int, short_runs
             child.kill()
 
 
-# --- statistics ---------------------------------------------------------------------
+# --- figures ------------------------------------------------------------------------
 def decode_tokens_for(topology: str, steps: int) -> int:
     kwargs = engine_config.engine_kwargs("cpu", topology)
     pp = kwargs.get("pp_size", 1)
     per_token = 1 if pp == 1 else pp + kwargs.get("pp_async_batch_depth", 0)
     return max(2, math.ceil(steps / per_token))
-
-
-def spread(values: List[float], fmt: str = "{:.2f}") -> str:
-    if not values:
-        return "n/a"
-    med = statistics.median(values)
-    if len(values) == 1:
-        return fmt.format(med)
-    return f"{fmt.format(med)} ({fmt.format(min(values))}..{fmt.format(max(values))})"
-
-
-def ratio(a: List[float], b: List[float]) -> List[float]:
-    return [x / y for x, y in zip(a, b) if y]
 
 
 def collect(runs: List[dict], system: str, topology: str, key) -> List[float]:
@@ -475,25 +347,6 @@ def paired_tps(config: Optional[str] = None):
     return key
 
 
-def verdict(checks: List[Tuple[str, List[float], str, float]]) -> str:
-    """'met' / 'NOT met' for targets judged on median values: each check is
-    (what, values, '<=' or '>=', bound)."""
-    if not checks:
-        return ""
-    failed, missing = [], []
-    for what, values, op, bound in checks:
-        if not values:
-            missing.append(what)
-            continue
-        med = statistics.median(values)
-        if not (med <= bound if op == "<=" else med >= bound):
-            failed.append(f"{what} {med:.2f}")
-    if len(missing) == len(checks):
-        return "n/a (no " + ", ".join(missing) + ")"
-    said = "**NOT met**: " + ", ".join(failed) if failed else "met"
-    return said + (f" (no figure {', '.join(missing)})" if missing else "")
-
-
 # (other system, '<=' or '>=', bound) per judged figure: the targets of issue 6
 TARGETS = {
     # Start is judged against launch_server: ours is launch_server with the hook
@@ -507,10 +360,12 @@ TARGETS = {
 
 
 # --- the table ------------------------------------------------------------------------
-def table(runs: List[dict], topologies: List[str], explore: Dict[str, List[float]], args) -> str:
-    rows = ["| topology | figure | harness | upstream harness | plain launch_server | plain Engine | "
-            "harness / launch_server | harness / Engine | harness / upstream | target | verdict |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+HEADER = ("topology", "figure", "harness", "upstream harness", "plain launch_server", "plain Engine",
+          "harness / launch_server", "harness / Engine", "harness / upstream", "target", "verdict")
+
+
+def table(runs: List[dict], topologies: List[str], args) -> str:
+    rows: List[List[str]] = []
 
     def row(topology, figure, key_by_system, fmt="{:.2f}", target="", judge=(), absolute=()):
         """``judge``: (other system, op, bound) on the per-repeat ratio;
@@ -529,8 +384,7 @@ def table(runs: List[dict], topologies: List[str], explore: Dict[str, List[float
         checks = [(f"vs {LABELS[o]}", by_other.get(o, []), op, bound) for o, op, bound in judge]
         own = collect(runs, "harness", topology, key_by_system["harness"]) if absolute else []
         checks += [(what, own, op, bound) for what, op, bound in absolute]
-        rows.append(f"| {topology} | {figure} | " + " | ".join(cells) + " | " + " | ".join(ratios)
-                    + f" | {target} | {verdict(checks)} |")
+        rows.append([topology, figure] + cells + ratios + [target, verdict(checks)])
 
     for t in topologies:
         start = {s: (lambda rep: rep["start_s"]) for s in SYSTEMS}
@@ -555,8 +409,9 @@ def table(runs: List[dict], topologies: List[str], explore: Dict[str, List[float
                 {"harness": tokens_per_s(config), "server": plain_tps, "engine": plain_tps}, "{:.1f}")
         inv_cost = per_repeat(runs, "harness", "harness", t, tokens_per_s("default"), tokens_per_s("bare"))
         inv_only = per_repeat(runs, "harness", "harness", t, tokens_per_s("invariants"), tokens_per_s("bare"))
-        rows.append(f"| {t} | harness decode rate, invariants on / off | {spread(inv_only, '{:.2f}x')} (no trace), "
-                    f"{spread(inv_cost, '{:.2f}x')} (with trace) | | | | | | | | |")
+        rows.append([t, "harness decode rate, invariants on / off",
+                     f"{spread(inv_only, '{:.2f}x')} (no trace), {spread(inv_cost, '{:.2f}x')} (with trace)"]
+                    + [""] * (len(HEADER) - 3))
         row(t, f"per-script overhead: reset + short script, median of {args.short_runs} (s)",
             {"harness": short_median("default"), "upstream": short_median("default"),
              "server": short_median("plain"), "engine": short_median("plain")}, "{:.3f}",
@@ -574,13 +429,7 @@ def table(runs: List[dict], topologies: List[str], explore: Dict[str, List[float
             "{:.0f}")
         row(t, "PSS of the process tree after the timed work (MiB)",
             {s: (lambda rep: rep["quiet_pss_mib"]) for s in SYSTEMS}, "{:.0f}")
-        if t in explore:
-            bound = explore_bench.TARGETS.get(t)
-            rows.append(f"| {t} | exploration programs/min ({args.explore_seconds:.0f} s runs) | "
-                        f"{spread(explore[t], '{:.0f}')} | n/a (no explorer) | | | | | | "
-                        f"{f'>= {bound}' if bound else ''} | "
-                        f"{verdict([('programs/min', explore[t], '>=', bound)]) if bound else ''} |")
-    return "\n".join(rows)
+    return md_table(HEADER, rows)
 
 
 def main() -> None:
@@ -593,7 +442,6 @@ def main() -> None:
     ap.add_argument("--paired-rounds", type=int, default=5,
                     help="rounds of decodes taken in turns by the live systems (0: each system alone only)")
     ap.add_argument("--short-runs", type=int, default=20)
-    ap.add_argument("--explore-seconds", type=float, default=30.0, help="0 skips the exploration rows")
     ap.add_argument("--json", help="also write every raw figure to this file")
     args = ap.parse_args()
     topologies = args.topologies.split(",")
@@ -608,36 +456,27 @@ def main() -> None:
     runs: List[dict] = []
     for i in range(args.repeat):
         run: dict = {}
-        order = systems[i % len(systems):] + systems[:i % len(systems)]
         for t in topologies:
             print(f"[bench] repeat {i + 1}/{args.repeat}, {t} ({time.monotonic() - t_all:.0f}s in)",
                   file=sys.stderr, flush=True)
-            run.update(run_repeat(order, t, decode_tokens_for(t, args.decode_steps), args.short_runs,
+            run.update(run_repeat(rotated(systems, i), t, decode_tokens_for(t, args.decode_steps), args.short_runs,
                                   args.decode_runs, args.paired_rounds, i + 1, tree_mib_estimate(runs + [run], t)))
         runs.append(run)
-        write_json(args.json, runs, {})  # what was measured survives a later failure
+        write_json(args.json, runs)  # what was measured survives a later failure
 
-    explore: Dict[str, List[float]] = {}
-    if args.explore_seconds > 0:
-        for t in topologies:
-            explore[t] = explore_bench.measure(t, args.explore_seconds, args.repeat)["rates"]
-
-    print(f"\n{time.strftime('%Y-%m-%d')}, sglang {sglang_compat.installed_sglang_version()}, "
-          f"{os.cpu_count()} cores ({platform.machine()}), tiny Qwen2 on CPU, {args.repeat} repeats, "
+    print(f"\n{machine_line()}, tiny Qwen2 on CPU, {args.repeat} repeats, "
           f"median (min..max); {time.monotonic() - t_all:.0f} s in all\n")
-    print(table(runs, topologies, explore, args))
+    print(table(runs, topologies, args))
     failures = [f"repeat {i + 1}, {LABELS[s]} on {t}: {rep['failed']}"
                 for i, run in enumerate(runs) for (s, t), rep in run.items() if rep.get("failed")]
     if failures:
         print("\nFailed (left out of that repeat's figures):\n" + "\n".join(f"* {f}" for f in failures))
-    write_json(args.json, runs, explore)
 
 
-def write_json(path: Optional[str], runs: List[dict], explore: Dict[str, List[float]]) -> None:
+def write_json(path: Optional[str], runs: List[dict]) -> None:
     if path:
         Path(path).write_text(json.dumps(
-            {"runs": [{f"{s}/{t}": rep for (s, t), rep in run.items()} for run in runs], "explore": explore},
-            indent=1))
+            {"runs": [{f"{s}/{t}": rep for (s, t), rep in run.items()} for run in runs]}, indent=1))
 
 
 if __name__ == "__main__":

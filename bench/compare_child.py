@@ -34,6 +34,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import List
 
 # Every system's start clock starts here, before it imports anything of
 # SGLang: a user's process pays those imports before its first script too.
@@ -44,9 +45,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
 import compare_scripts  # noqa: E402
+from stats import rotated, wall_times  # noqa: E402
+
 from hooks import sglang_compat  # noqa: E402
-from scripted_runtime import engine_config, processes, protocol  # noqa: E402
-from scripted_runtime.models import files as model_files  # noqa: E402
+from scripted_runtime import protocol  # noqa: E402
+from scripted_runtime.user_side import engine_config, processes  # noqa: E402
+from scripted_runtime.user_side.models import files as model_files  # noqa: E402
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 600.0
@@ -135,13 +139,12 @@ def run_harness(t0: float, topology: str, decode_tokens: int, short_runs: int, d
         """One decode per configuration, back to back, in an order rotated
         at every call: in a paired turn the first decode follows the thaw,
         and no configuration should always be the one that does."""
-        k = turns[0] % len(names)
-        turns[0] += 1
         configs = {}
-        for name in names[k:] + names[:k]:
+        for name in rotated(names, turns[0]):
             server.run(compare_scripts.decode, decode_tokens, out, timeout=RUN_TIMEOUT_S,
                        **compare_scripts.HARNESS_CONFIGS[name]).raise_if_failed()
             configs[name] = read_json(out)
+        turns[0] += 1
         return {"configs": configs}
 
     decode = {name: [] for name in compare_scripts.HARNESS_CONFIGS}
@@ -150,14 +153,9 @@ def run_harness(t0: float, topology: str, decode_tokens: int, short_runs: int, d
         for _ in range(decode_runs):  # interleaved, so drift hits every configuration alike
             for name, result in decode_once()["configs"].items():
                 decode[name].append(result)
-        short = {}
-        for name in ("bare", "default"):
-            samples = []
-            for _ in range(short_runs):
-                t = time.monotonic()
-                server.run(compare_scripts.short, **compare_scripts.HARNESS_CONFIGS[name]).raise_if_failed()
-                samples.append(time.monotonic() - t)
-            short[name] = samples
+        short = {name: wall_times(lambda: server.run(compare_scripts.short, **compare_scripts.HARNESS_CONFIGS[name])
+                                  .raise_if_failed(), short_runs)
+                 for name in ("bare", "default")}
         paired_decodes(decode_once)
         checkpoint()
     finally:
@@ -190,11 +188,7 @@ def run_upstream(t0: float, topology: str, decode_tokens: int, short_runs: int, 
     try:
         server.execute_script(compare_scripts.short)  # first script: warm paths
         decode = {"default": [decode_once() for _ in range(decode_runs)]}
-        samples = []
-        for _ in range(short_runs):
-            t = time.monotonic()
-            server.execute_script(compare_scripts.short)
-            samples.append(time.monotonic() - t)
+        samples = wall_times(lambda: server.execute_script(compare_scripts.short), short_runs)
         paired_decodes(decode_once)
         checkpoint()
     finally:
@@ -247,12 +241,8 @@ def plain_runs(generate, short_runs: int) -> dict:
     """The short script's request sent ``short_runs`` times (after one to warm
     up): what a script costs with no harness at all."""
     generate(compare_scripts.SHORT_PROMPT_LEN, compare_scripts.SHORT_NEW_TOKENS)
-    samples = []
-    for _ in range(short_runs):
-        t = time.monotonic()
-        generate(compare_scripts.SHORT_PROMPT_LEN, compare_scripts.SHORT_NEW_TOKENS)
-        samples.append(time.monotonic() - t)
-    return {"plain": samples}
+    return {"plain": wall_times(lambda: generate(compare_scripts.SHORT_PROMPT_LEN, compare_scripts.SHORT_NEW_TOKENS),
+                                short_runs)}
 
 
 def plain_decode(generate, decode_tokens: int) -> dict:
@@ -263,44 +253,84 @@ def plain_decode(generate, decode_tokens: int) -> dict:
 
 
 # --- plain launch_server ------------------------------------------------------------
-def run_server(t0: float, topology: str, decode_tokens: int, short_runs: int, decode_runs: int) -> dict:
-    import requests
+class PlainServer:
+    """``launch_server`` without our scheduler hook, in a session of its own:
+    the ``server`` system here and the plain side of bench/decode_gap.py. It
+    is healthy once ``/health`` answers 200, which it does from the server
+    status alone (no probe generation) after launch_server's own warmup
+    request was served."""
 
-    from scripted_runtime.server import free_port
+    def __init__(self, topology: str, log_prefix: str = "bench-server-") -> None:
+        from scripted_runtime.user_side.server import free_port
 
-    kwargs = engine_kwargs(topology)
-    port = free_port()
-    kwargs.update(host=HOST, port=port)
-    server_id = uuid.uuid4().hex
-    env = sglang_env(kwargs)
-    # /health answers from the server status alone (no probe generation) and
-    # turns 200 once launch_server's own warmup request has been served.
-    env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] = "0"
-    env[protocol.ENV_SERVER_ID] = server_id
-    env[protocol.ENV_HARNESS_PID] = str(os.getpid())
-    log = tempfile.NamedTemporaryFile(prefix="bench-server-", suffix=".log", delete=False)
-    url = f"http://{HOST}:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "scripted_runtime.launch", json.dumps(kwargs)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, cwd=str(ROOT))
-    launcher_start = processes.start_time(proc.pid)
-    try:
-        deadline = t0 + START_TIMEOUT_S
+        kwargs = engine_kwargs(topology)
+        port = free_port()
+        kwargs.update(host=HOST, port=port)
+        self.url = f"http://{HOST}:{port}"
+        self.server_id = uuid.uuid4().hex
+        env = sglang_env(kwargs)
+        env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] = "0"
+        env[protocol.ENV_SERVER_ID] = self.server_id
+        env[protocol.ENV_HARNESS_PID] = str(os.getpid())
+        self.log = tempfile.NamedTemporaryFile(prefix=log_prefix, suffix=".log", delete=False)
+        self.proc = subprocess.Popen([sys.executable, "-m", "scripted_runtime.user_side.launch", json.dumps(kwargs)],
+                                     env=env, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True, cwd=str(ROOT))
+        self.start = processes.start_time(self.proc.pid)
+
+    def wait_healthy(self, deadline: float) -> None:
+        """Until ``/health`` says 200; raises when the launcher exits or at
+        ``deadline`` (``time.monotonic()``)."""
+        import requests
+
         while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"launch_server exited with {proc.returncode}; log {log.name}")
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"launch_server exited with {self.proc.returncode}; log {self.log.name}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"launch_server not healthy within {START_TIMEOUT_S:.0f}s; log {log.name}")
+                raise TimeoutError(f"launch_server not healthy within {START_TIMEOUT_S:.0f}s; log {self.log.name}")
             try:
-                if requests.get(url + "/health", timeout=2).status_code == 200:
-                    break
+                if requests.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
             except requests.RequestException:
                 pass
             time.sleep(0.1)
+
+    def pids(self) -> List[int]:
+        return processes.pids_of_server(self.server_id, self.proc.pid, self.start)
+
+    def shutdown(self) -> List[int]:
+        """What an operator does: SIGTERM the server's group, wait until every
+        process of it is gone (SIGKILL after a grace period). Returns the
+        processes that survived even SIGKILL."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 30.0
+        while self.pids() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        left = processes.kill_server(self.server_id, self.proc.pid, term_grace_s=0.0, pgid_start=self.start)
+        self.proc.wait(timeout=5)
+        return left
+
+    def stop(self) -> None:
+        """Kill it (untimed, short grace); raises if a process survives."""
+        left = processes.kill_server(self.server_id, self.proc.pid, pgid_start=self.start)
+        self.proc.wait(timeout=10)
+        if left:
+            raise RuntimeError(f"plain launch_server processes survived SIGKILL: {left}")
+
+
+def run_server(t0: float, topology: str, decode_tokens: int, short_runs: int, decode_runs: int) -> dict:
+    import requests
+
+    server = PlainServer(topology)
+    try:
+        server.wait_healthy(t0 + START_TIMEOUT_S)
         emit("started", start_s=time.monotonic() - t0)
 
         def generate(prompt_len: int, new_tokens: int) -> dict:
-            resp = requests.post(url + "/generate", json={
+            resp = requests.post(server.url + "/generate", json={
                 "input_ids": [1] * prompt_len,
                 "sampling_params": {"max_new_tokens": new_tokens, "ignore_eos": True}}, timeout=RUN_TIMEOUT_S)
             resp.raise_for_status()
@@ -308,18 +338,8 @@ def run_server(t0: float, topology: str, decode_tokens: int, short_runs: int, de
 
         work = plain_work(generate, decode_tokens, short_runs, decode_runs)
     finally:
-        # What an operator does: SIGTERM the server's group, wait until every
-        # process of it is gone (SIGKILL after a grace period).
         t = time.monotonic()
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + 30.0
-        while processes.pids_of_server(server_id, proc.pid, launcher_start) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        left = processes.kill_server(server_id, proc.pid, term_grace_s=0.0, pgid_start=launcher_start)
-        proc.wait(timeout=5)
+        left = server.shutdown()
         shutdown_s = time.monotonic() - t
     emit("shutdown", shutdown_s=shutdown_s, survived_sigkill=left)
     await_parent()
@@ -330,6 +350,9 @@ SYSTEMS = {"harness": run_harness, "upstream": run_upstream, "engine": run_engin
 
 
 def main() -> None:
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__)
+        return
     argv = [a for a in sys.argv[1:] if a != "--paired"]
     if len(argv) != 5 or argv[0] not in SYSTEMS:
         sys.exit(f"usage: compare_child.py {{{','.join(SYSTEMS)}}} TOPOLOGY DECODE_TOKENS SHORT_RUNS DECODE_RUNS "

@@ -1,4 +1,5 @@
-"""The scripts bench/compare.py runs, written once for both harnesses.
+"""The scripts the benches time (bench/compare.py on both harnesses,
+bench/decode_gap.py and bench/invariants.py on ours), written once for both.
 
 They use only what both script contexts offer (``ctx.start_req(prompt_len=,
 max_new_tokens=, ignore_eos=)`` and ``handle.finished``), so our harness and
@@ -45,3 +46,7 @@ def short(ctx):
     handle = ctx.start_req(prompt_len=SHORT_PROMPT_LEN, max_new_tokens=SHORT_NEW_TOKENS, ignore_eos=True)
     while not handle.finished:
         yield
+
+
+if __name__ == "__main__":
+    print(__doc__)

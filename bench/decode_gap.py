@@ -1,4 +1,4 @@
-"""Where the harness's decode time goes, against a plain launch_server.
+"""Where does the harness's pp=1 decode time go, against a plain launch_server?
 
     .venv/bin/python bench/decode_gap.py [--topology pp1-overlap] [--tokens 400] [--rounds 9]
 
@@ -20,21 +20,19 @@ ways, in an order rotated every round:
 
 Prints each figure's median (min..max) and its ratio to ``plain`` within
 each round (median, min..max over rounds), against the decode target of
-issue 6 (>= 0.95x plain).
+issue 6 (>= 0.95x plain). The plain server is started as bench/compare.py's
+``server`` system (``compare_child.PlainServer``).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Callable, Dict, List
 
@@ -42,62 +40,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import compare_child  # noqa: E402  (the plain server's arguments and environment)
 import compare_scripts  # noqa: E402
 import probe_scripts  # noqa: E402
 import requests  # noqa: E402
+from compare_child import START_TIMEOUT_S, PlainServer  # noqa: E402
+from proctree import signal_all  # noqa: E402
+from stats import machine_line, md_table, meets, ratios, rotated, spread  # noqa: E402
 
-from scripted_runtime import ScriptedServer, processes, protocol  # noqa: E402
-from scripted_runtime.server import free_port  # noqa: E402
+from scripted_runtime import ScriptedServer  # noqa: E402
 
 SETTLE_S = 1.0
-START_TIMEOUT_S = 600.0
 POST_TIMEOUT_S = 120.0
 FIGURES = ("plain", "harness, free-running", "harness, bare script", "harness, default script")
 TARGET = 0.95
-
-
-class PlainServer:
-    """launch_server without our scheduler hook, as bench/compare.py starts it."""
-
-    def __init__(self, topology: str) -> None:
-        kwargs = compare_child.engine_kwargs(topology)
-        port = free_port()
-        kwargs.update(host="127.0.0.1", port=port)
-        self.url = f"http://127.0.0.1:{port}"
-        self.server_id = uuid.uuid4().hex
-        env = compare_child.sglang_env(kwargs)
-        env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] = "0"
-        env[protocol.ENV_SERVER_ID] = self.server_id
-        env[protocol.ENV_HARNESS_PID] = str(os.getpid())
-        self.log = tempfile.NamedTemporaryFile(prefix="decode-gap-plain-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([sys.executable, "-m", "scripted_runtime.launch", json.dumps(kwargs)],
-                                     env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(ROOT))
-        self.start = processes.start_time(self.proc.pid)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"plain launch_server exited with {self.proc.returncode}; log {self.log.name}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TimeoutError(f"plain launch_server not healthy within {START_TIMEOUT_S:.0f}s; "
-                                   f"log {self.log.name}")
-            try:
-                if requests.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-
-    def pids(self) -> List[int]:
-        return processes.pids_of_server(self.server_id, self.proc.pid, self.start)
-
-    def stop(self) -> None:
-        left = processes.kill_server(self.server_id, self.proc.pid, pgid_start=self.start)
-        self.proc.wait(timeout=10)
-        if left:
-            raise RuntimeError(f"plain launch_server processes survived SIGKILL: {left}")
 
 
 def generate(url: str, tokens: int) -> float:
@@ -113,17 +68,14 @@ def generate(url: str, tokens: int) -> float:
     return time.monotonic() - t
 
 
-def signal_all(pids: List[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
 def measure(topology: str, tokens: int, rounds: int) -> Dict[str, List[float]]:
     print(f"[bench] {topology}: starting the plain launch_server...", file=sys.stderr, flush=True)
-    plain = PlainServer(topology)
+    plain = PlainServer(topology, log_prefix="decode-gap-plain-")
+    try:
+        plain.wait_healthy(time.monotonic() + START_TIMEOUT_S)
+    except BaseException:
+        plain.stop()
+        raise
     harness = None
     frozen: Dict[str, List[int]] = {}
     try:
@@ -181,8 +133,7 @@ def measure(topology: str, tokens: int, rounds: int) -> Dict[str, List[float]]:
         }
         walls: Dict[str, List[float]] = {name: [] for name in FIGURES}
         for r in range(rounds):
-            order = FIGURES[r % len(FIGURES):] + FIGURES[:r % len(FIGURES)]
-            for name in order:
+            for name in rotated(FIGURES, r):
                 walls[name].append(runs[name]())
             print(f"[bench] {topology}: round {r + 1}/{rounds}: "
                   + ", ".join(f"{name} {walls[name][-1]:.3f}s" for name in FIGURES), file=sys.stderr, flush=True)
@@ -196,20 +147,16 @@ def measure(topology: str, tokens: int, rounds: int) -> Dict[str, List[float]]:
 
 
 def table(topology: str, tokens: int, walls: Dict[str, List[float]]) -> str:
-    def spread(values: List[float], fmt: str) -> str:
-        return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}..{fmt.format(max(values))})"
-
-    rows = [f"| {topology} | figure | decode wall, {tokens} tokens (s) | tokens/s | / plain (per round) | target |",
-            "|---|---|---|---|---|---|"]
+    rows = []
     for name in FIGURES:
-        ratio = [p / w for p, w in zip(walls["plain"], walls[name])]
-        judged = name.endswith("script")
+        ratio = ratios(walls["plain"], walls[name])  # a rate's ratio: plain's wall over this one's
         verdict = ""
-        if judged:
-            verdict = f">= {TARGET}x: " + ("met" if statistics.median(ratio) >= TARGET else "**NOT met**")
-        rows.append(f"| | {name} | {spread(walls[name], '{:.3f}')} | {tokens / statistics.median(walls[name]):.0f} "
-                    f"| {'1' if name == 'plain' else spread(ratio, '{:.3f}x')} | {verdict} |")
-    return "\n".join(rows)
+        if name.endswith("script"):
+            verdict = f">= {TARGET}x: " + ("met" if meets(ratio, ">=", TARGET) else "**NOT met**")
+        rows.append(["", name, spread(walls[name], "{:.3f}"), f"{tokens / statistics.median(walls[name]):.0f}",
+                     "1" if name == "plain" else spread(ratio, "{:.3f}x"), verdict])
+    return md_table([topology, "figure", f"decode wall, {tokens} tokens (s)", "tokens/s", "/ plain (per round)",
+                     "target"], rows)
 
 
 def main() -> None:
@@ -222,13 +169,7 @@ def main() -> None:
         ap.error("--rounds and --tokens must be at least 1")
     t0 = time.monotonic()
     walls = measure(args.topology, args.tokens, args.rounds)
-    import platform
-
-    from hooks import sglang_compat
-
-    print(f"{time.strftime('%Y-%m-%d')}, sglang {sglang_compat.installed_sglang_version()}, "
-          f"{os.cpu_count()} cores ({platform.machine()}), {args.rounds} rounds, "
-          f"{time.monotonic() - t0:.0f} s in all\n")
+    print(f"{machine_line()}, {args.rounds} rounds, {time.monotonic() - t0:.0f} s in all\n")
     print(table(args.topology, args.tokens, walls))
 
 

@@ -1,5 +1,5 @@
-"""Exploration throughput: programs per minute per topology, and where the
-time goes.
+"""How many programs per minute does exploration run per topology, and where
+does its time go?
 
     .venv/bin/python bench/explore.py [--topologies pp1-overlap,pp1-normal,pp4] [--seconds 40] [--repeat 3]
 
@@ -21,9 +21,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from scripted_runtime.explore import search  # noqa: E402
-from scripted_runtime.explore.runner import ExampleRunner  # noqa: E402
+from stats import machine_line, md_table, meets, min_max  # noqa: E402
+
+from scripted_runtime.user_side.explore import search  # noqa: E402
+from scripted_runtime.user_side.explore.runner import ExampleRunner  # noqa: E402
 
 TARGETS = {"pp1-overlap": 100, "pp1-normal": 100, "pp4": 30}
 # Stats.time_split keys, and the column names they get here
@@ -69,21 +72,25 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     rows = {t: measure(t, args.seconds, args.repeat) for t in args.topologies.split(",")}
-    print(f"\nexploration throughput, {args.repeat} x {args.seconds:.0f}s per topology "
-          f"({time.strftime('%Y-%m-%d')}):\n")
-    print("| topology | programs/min median | min..max | target | steps/program | "
-          + " | ".join(f"{p} %" for p in PARTS.values()) + " | server start (s) |")
-    print("|---|---|---|---|---|" + "---|" * len(PARTS) + "---|")
-    for t, r in rows.items():
-        med = statistics.median(r["rates"])
-        ok = "met" if med >= TARGETS.get(t, 0) else "MISSED"
-        print(f"| {t} | {med:.0f} | {min(r['rates']):.0f}..{max(r['rates']):.0f} | >= {TARGETS.get(t)} ({ok}) | "
-              f"{statistics.median(r['steps_per']):.1f} | "
-              + " | ".join(f"{statistics.median(r['shares'][p]):.0f}" for p in PARTS.values())
-              + f" | {r['start_s']:.0f} |")
+    print(f"\nexploration throughput, {args.repeat} x {args.seconds:.0f}s per topology ({machine_line()}):\n")
+    print(table(rows))
     for t, r in rows.items():
         if r["failures"]:
             print(f"note: {t} found failures during the bench: {r['failures']}")
+
+
+def table(rows: dict) -> str:
+    """One line per topology from ``measure``'s results."""
+    header = (["topology", "programs/min median", "min..max", "target", "steps/program"]
+              + [f"{p} %" for p in PARTS.values()] + ["server start (s)"])
+    lines = []
+    for t, r in rows.items():
+        ok = "met" if meets(r["rates"], ">=", TARGETS.get(t, 0)) else "MISSED"
+        lines.append([t, f"{statistics.median(r['rates']):.0f}", min_max(r["rates"]), f">= {TARGETS.get(t)} ({ok})",
+                      f"{statistics.median(r['steps_per']):.1f}"]
+                     + [f"{statistics.median(r['shares'][p]):.0f}" for p in PARTS.values()]
+                     + [f"{r['start_s']:.0f}"])
+    return md_table(header, lines)
 
 
 if __name__ == "__main__":

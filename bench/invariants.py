@@ -1,4 +1,4 @@
-"""Cost of the per-iteration invariants and the step trace.
+"""What do the per-iteration invariants and the step trace cost a decode?
 
     .venv/bin/python bench/invariants.py [--topologies pp1-overlap,pp1-normal] [--decode 200] [--repeat 5] [--gc-off]
 
@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from compare_scripts import HARNESS_CONFIGS, decode  # noqa: E402
 from probe_scripts import python_gc  # noqa: E402
+from stats import machine_line, md_table, min_max, quartiles, ratios  # noqa: E402
 
 from scripted_runtime import ScriptedServer  # noqa: E402
 
@@ -65,15 +66,7 @@ def round_order(names: Sequence[str], round_no: int) -> List[str]:
 
 def within_round_ratios(rates: Dict[str, List[float]], base: str = "bare") -> Dict[str, List[float]]:
     """Per configuration, its rate over ``base``'s in the same round."""
-    return {name: [a / b for a, b in zip(values, rates[base])] for name, values in rates.items()}
-
-
-def quartiles(values: List[float]) -> str:
-    """``median (q1..q3)`` of ratios; a lone value stands alone."""
-    if len(values) < 2:
-        return f"{values[0]:.3f}x" if values else "n/a"
-    q1, med, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return f"{med:.3f}x ({q1:.3f}x..{q3:.3f}x)"
+    return {name: ratios(values, rates[base]) for name, values in rates.items()}
 
 
 def measure(topology: str, n: int, repeat: int, configs: Dict[str, dict]) -> Dict[str, List[float]]:
@@ -112,22 +105,25 @@ def main() -> None:
     ap.add_argument("--gc-off", action="store_true",
                     help=f"also run {GC_OFF}: the default with Python's GC off in the scheduler")
     args = ap.parse_args()
-    started = time.strftime("%Y-%m-%d")
+    started = machine_line()
     wall = time.monotonic()
     configs = configurations(args.gc_off)
-    rows = []
-    for topology in args.topologies.split(","):
-        rates = measure(topology, args.decode, args.repeat, configs)
-        ratios = within_round_ratios(rates)
-        for name, values in rates.items():
-            rows.append((topology, name, statistics.median(values), min(values), max(values),
-                         quartiles(ratios[name])))
+    results = {topology: measure(topology, args.decode, args.repeat, configs)
+               for topology in args.topologies.split(",")}
     print(f"\nInvariant and trace overhead, {started}, tiny Qwen2 on CPU, {args.decode}-token decode, "
           f"{args.repeat} rounds, order shuffled per round, {time.monotonic() - wall:.0f} s\n")
-    print("| topology | configuration | decode steps/s median | min..max | / bare within a round, median (q1..q3) |")
-    print("|---|---|---|---|---|")
-    for topology, name, med, lo, hi, ratio in rows:
-        print(f"| {topology} | {name} | {med:.0f} | {lo:.0f}..{hi:.0f} | {ratio} |")
+    print(table(results))
+
+
+def table(results: Dict[str, Dict[str, List[float]]]) -> str:
+    """topology -> configuration -> steps/s per round, as a table."""
+    rows = []
+    for topology, rates in results.items():
+        within = within_round_ratios(rates)
+        for name, values in rates.items():
+            rows.append([topology, name, f"{statistics.median(values):.0f}", min_max(values), quartiles(within[name])])
+    return md_table(["topology", "configuration", "decode steps/s median", "min..max",
+                     "/ bare within a round, median (q1..q3)"], rows)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Harness-only probe scripts for bench/decode_gap.py (run inside the
-scheduler process, like any script; they reach into the driver on purpose).
+"""Harness-only probe scripts for bench/decode_gap.py and bench/invariants.py
+(run inside the scheduler process, like any script; they reach into the
+driver on purpose).
 """
 from __future__ import annotations
 
@@ -42,3 +43,7 @@ def python_gc(ctx, enabled: bool):
     (gc.enable if enabled else gc.disable)()
     return was
     yield  # noqa: unreachable - makes this a generator, as every script must be
+
+
+if __name__ == "__main__":
+    print(__doc__)

@@ -6,6 +6,8 @@ SCRIPTED_RUNTIME_HOOKS=1. Each concern lives in its own module:
 * ``cpu_enablement``  - lets the real scheduler and a tiny model run on CPU;
 * ``scheduler_hook``  - freezes the scheduler loop between script commands;
 * ``fix_toggles``     - undoes named SGLang fixes on request (SCRIPTED_RUNTIME_REVERT_FIXES);
+* ``patches``         - applies named patches (fix toggles, ``mutants``, a user's
+  own ``MODULE:ATTR``) on request (SCRIPTED_RUNTIME_PATCHES);
 * ``upstream_harness`` - lets SGLang's own built-in harness run on CPU, for the
   bench (SCRIPTED_RUNTIME_UPSTREAM_HARNESS=1);
 * ``sglang_compat``   - every SGLang-version difference the others rely on.
@@ -35,10 +37,12 @@ def activate() -> None:
         from hooks import scheduler_hook
 
         post_import.when_imported(sglang_compat.SCHEDULER_MODULE, scheduler_hook.install)
-    from hooks import fix_toggles, upstream_harness
+    from hooks import fix_toggles, patches, upstream_harness
 
     if upstream_harness.requested():
         upstream_harness.install()
 
     if fix_toggles.requested():
         post_import.when_imported(sglang_compat.SCHEDULER_MODULE, fix_toggles.install_requested)
+    if patches.requested():
+        post_import.when_imported(sglang_compat.SCHEDULER_MODULE, patches.install_requested)

@@ -16,10 +16,12 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List
 
+from hooks.patch_base import PatchError
+
 ENV_REVERT_FIXES = "SCRIPTED_RUNTIME_REVERT_FIXES"
 
 
-class FixToggleError(RuntimeError):
+class FixToggleError(PatchError):
     pass
 
 

@@ -1,8 +1,11 @@
-"""bench/compare.py: the process-tree bookkeeping and statistics on their own
-(default lane), and one short end-to-end comparison of all four systems on
+"""The benches' own logic: the shared statistics and tables (bench/stats.py),
+the process-tree bookkeeping (bench/proctree.py), bench/compare.py's figures
+and pairing policy, each bench's table, bench/invariants.py's round order
+(default lane); and one short end-to-end comparison of all four systems on
 the real SGLang (slow lane: SGLang's own harness takes 60 s to shut down)."""
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import re
 import subprocess
@@ -22,29 +25,95 @@ def load_bench(name: str):
     return module
 
 
+stats = load_bench("stats")
+proctree = load_bench("proctree")
 compare = load_bench("compare")
 invariants_bench = load_bench("invariants")
+decode_gap = load_bench("decode_gap")
+explore_bench = load_bench("explore")
 
 
+# --- bench/stats.py ---------------------------------------------------------------
+def test_spread_is_the_median_and_range_and_a_lone_value_stands_alone():
+    assert stats.spread([3.0, 1.0, 2.0, 10.0]) == "2.50 (1.00..10.00)"
+    assert stats.spread([0.95, 0.9, 1.0], "{:.3f}x") == "0.950x (0.900x..1.000x)"
+    assert stats.spread([4.0]) == "4.00" and stats.spread([]) == "n/a"
+    assert stats.min_max([3.0, 1.2, 2.0]) == "1..3"
+    assert stats.min_max([0.5, 0.25], "{:.2f}") == "0.25..0.50"
+
+
+def test_quartiles_are_inclusive_and_a_lone_value_stands_alone():
+    # inclusive quartiles of 1..5 are 2, 3, 4; of 1..4 they are 1.75, 2.5, 3.25
+    assert stats.quartiles([5.0, 1.0, 4.0, 2.0, 3.0]) == "3.000x (2.000x..4.000x)"
+    assert stats.quartiles([1.0, 2.0, 3.0, 4.0], "{:.2f}") == "2.50 (1.75..3.25)"
+    assert stats.quartiles([0.9, 0.95, 0.9]) == "0.900x (0.900x..0.925x)"
+    assert stats.quartiles([0.97]) == "0.970x" and stats.quartiles([]) == "n/a"
+
+
+def test_ratios_are_taken_pair_by_pair_skipping_a_zero_denominator():
+    assert stats.ratios([2.0, 3.0, 5.0], [1.0, 3.0, 0.0]) == [2.0, 1.0]
+    assert stats.ratios([1.0, 2.0], [2.0]) == [0.5]  # pairs only
+    assert stats.meets([0.9, 1.0, 0.96], ">=", 0.95) and not stats.meets([0.9, 1.0, 0.94], ">=", 0.95)
+    assert stats.meets([1.2, 1.0, 1.1], "<=", 1.1) and not stats.meets([1.2, 1.0, 1.15], "<=", 1.1)
+
+
+def test_verdict_judges_the_median_and_names_what_missed():
+    assert stats.verdict([("vs x", [1.2, 0.9, 1.0], "<=", 1.1)]) == "met"
+    assert stats.verdict([("vs x", [1.2, 1.3, 1.0], "<=", 1.1)]) == "**NOT met**: vs x 1.20"
+    assert stats.verdict([("vs a", [0.97], ">=", 0.95), ("vs b", [0.90], ">=", 0.95)]) == "**NOT met**: vs b 0.90"
+    # a comparison with no figure is named, the others still judge
+    assert stats.verdict([("vs a", [0.97], ">=", 0.95), ("vs b", [], ">=", 0.95)]) == "met (no figure vs b)"
+    assert stats.verdict([("vs b", [], ">=", 0.95)]) == "n/a (no vs b)"
+    assert stats.verdict([]) == ""
+
+
+def test_rotation_puts_each_item_first_in_turn():
+    assert [stats.rotated("abc", i) for i in range(4)] == [list("abc"), list("bca"), list("cab"), list("abc")]
+    assert stats.rotated(("x", "y"), 1) == ["y", "x"] and stats.rotated([], 3) == []
+
+
+def test_wall_times_times_each_call():
+    calls = []
+    times = stats.wall_times(lambda: (calls.append(1), time.sleep(0.01)), 3)
+    assert len(calls) == 3 and len(times) == 3 and all(0.009 < t < 1.0 for t in times)
+
+
+def test_md_table_renders_header_rule_and_rows():
+    assert stats.md_table(["a", "b"], [["1", ""], ["x y", "2.0 (1.0..3.0)"]]) == (
+        "| a | b |\n"
+        "|---|---|\n"
+        "| 1 |  |\n"
+        "| x y | 2.0 (1.0..3.0) |")
+
+
+def test_machine_line_names_date_commit_release_and_machine():
+    line = stats.machine_line(sglang_version="0.0.test")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d, commit ([0-9a-f]{4,}(\+dirty)?|unknown), sglang 0\.0\.test, "
+                        r"\d+ cores \(\S+, \d+ GiB\)", line), line
+
+
+# --- bench/proctree.py ------------------------------------------------------------
 def test_process_tree_is_followed_and_what_outlives_it_is_named():
     # a shell that starts a grandchild and exits: the grandchild is reparented
     # away from the tree, yet it was seen, so it counts as left behind
     proc = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 0.5"], start_new_session=True)
     try:
         time.sleep(0.2)
-        tree = compare.descendants(proc.pid)
+        tree = proctree.descendants(proc.pid)
         assert proc.pid in tree and len(tree) >= 2
-        rss, pss = compare.memory_mib(tree)
+        rss, pss = proctree.memory_mib(tree)
         assert rss > 0 and pss > 0
         proc.wait(timeout=5)
-        left = compare.alive(tree, exclude=proc.pid)
+        left = proctree.alive(tree, exclude=proc.pid)
         assert len(left) == 1 and left[0] != proc.pid
     finally:
-        compare.kill_all(list(compare.descendants(proc.pid)) + compare.alive(tree, exclude=-1))
+        proctree.kill_all(list(proctree.descendants(proc.pid)) + proctree.alive(tree, exclude=-1))
         time.sleep(0.2)
-    assert compare.alive(tree, exclude=-1) == []
+    assert proctree.alive(tree, exclude=-1) == []
+    assert proctree.mem_available_mib() > 0
 
 
+# --- bench/compare.py ---------------------------------------------------------------
 def test_decode_length_is_counted_in_scheduler_iterations():
     assert compare.decode_tokens_for("pp1-overlap", 400) == 400
     # pp_size 4 + async depth 2: a lone request gets a token every 6 slots
@@ -57,18 +126,7 @@ def test_ratios_are_taken_within_each_repeat():
             {("harness", "t"): {"x": 5.0}}]  # the engine missing in this repeat: no ratio
     r = compare.per_repeat(runs, "harness", "engine", "t", lambda rep: rep["x"])
     assert r == [2.0, 1.0]
-    assert compare.spread(r, "{:.2f}x") == "1.50x (1.00x..2.00x)"
-    assert compare.spread([4.0]) == "4.00" and compare.spread([]) == "n/a"
-
-
-def test_verdict_judges_the_median_and_names_what_missed():
-    assert compare.verdict([("vs x", [1.2, 0.9, 1.0], "<=", 1.1)]) == "met"
-    assert compare.verdict([("vs x", [1.2, 1.3, 1.0], "<=", 1.1)]) == "**NOT met**: vs x 1.20"
-    assert compare.verdict([("vs a", [0.97], ">=", 0.95), ("vs b", [0.90], ">=", 0.95)]) == "**NOT met**: vs b 0.90"
-    # a comparison with no figure is named, the others still judge
-    assert compare.verdict([("vs a", [0.97], ">=", 0.95), ("vs b", [], ">=", 0.95)]) == "met (no figure vs b)"
-    assert compare.verdict([("vs b", [], ">=", 0.95)]) == "n/a (no vs b)"
-    assert compare.verdict([]) == ""
+    assert stats.spread(r, "{:.2f}x") == "1.50x (1.00x..2.00x)"
 
 
 def test_paired_set_keeps_up_only_what_fits_ours_and_its_plain_server_first():
@@ -129,8 +187,85 @@ def test_invariants_bench_ratios_are_taken_within_each_round():
     ratios = invariants_bench.within_round_ratios(rates)
     assert ratios["bare"] == [1.0, 1.0, 1.0]
     assert ratios["default"] == pytest.approx([0.9, 0.95, 0.9])
-    assert invariants_bench.quartiles(ratios["default"]) == "0.900x (0.900x..0.925x)"
-    assert invariants_bench.quartiles([0.97]) == "0.970x" and invariants_bench.quartiles([]) == "n/a"
+
+
+# --- each bench's table -----------------------------------------------------------
+def _wall(tokens: int, wall_s: float, steps: int = 0) -> dict:
+    return {"tokens": tokens, "wall_s": wall_s, "steps": steps or tokens}
+
+
+def test_compare_table_rows_ratios_and_verdicts():
+    def rep(start_s: float, decode_wall: float, config: str, short_s: float) -> dict:
+        return {"start_s": start_s, "decode": {config: [_wall(100, decode_wall)]}, "short": {config: [short_s]},
+                "shutdown_s": 0.5, "left_after_shutdown": [], "left_after_exit": [], "peak_rss_mib": 1000.0,
+                "quiet_pss_mib": 800.0}
+
+    def ours(start_s: float) -> dict:
+        r = rep(start_s, 0.2, "default", 0.02)
+        r["decode"].update(bare=[_wall(100, 0.16)], invariants=[_wall(100, 0.18)])
+        r["short"]["bare"] = [0.01]
+        return r
+
+    # two repeats of ours and the plain launch_server; no Engine, no upstream harness
+    runs = [{("harness", "t"): ours(10.0), ("server", "t"): rep(10.0, 0.18, "plain", 0.01)},
+            {("harness", "t"): ours(11.0), ("server", "t"): rep(10.0, 0.18, "plain", 0.01)}]
+    args = argparse.Namespace(paired_rounds=0, decode_steps=100, decode_runs=1, short_runs=1)
+    lines = compare.table(runs, ["t"], args).splitlines()
+    assert lines[0] == ("| topology | figure | harness | upstream harness | plain launch_server | plain Engine | "
+                        "harness / launch_server | harness / Engine | harness / upstream | target | verdict |")
+    assert lines[1] == "|" + "---|" * 11
+    rows = {cells[1]: cells for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines[2:])}
+    assert len(lines) == 2 + len(rows) == 2 + 13 and all(len(cells) == 11 for cells in rows.values())
+    # the per-repeat ratios 1.0 and 1.1, judged on their median
+    assert rows["start to first script (s)"] == [
+        "t", "start to first script (s)", "10.5 (10.0..11.0)", "n/a", "10.0 (10.0..10.0)", "n/a",
+        "1.05x (1.00x..1.10x)", "n/a", "n/a", "<= 1.1x plain launch_server", "met"]
+    # without paired turns the decode alone is judged: 500 tokens/s against 556
+    assert rows["decode tokens/s, each system alone (median of 1 runs), harness as `run` does"][2:] == [
+        "500.0 (500.0..500.0)", "n/a", "555.6 (555.6..555.6)", "n/a", "0.90x (0.90x..0.90x)", "n/a", "n/a",
+        ">= 0.95x plain", "**NOT met**: vs plain launch_server 0.90 (no figure vs plain Engine)"]
+    assert rows["harness decode rate, invariants on / off"][2:] == [
+        "0.89x (0.89x..0.89x) (no trace), 0.80x (0.80x..0.80x) (with trace)"] + [""] * 8
+    assert rows["shutdown (s)"][2:] == [
+        "0.50 (0.50..0.50)", "n/a", "0.50 (0.50..0.50)", "n/a", "1.00x (1.00x..1.00x)", "n/a", "n/a",
+        "<= upstream, < 5 s", "met (no figure vs upstream harness)"]
+    # 0 / 0 is no ratio; the target is on ours alone
+    assert rows["processes left after the process exited"][2:] == [
+        "0 (0..0)", "n/a", "0 (0..0)", "n/a", "n/a", "n/a", "n/a", "0", "met"]
+
+
+def test_decode_gap_table():
+    walls = {"plain": [0.8, 1.0, 0.9], "harness, free-running": [0.8, 1.0, 0.9],
+             "harness, bare script": [0.8, 1.0, 1.0], "harness, default script": [1.0, 1.0, 1.0]}
+    assert decode_gap.table("pp1-overlap", 400, walls) == "\n".join([
+        "| pp1-overlap | figure | decode wall, 400 tokens (s) | tokens/s | / plain (per round) | target |",
+        "|---|---|---|---|---|---|",
+        "|  | plain | 0.900 (0.800..1.000) | 444 | 1 |  |",
+        "|  | harness, free-running | 0.900 (0.800..1.000) | 444 | 1.000x (1.000x..1.000x) |  |",
+        "|  | harness, bare script | 1.000 (0.800..1.000) | 400 | 1.000x (0.900x..1.000x) | >= 0.95x: met |",
+        "|  | harness, default script | 1.000 (1.000..1.000) | 400 | 0.900x (0.800x..1.000x) "
+        "| >= 0.95x: **NOT met** |"])
+
+
+def test_invariants_table():
+    results = {"pp1": {"bare": [500.0, 400.0, 600.0], "default": [450.0, 380.0, 540.0]}}
+    assert invariants_bench.table(results) == "\n".join([
+        "| topology | configuration | decode steps/s median | min..max | / bare within a round, median (q1..q3) |",
+        "|---|---|---|---|---|",
+        "| pp1 | bare | 500 | 400..600 | 1.000x (1.000x..1.000x) |",
+        "| pp1 | default | 450 | 380..540 | 0.900x (0.900x..0.925x) |"])
+
+
+def test_explore_table():
+    shares = {p: [10.0, 20.0, 30.0] for p in explore_bench.PARTS.values()}
+    rows = {"pp1-overlap": {"rates": [1200.0, 1185.4, 1264.0], "steps_per": [18.5], "shares": shares, "start_s": 18.2},
+            "pp4": {"rates": [2.0, 29.0, 20.0], "steps_per": [28.94], "shares": shares, "start_s": 32.0}}
+    assert explore_bench.table(rows) == "\n".join([
+        "| topology | programs/min median | min..max | target | steps/program | steps % | HTTP % | resets % | IPC % "
+        "| Hypothesis % | server start (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| pp1-overlap | 1200 | 1185..1264 | >= 100 (met) | 18.5 | 20 | 20 | 20 | 20 | 20 | 18 |",
+        "| pp4 | 20 | 2..29 | >= 30 (MISSED) | 28.9 | 20 | 20 | 20 | 20 | 20 | 32 |"])
 
 
 @pytest.mark.slow
@@ -138,8 +273,7 @@ def test_invariants_bench_ratios_are_taken_within_each_round():
 def test_compare_runs_all_four_systems_and_prints_the_table():
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "compare.py"), "--topologies", "pp1-overlap", "--repeat", "1",
-         "--decode-steps", "20", "--decode-runs", "1", "--short-runs", "2", "--paired-rounds", "1",
-         "--explore-seconds", "0"],
+         "--decode-steps", "20", "--decode-runs", "1", "--short-runs", "2", "--paired-rounds", "1"],
         capture_output=True, text=True, timeout=1500, cwd=str(ROOT))
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = {}

@@ -27,6 +27,7 @@ import importlib.util
 import os
 import sys
 import time
+from pathlib import Path
 from typing import List, Optional
 
 from scripted_runtime.errors import UsageError
@@ -86,6 +87,16 @@ def _write_json(path: Optional[str], payload: dict) -> None:
         json.dump(payload, f, indent=1)
 
 
+def _check_patches(specs) -> List[str]:
+    """``--patch`` values, checked in this process (nothing imported); a
+    ValueError names the bad one and the built-in names."""
+    from hooks import patches
+
+    for spec in specs or []:
+        patches.check(spec)
+    return list(specs or [])
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from scripted_runtime.user_side import engine_config
     from scripted_runtime.errors import EngineArgumentError, ServerStartError
@@ -101,6 +112,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from hooks import fix_toggles
 
         reverted = fix_toggles.validate(args.revert_fix or [])
+        patched = _check_patches(args.patch)
         checked = False if args.no_invariants else [n for n in invariants.NAMES if n not in skipped]
         if args.trace and len(specs) > 1:
             raise UsageError("--trace FILE takes one scenario; with several, traces go to the server's trace dir")
@@ -118,7 +130,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         server = ScriptedServer.start(device=args.device, topology=topology,
                                       start_timeout_s=args.start_timeout, revert_fixes=reverted,
-                                      **overrides)
+                                      patches=patched, **overrides)
     except ServerStartError as exc:
         usage = isinstance(exc, EngineArgumentError)
         print(f"scripted-runtime: {'' if usage else 'server did not start: '}{exc}", file=sys.stderr)
@@ -137,7 +149,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 server.shutdown()
                 server = ScriptedServer.start(device=args.device, topology=topology,
                                               start_timeout_s=args.start_timeout,
-                                              revert_fixes=reverted, **overrides)
+                                              revert_fixes=reverted, patches=patched, **overrides)
             result = server.run(spec, timeout=args.timeout, invariants=checked,
                                 trace=args.trace or True)
             results.append(result)
@@ -216,6 +228,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
         from hooks import fix_toggles
 
         reverted = fix_toggles.validate(args.revert_fix or [])
+        patched = _check_patches(args.patch)
         if args.workers < 1:
             raise UsageError(f"-n must be >= 1, got {args.workers}")
     except (UsageError, ValueError) as exc:
@@ -240,7 +253,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
         report = explorer.explore(
             topology=topology, profile=args.profile, device=args.device, seed=args.seed,
             max_examples=args.max_examples, max_time_s=args.max_time, shrink_time_s=args.shrink_time,
-            out_dir=Path(args.out), revert_fixes=reverted, engine_overrides=overrides,
+            out_dir=Path(args.out), revert_fixes=reverted, patches=patched, engine_overrides=overrides,
             stop_file=args.stop_file, check_determinism=not args.no_determinism_check,
             sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout,
             invariants=not args.no_invariants, example_timeout_s=args.timeout, progress=progress)
@@ -296,6 +309,45 @@ def _add_side_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-env", metavar="SPEC", default="current",
                    help="environment source-tree and REPO@REV sides run over: 'current' (default) or "
                         "a pip requirement such as sglang==0.5.12.post1")
+
+
+def _add_patch_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--patch", action="append", metavar="SPEC",
+                   help="apply this patch in every scheduler rank (repeatable): a built-in fix toggle or "
+                        "mutant NAME, or your own MODULE:ATTR / PATH.py:ATTR (see docs/mutants.md)")
+
+
+def _cmd_mutate(args: argparse.Namespace) -> int:
+    """Exit 0: the table is valid (the unmutated build found nothing);
+    1: void on some topology; 2: usage error."""
+    from scripted_runtime.user_side import engine_config, mutate
+
+    try:
+        topologies = [t for t in args.topology.split(",") if t]
+        unknown = [t for t in topologies if t not in engine_config.TOPOLOGIES]
+        if unknown or not topologies:
+            raise UsageError(f"--topology: unknown {unknown or args.topology!r}; "
+                             f"known: {', '.join(engine_config.TOPOLOGIES)}")
+        names = args.mutant or ([] if args.patch else mutate.default_mutants())
+        known = mutate.default_mutants()
+        bad = [n for n in names if n not in known]
+        if bad:
+            raise UsageError(f"--mutant: unknown {bad}; built-in mutants: {', '.join(known)}")
+        specs = names + _check_patches(args.patch)
+    except (UsageError, ValueError) as exc:
+        print(f"scripted-runtime: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    rows = mutate.run_table(topologies=topologies, mutants=specs, profile=args.profile,
+                            max_examples=args.max_examples, max_time_s=args.max_time,
+                            shrink_time_s=args.shrink_time, out_dir=Path(args.out), device=args.device,
+                            start_timeout_s=args.start_timeout, progress=progress)
+    print(mutate.format_table(rows))
+    _write_json(args.json, mutate.as_json(rows))
+    return EXIT_FAIL if mutate.void_topologies(rows) else EXIT_PASS
 
 
 def _parse_steps(text: Optional[str]):
@@ -361,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--revert-fix", action="append", metavar="NAME",
                      help="undo this SGLang fix in-process (repeatable; see hooks/fix_toggles.py): "
                           "pr27446, pr17850, issue14062")
+    _add_patch_option(run)
     run.add_argument("--result-json", metavar="FILE",
                      help="write each scenario's outcome (status, failure signature, steps, time) here")
     run.set_defaults(func=_cmd_run)
@@ -398,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--out", default="explore-found", help="where failing programs are written (default explore-found/)")
     exp.add_argument("--revert-fix", action="append", metavar="NAME",
                      help="undo this SGLang fix in-process (repeatable): pr27446, pr17850, issue14062")
+    _add_patch_option(exp)
     exp.add_argument("--sglang", metavar="SPEC",
                      help="explore another build: sglang==X (cached environment), a source tree or REPO@REV")
     exp.add_argument("--base-env", metavar="SPEC", default="current",
@@ -409,6 +463,25 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--worker-label", help=argparse.SUPPRESS)
     exp.add_argument("--sglang-label", help=argparse.SUPPRESS)  # the SPEC a build child runs for
     exp.set_defaults(func=_cmd_explore)
+
+    mut = sub.add_parser("mutate", help="the kill table: explore against each built-in (or your own) mutant "
+                                        "and the unmutated build, per topology")
+    mut.add_argument("--topology", default="pp1-overlap,pp1-normal,pp4",
+                     help="comma-separated: pp1-overlap, pp1-normal, pp4 (default: all three)")
+    mut.add_argument("--mutant", action="append", metavar="NAME",
+                     help="only this built-in mutant (repeatable; default: all of hooks/mutants.py)")
+    _add_patch_option(mut)
+    mut.add_argument("--profile", choices=["ci", "dev", "nightly"], default="ci",
+                     help="exploration budget per mutant (default ci: derandomized, 100 programs / 60 s)")
+    mut.add_argument("--max-examples", type=int, help="override the profile's program count")
+    mut.add_argument("--max-time", type=float, help="override the profile's search time per mutant (s)")
+    mut.add_argument("--shrink-time", type=float, default=20.0,
+                     help="shrink time per killed mutant (s, default 20)")
+    mut.add_argument("--out", default="mutate-found", help="where each kill's program is written")
+    mut.add_argument("--json", metavar="FILE", help="also write the rows and the summary as JSON")
+    mut.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    mut.add_argument("--start-timeout", type=float, default=300.0, help="server start timeout in seconds")
+    mut.set_defaults(func=_cmd_mutate)
 
     trace = sub.add_parser("trace", help="read a step trace")
     trace_sub = trace.add_subparsers(dest="trace_command", required=True)

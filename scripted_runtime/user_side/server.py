@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import zmq
 
-from hooks import fix_toggles, sglang_compat
+from hooks import fix_toggles, patches as patch_specs, sglang_compat
 from scripted_runtime.user_side import engine_config, processes, workdirs
 from scripted_runtime import protocol
 from scripted_runtime.scheduler_side import invariants as invariant_names
@@ -116,9 +116,11 @@ def invariant_selection(invariants: Union[bool, Iterable[str]]) -> Tuple[str, ..
 class ScriptedServer:
     def __init__(self, *, device: str, topology: str, engine_kwargs: Dict[str, Any],
                  start_timeout_s: float, log_dir: Optional[Path],
-                 revert_fixes: Iterable[str] = ()) -> None:
+                 revert_fixes: Iterable[str] = (), patches: Iterable[str] = ()) -> None:
         self.device = device
         self.revert_fixes = fix_toggles.validate(list(revert_fixes))
+        self.patches = list(patches)
+        self._patch_specs = [patch_specs.check(p) for p in self.patches]
         self.topology = topology
         self.engine_kwargs = engine_kwargs
         self.start_timeout_s = start_timeout_s
@@ -143,13 +145,17 @@ class ScriptedServer:
     def start(cls, *, device: str = "cpu", topology: str = "pp1-overlap",
               start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
               log_dir: Optional[Union[str, Path]] = None, revert_fixes: Iterable[str] = (),
-              **engine_overrides: Any) -> "ScriptedServer":
+              patches: Iterable[str] = (), **engine_overrides: Any) -> "ScriptedServer":
         """Start a server. ``revert_fixes`` names SGLang fixes to undo
-        in-process (``hooks/fix_toggles.py``), e.g. ``["pr27446"]``."""
+        in-process (``hooks/fix_toggles.py``), e.g. ``["pr27446"]``;
+        ``patches`` names patches to apply in every scheduler rank: built-in
+        fix toggles and mutants (``hooks/mutants.py``), or a user's own as
+        ``MODULE:ATTR`` / ``PATH.py:ATTR`` (``hooks/patches.py``). An unknown
+        one is a ValueError before anything starts."""
         kwargs = engine_config.engine_kwargs(device, topology, **engine_overrides)
         server = cls(device=device, topology=topology, engine_kwargs=kwargs,
                      start_timeout_s=start_timeout_s, log_dir=Path(log_dir) if log_dir else None,
-                     revert_fixes=revert_fixes)
+                     revert_fixes=revert_fixes, patches=patches)
         server._launch()
         return server
 
@@ -197,10 +203,12 @@ class ScriptedServer:
             protocol.ENV_SYS_PATH: os.pathsep.join([os.getcwd(), str(REPO_ROOT)]),
             "SCRIPTED_RUNTIME_EXPECT_WARMUP": "1" if expect_warmup else "0",
             "PYTHONPATH": os.pathsep.join(
-                [str(SITE_DIR), str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+                [str(SITE_DIR), str(REPO_ROOT)] + [r.search_path for r in self._patch_specs if r.search_path]
+                + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
             ),
             "PYTHONUNBUFFERED": "1",
             fix_toggles.ENV_REVERT_FIXES: ",".join(self.revert_fixes),
+            patch_specs.ENV_PATCHES: ",".join(r.spec for r in self._patch_specs),
         })
         if checkpoint is not None:
             env["SCRIPTED_RUNTIME_CHECKPOINT"] = str(checkpoint)

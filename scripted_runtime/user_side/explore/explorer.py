@@ -27,6 +27,8 @@ class ExploreReport:
     determinism_verdict: Optional[str] = None
     program_lines: List[str] = field(default_factory=list)
     found_s: Optional[float] = None  # cold start: process start to first failure
+    found_after_examples: Optional[int] = None  # programs run up to the first failure
+    first_failure_s: Optional[float] = None  # server ready to the first failure
 
     @property
     def failed(self) -> bool:
@@ -41,7 +43,7 @@ class ExploreReport:
 def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Optional[int] = None,
             max_examples: Optional[int] = None, max_time_s: Optional[float] = None,
             shrink_time_s: Optional[float] = None,
-            out_dir: Path = Path(DEFAULT_OUT), revert_fixes: Iterable[str] = (),
+            out_dir: Path = Path(DEFAULT_OUT), revert_fixes: Iterable[str] = (), patches: Iterable[str] = (),
             engine_overrides: Optional[Dict[str, Any]] = None, server: Any = None,
             stop_file: Optional[str] = None, check_determinism: bool = True,
             sglang_spec: Optional[str] = None, start_timeout_s: float = 300.0,
@@ -49,7 +51,8 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
             progress: Callable[[str], None] = print) -> ExploreReport:
     prof = search_mod.PROFILES[profile]
     revert_fixes = list(revert_fixes)
-    runner = ExampleRunner(topology=topology, device=device, revert_fixes=revert_fixes,
+    patches = list(patches)
+    runner = ExampleRunner(topology=topology, device=device, revert_fixes=revert_fixes, patches=patches,
                            engine_overrides=engine_overrides, server=server, progress=progress,
                            start_timeout_s=start_timeout_s, log_dir=log_dir, invariants=invariants,
                            example_timeout_s=example_timeout_s)
@@ -71,12 +74,14 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
             outcome = result.outcome
             report.signature = outcome.signature
             report.found_s = (stats.first_failure_s or 0) + start_s
+            report.first_failure_s = stats.first_failure_s
+            report.found_after_examples = result.found_after_examples
             report.program_lines = [a.describe() for a in result.program]
             found_after = (f"first failing after {result.found_after_examples} programs, "
                            f"{report.found_s:.0f}s from a cold start")
             path = writer.write_scenario(Path(out_dir), result.program, outcome, topology=topology,
                                          sglang_version=version, seed=result.seed, profile=profile,
-                                         revert_fixes=revert_fixes, sglang_spec=sglang_spec,
+                                         revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
                                          found_after=found_after, invariants=invariants)
             trace_dir = Path(out_dir) / "traces" / path.stem
             report.scenario_path = str(path)

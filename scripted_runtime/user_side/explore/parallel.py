@@ -44,6 +44,8 @@ def explore_argv(args: argparse.Namespace, **override) -> List[str]:
         argv += ["--sglang-arg", kv]
     for name in values.get("revert_fix") or []:
         argv += ["--revert-fix", name]
+    for spec in values.get("patch") or []:
+        argv += ["--patch", spec]
     if values.get("no_determinism_check"):
         argv.append("--no-determinism-check")
     if values.get("no_invariants"):

@@ -92,6 +92,7 @@ class ExampleRunner:
     shut down by ``close``)."""
 
     def __init__(self, *, topology: str, device: str = "cpu", revert_fixes: Iterable[str] = (),
+                 patches: Iterable[str] = (),
                  engine_overrides: Optional[Dict[str, Any]] = None, log_dir: Optional[Path] = None,
                  server: Any = None, start_timeout_s: float = 300.0,
                  example_timeout_s: float = EXAMPLE_TIMEOUT_S, invariants: Any = True,
@@ -100,6 +101,7 @@ class ExampleRunner:
         self.topology = topology
         self.device = device
         self.revert_fixes = list(revert_fixes)
+        self.patches = list(patches)
         self.engine_overrides = dict(engine_overrides or {})
         self.log_dir = log_dir
         self.start_timeout_s = start_timeout_s
@@ -123,7 +125,8 @@ class ExampleRunner:
             self.progress(f"starting the {self.topology} server ({self.device})...")
             self.server = ScriptedServer.start(device=self.device, topology=self.topology,
                                                start_timeout_s=self.start_timeout_s,
-                                               revert_fixes=self.revert_fixes, log_dir=self.log_dir,
+                                               revert_fixes=self.revert_fixes, patches=self.patches,
+                                               log_dir=self.log_dir,
                                                **self.engine_overrides)
             self.start_s = time.monotonic() - t0
             self.progress(f"server ready in {self.start_s:.1f}s (sglang {self.info.get('sglang_version')}, "

@@ -10,10 +10,12 @@ from scripted_runtime.user_side.explore import actions as A
 
 
 def replay_command(path: str, *, topology: str, revert_fixes: Sequence[str] = (),
-                   sglang: Optional[str] = None, invariants: bool = True) -> str:
+                   sglang: Optional[str] = None, invariants: bool = True,
+                   patches: Sequence[str] = ()) -> str:
     opts = {"pp1-overlap": "", "pp1-normal": " --no-overlap", "pp4": " --pp 4"}[topology]
     opts += "" if invariants else " --no-invariants"
     reverts = "".join(f" --revert-fix {f}" for f in revert_fixes)
+    reverts += "".join(f" --patch {p}" for p in patches)
     if sglang and sglang != "current":
         return f"scripted-runtime bisect-check {path}:{A.PROGRAM_FUNCTION} --sglang {sglang}{opts}"
     return f"scripted-runtime run {path}:{A.PROGRAM_FUNCTION}{opts}{reverts}"
@@ -22,7 +24,7 @@ def replay_command(path: str, *, topology: str, revert_fixes: Sequence[str] = ()
 def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topology: str,
                    sglang_version: str, seed: Optional[int], profile: str,
                    revert_fixes: Sequence[str] = (), sglang_spec: Optional[str] = None,
-                   found_after: str = "", invariants: bool = True) -> Path:
+                   found_after: str = "", invariants: bool = True, patches: Sequence[str] = ()) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^A-Za-z0-9]+", "_", outcome.signature).strip("_").lower()[:40]
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -30,6 +32,7 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topol
     where = (f"action {outcome.failing_action + 1}" if outcome.failing_action is not None
              else "the end-state checks")
     build = f"SGLang {sglang_version}" + (f" with fixes reverted: {', '.join(revert_fixes)}" if revert_fixes else "")
+    build += f" with patches: {', '.join(patches)}" if patches else ""
     build += "" if invariants else " (invariants off)"
     lines: List[str] = [
         f"Found by `scripted-runtime explore` ({profile} profile, seed {seed if seed is not None else 'derandomized'})",
@@ -41,7 +44,7 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topol
                                   else "") + " (marked below).",
         "",
         "Replay:",
-        f"  {replay_command(str(path), topology=topology, revert_fixes=revert_fixes, sglang=sglang_spec, invariants=invariants)}",
+        f"  {replay_command(str(path), topology=topology, revert_fixes=revert_fixes, sglang=sglang_spec, invariants=invariants, patches=patches)}",
         "",
         "The program, shrunk by Hypothesis (one `yield` = one scheduler iteration):",
     ]

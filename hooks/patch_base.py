@@ -1,0 +1,28 @@
+"""The types every patch module shares (fix toggles, mutants, a user's own):
+kept apart from ``patches.py`` so those modules can import them without a
+cycle through the registry."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Tuple
+
+ALL_TOPOLOGIES = ("pp1-overlap", "pp1-normal", "pp4")
+
+
+class PatchError(RuntimeError):
+    """A patch does not apply to the installed SGLang (or cannot be found)."""
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A named patch. ``install`` receives the imported scheduler module
+    (``sglang.srt.managers.scheduler``) and patches whatever it needs.
+
+    ``topologies``: where its effect can be seen at all (a mutant of the PP
+    loop is invisible at pp=1); ``expected``: which check should see it."""
+
+    name: str
+    summary: str
+    install: Callable[[Any], None]
+    topologies: Tuple[str, ...] = ALL_TOPOLOGIES
+    expected: str = ""

@@ -1,0 +1,138 @@
+"""Named in-process patches of SGLang, applied in every scheduler rank: the
+one mechanism behind fix toggles (``hooks/fix_toggles.py``: undo a fix),
+mutants (``hooks/mutants.py``: plant a plausible bug, to measure what the
+harness catches) and a user's own patches from a module outside this repo.
+
+A patch SPEC is one of:
+
+* ``NAME``: a built-in fix toggle or mutant (``pr27446``, ``mut_abort_keeps_row``);
+* ``MODULE:ATTR``: ``ATTR`` of an importable module (``mypkg.mutants:skip_prune``);
+* ``PATH.py:ATTR``: ``ATTR`` of a Python file.
+
+``ATTR`` is a ``Patch`` (or a ``FixToggle``), or a plain function
+``install(scheduler_module)``; its docstring's first line is then its summary.
+
+The user side validates the specs (``check``, nothing imported) and passes
+them in ``SCRIPTED_RUNTIME_PATCHES`` (comma-separated, paths absolute) with
+the directories their modules need on ``PYTHONPATH``; when the scheduler
+module is imported in a rank, ``install_requested`` applies each in order.
+A patch that cannot apply to the installed release raises ``PatchError``,
+which fails the server start with its message.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from hooks import fix_toggles, mutants
+from hooks.patch_base import Patch, PatchError
+
+ENV_PATCHES = "SCRIPTED_RUNTIME_PATCHES"
+__all__ = ["Patch", "PatchError", "check", "load", "install_requested"]
+
+
+def _builtin() -> Dict[str, Any]:
+    out: Dict[str, Any] = dict(fix_toggles.TOGGLES)
+    for name, patch in mutants.MUTANTS.items():
+        if name in out:
+            raise PatchError(f"patch name {name!r} is both a fix toggle and a mutant")
+        out[name] = patch
+    return out
+
+
+def builtin_names() -> List[str]:
+    return sorted(_builtin())
+
+
+@dataclass(frozen=True)
+class Resolved:
+    spec: str  # as passed to the scheduler ranks
+    search_path: Optional[str] = None  # a directory to put on PYTHONPATH for it
+
+
+def _split(spec: str) -> Tuple[str, str]:
+    where, sep, attr = spec.rpartition(":")
+    if not sep or not where or not attr.isidentifier():
+        raise ValueError(f"patch {spec!r}: expected NAME, MODULE:ATTR or PATH.py:ATTR")
+    return where, attr
+
+
+def check(spec: str) -> Resolved:
+    """Validate one SPEC in the user's process without importing it; a
+    ValueError names what is wrong and what is known."""
+    spec = spec.strip()
+    if ":" not in spec:
+        known = _builtin()
+        if spec not in known:
+            raise ValueError(f"unknown patch {spec!r}; built-in: {', '.join(sorted(known))} "
+                             "(or MODULE:ATTR / PATH.py:ATTR for one of your own)")
+        return Resolved(spec)
+    where, attr = _split(spec)
+    if where.endswith(".py") or os.sep in where:
+        path = os.path.abspath(where)
+        if not os.path.isfile(path):
+            raise ValueError(f"patch {spec!r}: file not found: {where}")
+        with open(path) as f:
+            tree = ast.parse(f.read(), filename=path)
+        names = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                 for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+        names |= {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        if attr not in names:
+            raise ValueError(f"patch {spec!r}: {where} defines no {attr!r}")
+        return Resolved(f"{path}:{attr}")
+    try:
+        found = importlib.util.find_spec(where)
+    except (ImportError, ValueError):
+        found = None
+    if found is None or not found.origin:
+        raise ValueError(f"patch {spec!r}: module {where!r} not found on this interpreter's path")
+    root = os.path.dirname(found.origin)
+    depth = where.count(".") + (1 if os.path.basename(found.origin) == "__init__.py" else 0)
+    for _ in range(depth):
+        root = os.path.dirname(root)
+    return Resolved(spec, search_path=root)
+
+
+def load(spec: str) -> Any:
+    """The patch object a SPEC names (in a scheduler rank)."""
+    if ":" not in spec:
+        known = _builtin()
+        if spec not in known:
+            raise PatchError(f"unknown patch {spec!r}")
+        return known[spec]
+    where, attr = _split(spec)
+    try:
+        if where.endswith(".py"):
+            modspec = importlib.util.spec_from_file_location(f"_scripted_runtime_patch_{abs(hash(where))}", where)
+            module = importlib.util.module_from_spec(modspec)
+            modspec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+        obj = getattr(module, attr)
+    except Exception as exc:
+        raise PatchError(f"patch {spec}: cannot load it: {type(exc).__name__}: {exc}") from exc
+    if hasattr(obj, "install") and hasattr(obj, "name"):
+        return obj
+    if callable(obj):
+        doc = (obj.__doc__ or "").strip().splitlines()
+        return Patch(name=attr, summary=doc[0] if doc else attr, install=obj)
+    raise PatchError(f"patch {spec}: {attr} is a {type(obj).__name__}, not a Patch or a function")
+
+
+def describe(spec: str) -> str:
+    """``NAME (summary)`` for a built-in, the SPEC itself otherwise."""
+    patch = _builtin().get(spec)
+    return f"{spec} ({patch.summary})" if patch is not None else spec
+
+
+def requested() -> List[str]:
+    return [s for s in os.environ.get(ENV_PATCHES, "").split(",") if s]
+
+
+def install_requested(scheduler_module: Any) -> None:
+    for spec in requested():
+        load(spec).install(scheduler_module)

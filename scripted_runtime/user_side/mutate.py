@@ -1,0 +1,171 @@
+"""The kill table: how many planted bugs (mutants) a bounded exploration
+finds, on which topology, how fast, and with which check.
+
+Per topology: first the unmutated build with the same budget (it must find
+nothing, else the table is void: a failure there would be counted as a kill
+of every mutant), then one exploration per mutant that applies to that
+topology, each on its own server (patches are applied at import time in
+every scheduler rank). A mutant is *killed* when the exploration reports a
+failure; the time to kill is counted from server ready, like the explorer's
+own first-failure time.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from hooks import mutants as builtin_mutants
+from hooks import patches as patch_specs
+
+BASELINE = "(unmutated)"
+
+
+@dataclass
+class KillRow:
+    topology: str
+    mutant: str
+    status: str  # killed | survived | killed-at-start | FAILED (baseline) | clean (baseline)
+    seconds_to_kill: Optional[float] = None  # from server ready
+    programs: Optional[int] = None  # programs run up to the first failure (or all, if none failed)
+    signature: str = ""
+    caught_by: str = ""
+    expected: str = ""
+    scenario: Optional[str] = None
+    wall_s: float = 0.0
+
+    @property
+    def killed(self) -> bool:
+        return self.status.startswith("killed")
+
+
+def caught_by(signature: str) -> str:
+    """Which check a failure signature comes from."""
+    m = re.match(r"InvariantViolation\[(\w+)\]", signature)
+    if m:
+        return f"invariant {m.group(1)}"
+    if signature.startswith("SchedulerCrashed"):
+        return "crash"
+    if signature.startswith(("EndStateError", "UpdateAnswerTimeout")):
+        return "end-state check"
+    if signature.startswith("server start"):
+        return "server start"
+    return "script error" if signature else ""
+
+
+def applicable(spec: str, topology: str) -> bool:
+    """Whether a mutant can be seen on a topology at all (its ``topologies``;
+    a user's patch that declares none applies everywhere)."""
+    try:
+        patch = patch_specs.load(spec)
+    except patch_specs.PatchError:
+        return True
+    return topology in getattr(patch, "topologies", (topology,))
+
+
+def expected_of(spec: str) -> str:
+    try:
+        return getattr(patch_specs.load(spec), "expected", "") or ""
+    except patch_specs.PatchError:
+        return ""
+
+
+def run_table(*, topologies: Sequence[str], mutants: Sequence[str], profile: str = "ci",
+              max_examples: Optional[int] = None, max_time_s: Optional[float] = None,
+              shrink_time_s: Optional[float] = 20.0, out_dir: Path = Path("mutate-found"),
+              device: str = "cpu", start_timeout_s: float = 300.0,
+              progress: Callable[[str], None] = print,
+              explore_fn: Optional[Callable[..., Any]] = None) -> List[KillRow]:
+    from scripted_runtime.errors import ServerStartError
+    from scripted_runtime.user_side.explore import explorer
+
+    explore_fn = explore_fn or explorer.explore
+    rows: List[KillRow] = []
+    plan = [(t, m) for t in topologies for m in [BASELINE, *[m for m in mutants if applicable(m, t)]]]
+    t_start = time.monotonic()
+    for i, (topology, mutant) in enumerate(plan, 1):
+        label = f"[mutate {i}/{len(plan)} {topology} {mutant}]"
+        progress(f"{label} exploring ({profile} profile); {time.monotonic() - t_start:.0f}s elapsed")
+        t0 = time.monotonic()
+        patches = [] if mutant == BASELINE else [mutant]
+        row = KillRow(topology=topology, mutant=mutant, status="", expected=expected_of(mutant) if patches else "")
+        try:
+            report = explore_fn(
+                topology=topology, profile=profile, device=device, max_examples=max_examples,
+                max_time_s=max_time_s, shrink_time_s=shrink_time_s,
+                out_dir=Path(out_dir) / topology / mutant.replace(":", "_").strip("()"),
+                patches=patches, check_determinism=False, start_timeout_s=start_timeout_s,
+                progress=lambda line: progress(f"{label} {line}"))
+        except ServerStartError as exc:
+            first = next((ln for ln in str(exc).splitlines() if ln.strip()), "")
+            row.status = "FAILED" if not patches else "killed-at-start"
+            row.signature = f"server start: {first[:200]}"
+            row.caught_by = caught_by(row.signature)
+        else:
+            stats = report.stats
+            if report.failed:
+                row.status = "FAILED" if not patches else "killed"
+                row.signature = report.signature or ""
+                row.caught_by = caught_by(row.signature)
+                row.seconds_to_kill = report.first_failure_s
+                row.programs = report.found_after_examples
+                row.scenario = report.scenario_path
+            else:
+                row.status = "clean" if not patches else "survived"
+                row.programs = stats.examples
+        row.wall_s = time.monotonic() - t0
+        rows.append(row)
+        progress(f"{label} {row.status}" + (f": {row.signature} after {row.programs} programs, "
+                                            f"{row.seconds_to_kill or 0:.1f}s" if row.killed else ""))
+    return rows
+
+
+def void_topologies(rows: Sequence[KillRow]) -> List[str]:
+    return sorted({r.topology for r in rows if r.mutant == BASELINE and r.status != "clean"})
+
+
+def summary(rows: Sequence[KillRow]) -> Dict[str, Any]:
+    muts = [r for r in rows if r.mutant != BASELINE]
+    killed = [r for r in muts if r.killed]
+    times = sorted(r.seconds_to_kill for r in killed if r.seconds_to_kill is not None)
+    median = None
+    if times:
+        mid = len(times) // 2
+        median = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+    return {"mutant_runs": len(muts), "killed": len(killed),
+            "kill_rate": (len(killed) / len(muts)) if muts else None,
+            "median_seconds_to_kill": median, "void": void_topologies(rows)}
+
+
+def format_table(rows: Sequence[KillRow], width: int = 70) -> str:
+    header = ["topology", "mutant", "result", "to kill (s)", "programs", "caught by", "signature", "expected / note"]
+    body = []
+    for r in rows:
+        sig = r.signature if len(r.signature) <= width else r.signature[: width - 3] + "..."
+        body.append([r.topology, r.mutant, r.status,
+                     f"{r.seconds_to_kill:.1f}" if r.seconds_to_kill is not None else "-",
+                     str(r.programs) if r.programs is not None else "-",
+                     r.caught_by or "-", sig or "-", r.expected or "-"])
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
+    lines = [" | ".join(h.ljust(w) for h, w in zip(header, widths)),
+             "-+-".join("-" * w for w in widths)]
+    lines += [" | ".join(c.ljust(w) for c, w in zip(row, widths)) for row in body]
+    s = summary(rows)
+    if s["mutant_runs"]:
+        med = f"{s['median_seconds_to_kill']:.1f}s" if s["median_seconds_to_kill"] is not None else "-"
+        lines.append(f"\nkilled {s['killed']} of {s['mutant_runs']} mutant runs "
+                     f"({100 * s['kill_rate']:.0f}%); median time to kill {med} from server ready")
+    if s["void"]:
+        lines.append(f"VOID on {', '.join(s['void'])}: the unmutated build failed with the same budget, "
+                     "so a failure there says nothing about a mutant")
+    return "\n".join(lines)
+
+
+def as_json(rows: Sequence[KillRow]) -> Dict[str, Any]:
+    return {"rows": [asdict(r) for r in rows], "summary": summary(rows)}
+
+
+def default_mutants() -> List[str]:
+    return list(builtin_mutants.MUTANTS)

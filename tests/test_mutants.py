@@ -1,0 +1,110 @@
+"""Mutants against the real scheduler: one built-in mutant per topology is
+found by a bounded exploration, and a mutant from a module outside this repo
+is loaded into the scheduler and found the same way. (The full kill table is
+the ``slow`` lane: ``tests/test_mutants.py -m slow``.)"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from scripted_runtime.user_side import mutate
+from scripted_runtime.user_side.explore import explorer
+
+pytestmark = pytest.mark.sglang
+ROOT = Path(__file__).resolve().parent.parent
+
+# A team's own mutant, kept in their repo: a chunked request's row is not
+# given back when the request is released (a leak that needs chunked prefill).
+TEAM_MUTANTS = '''
+from hooks.patch_base import Patch, PatchError
+
+
+def _install(scheduler_module):
+    import importlib
+
+    pool = getattr(importlib.import_module("sglang.srt.mem_cache.memory_pool"), "ReqToTokenPool", None)
+    if pool is None or not hasattr(pool, "free"):
+        raise PatchError("ReqToTokenPool.free not found")
+    original = pool.free
+
+    def free(self, req):
+        if len(getattr(req, "origin_input_ids", ())) > 64:
+            req.kv.req_pool_idx = None  # the row is forgotten, never back on free_slots
+            return
+        original(self, req)
+
+    free.__wrapped__ = original
+    pool.free = free
+
+
+chunked_row_leak = Patch(
+    name="chunked_row_leak", summary="a chunked request's req_to_token row is never freed",
+    install=_install, expected="end-state check (rows not all free at idle)")
+'''
+
+
+@pytest.fixture
+def team_module(tmp_path, monkeypatch):
+    """A package of mutants outside this repo, importable only through its own path."""
+    pkg = tmp_path / "teamkit"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mutants.py").write_text(textwrap.dedent(TEAM_MUTANTS))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def _explore(topology, patch, out_dir, **budget):
+    budget = {"max_examples": 40, "max_time_s": 40.0, **budget}
+    return explorer.explore(topology=topology, profile="ci", patches=[patch], shrink_time_s=5.0,
+                            out_dir=out_dir, check_determinism=False, progress=lambda line: None, **budget)
+
+
+def test_a_mutant_from_a_module_outside_the_repo_is_loaded_and_killed(team_module, tmp_path):
+    report = _explore("pp1-overlap", "teamkit.mutants:chunked_row_leak", tmp_path / "found")
+    assert report.failed, f"not found in {report.stats.examples} programs"
+    assert mutate.caught_by(report.signature) in ("end-state check", "crash", "invariant slot_ownership"), \
+        report.signature
+    written = Path(report.scenario_path).read_text()
+    assert "--patch teamkit.mutants:chunked_row_leak" in written  # the replay command applies it again
+
+
+def test_mutate_command_prints_the_table_and_writes_json(team_module, tmp_path):
+    out = tmp_path / "table.json"
+    env = {**__import__("os").environ, "PYTHONPATH": str(team_module)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--topology", "pp1-normal",
+         "--patch", "teamkit.mutants:chunked_row_leak", "--max-examples", "25", "--max-time", "30",
+         "--shrink-time", "3", "--out", str(tmp_path / "found"), "--json", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[mutate 1/2 pp1-normal (unmutated)]" in proc.stderr  # progress while it runs
+    table = json.loads(out.read_text())
+    rows = {r["mutant"]: r for r in table["rows"]}
+    assert rows[mutate.BASELINE]["status"] == "clean"
+    assert rows["teamkit.mutants:chunked_row_leak"]["status"] == "killed"
+    assert "killed 1 of 1 mutant runs (100%)" in proc.stdout
+
+
+@pytest.mark.slow
+def test_full_kill_table(tmp_path):
+    """Every built-in mutant on every topology it applies to, ci budget, with
+    the unmutated baselines: the table must be valid (no baseline failure)
+    and have a row per (topology, mutant). About an hour on the 2-core box."""
+    out = tmp_path / "table.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--out", str(tmp_path / "found"),
+         "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=3 * 3600)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    have = {(r["topology"], r["mutant"]) for r in rows}
+    from hooks import mutants
+
+    want = {(t, name) for name, m in mutants.MUTANTS.items() for t in m.topologies}
+    assert want <= have, sorted(want - have)

@@ -1,0 +1,149 @@
+"""Patch specs (built-in, MODULE:ATTR, PATH.py:ATTR) and the kill table's
+logic, on small fakes: no SGLang server."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from hooks import fix_toggles, patches
+from hooks.patch_base import Patch, PatchError
+from scripted_runtime.errors import ServerStartError
+from scripted_runtime.user_side import mutate
+
+USER_MODULE = '''
+from hooks.patch_base import Patch
+
+CALLS = []
+
+def _install(module):
+    CALLS.append(module)
+
+planted = Patch(name="planted", summary="records the module it was given", install=_install,
+                topologies=("pp1-normal",), expected="invariant pool_accounting")
+
+def plain(module):
+    """A bare function is a patch too; this line is its summary."""
+    CALLS.append(("plain", module))
+
+NOT_A_PATCH = 3
+'''
+
+
+@pytest.fixture
+def user_package(tmp_path, monkeypatch):
+    pkg = tmp_path / "teampkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mutants.py").write_text(textwrap.dedent(USER_MODULE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_builtin_names_cover_fix_toggles_and_mutants_without_clash():
+    names = patches.builtin_names()
+    assert set(fix_toggles.TOGGLES) <= set(names)
+    assert patches.check("pr27446").spec == "pr27446"
+
+
+def test_unknown_builtin_names_what_is_known():
+    with pytest.raises(ValueError, match=r"unknown patch 'nope'; built-in: .*pr27446"):
+        patches.check("nope")
+    with pytest.raises(ValueError, match="expected NAME, MODULE:ATTR or PATH.py:ATTR"):
+        patches.check("mod:not an identifier")
+
+
+def test_module_spec_resolves_its_search_root_without_importing(user_package):
+    resolved = patches.check("teampkg.mutants:planted")
+    assert resolved.spec == "teampkg.mutants:planted"
+    assert Path(resolved.search_path) == user_package
+    with pytest.raises(ValueError, match="module 'teampkg.nothere' not found"):
+        patches.check("teampkg.nothere:planted")
+
+
+def test_path_spec_is_made_absolute_and_checked_for_the_name(user_package, monkeypatch):
+    monkeypatch.chdir(user_package)
+    assert patches.check("teampkg/mutants.py:planted").spec == f"{user_package}/teampkg/mutants.py:planted"
+    with pytest.raises(ValueError, match="defines no 'absent'"):
+        patches.check("teampkg/mutants.py:absent")
+    with pytest.raises(ValueError, match="file not found"):
+        patches.check("teampkg/none.py:planted")
+
+
+def test_load_and_install_a_users_patch_objects_and_functions(user_package, monkeypatch):
+    planted = patches.load("teampkg.mutants:planted")
+    assert isinstance(planted, Patch) and planted.topologies == ("pp1-normal",)
+    plain = patches.load(f"{user_package}/teampkg/mutants.py:plain")
+    assert plain.name == "plain" and plain.summary.startswith("A bare function is a patch too")
+    with pytest.raises(PatchError, match="is a int, not a Patch"):
+        patches.load("teampkg.mutants:NOT_A_PATCH")
+    monkeypatch.setenv(patches.ENV_PATCHES, "teampkg.mutants:planted,teampkg.mutants:plain")
+    fake_scheduler_module = object()
+    patches.install_requested(fake_scheduler_module)
+    import teampkg.mutants as m
+
+    assert m.CALLS == [fake_scheduler_module, ("plain", fake_scheduler_module)]
+
+
+def test_caught_by_names_the_check():
+    assert mutate.caught_by("InvariantViolation[slot_ownership]") == "invariant slot_ownership"
+    assert mutate.caught_by("SchedulerCrashed: AssertionError: x") == "crash"
+    assert mutate.caught_by("EndStateError: request r0 never finished") == "end-state check"
+    assert mutate.caught_by("server start: boom") == "server start"
+    assert mutate.caught_by("") == ""
+
+
+def _fake_explore(outcomes):
+    """explore() stand-in: ``outcomes`` maps (topology, patch or None) to a
+    signature (killed), None (clean), or an exception to raise."""
+    calls = []
+
+    def explore(*, topology, patches, **kw):
+        calls.append((topology, tuple(patches), kw["check_determinism"]))
+        what = outcomes.get((topology, patches[0] if patches else None))
+        if isinstance(what, Exception):
+            raise what
+        stats = SimpleNamespace(examples=42)
+        return SimpleNamespace(failed=what is not None, signature=what, stats=stats, first_failure_s=3.5,
+                               found_after_examples=7, scenario_path="f.py" if what else None)
+
+    return explore, calls
+
+
+def test_run_table_runs_the_baseline_first_then_each_applicable_mutant(user_package):
+    explore, calls = _fake_explore({
+        ("pp1-normal", "teampkg.mutants:planted"): "InvariantViolation[pool_accounting]",
+        ("pp1-normal", "pr27446"): None,
+        ("pp4", "pr27446"): ServerStartError("fix toggle pr27446: not found\nmore"),
+    })
+    rows = mutate.run_table(topologies=["pp1-normal", "pp4"], mutants=["teampkg.mutants:planted", "pr27446"],
+                            explore_fn=explore, progress=lambda line: None)
+    # planted declares pp1-normal only: not run on pp4.
+    assert [(t, p) for t, p, _ in calls] == [("pp1-normal", ()), ("pp1-normal", ("teampkg.mutants:planted",)),
+                                             ("pp1-normal", ("pr27446",)), ("pp4", ()), ("pp4", ("pr27446",))]
+    assert all(det is False for _, _, det in calls)
+    status = {(r.topology, r.mutant): r for r in rows}
+    killed = status[("pp1-normal", "teampkg.mutants:planted")]
+    assert (killed.status, killed.caught_by, killed.seconds_to_kill, killed.programs) == (
+        "killed", "invariant pool_accounting", 3.5, 7)
+    assert killed.expected == "invariant pool_accounting"
+    assert status[("pp1-normal", "pr27446")].status == "survived"
+    assert status[("pp1-normal", "pr27446")].programs == 42
+    start = status[("pp4", "pr27446")]
+    assert start.status == "killed-at-start" and start.signature == "server start: fix toggle pr27446: not found"
+    assert mutate.void_topologies(rows) == []
+    s = mutate.summary(rows)
+    assert (s["mutant_runs"], s["killed"], s["median_seconds_to_kill"]) == (3, 2, 3.5)
+    table = mutate.format_table(rows)
+    assert "killed 2 of 3 mutant runs (67%)" in table and "VOID" not in table
+
+
+def test_a_baseline_failure_voids_the_table():
+    explore, _ = _fake_explore({("pp1-overlap", None): "SchedulerCrashed: AssertionError: x"})
+    rows = mutate.run_table(topologies=["pp1-overlap"], mutants=[], explore_fn=explore,
+                            progress=lambda line: None)
+    assert rows[0].status == "FAILED"
+    assert mutate.void_topologies(rows) == ["pp1-overlap"]
+    assert "VOID on pp1-overlap" in mutate.format_table(rows)
