@@ -544,17 +544,20 @@ def _install_mut_idle_gate_ignores_last_batch(scheduler_module: Any) -> None:
 
 
 def _install_mut_overlap_skips_emptied_last_batch_result(scheduler_module: Any) -> None:
-    """``Scheduler.event_loop_overlap`` processes the previous batch's result
-    only when ``last_batch`` still has requests. ``get_next_batch_to_run``
-    filters ``last_batch`` in place, and a chunk batch holding only the
-    chunked request comes out empty, while ``result_queue`` holds its
-    (unfiltered) copy: that result is not popped, and the queue runs one
-    result behind from then on.
+    """``Scheduler.event_loop_overlap`` skips the previous batch's result
+    when ``last_batch`` came out of filtering empty while a chunked prefill
+    goes on. ``get_next_batch_to_run`` filters ``last_batch`` in place, and a
+    chunk batch holding only the chunked request comes out empty, while
+    ``result_queue`` holds its (unfiltered) copy: that result is not popped,
+    and the queue runs one result behind from then on.
 
-    Plausible: an "empty batch, nothing to process" shortcut that forgets the
-    queue holds a copy. The body is copied from 0.5.23 (checked by source
-    digest) with ``if self.last_batch:`` made ``if self.last_batch and not
-    self.last_batch.is_empty():``.
+    Plausible: an "empty chunk batch, nothing to process" shortcut that
+    forgets the queue holds a copy. The body is copied from 0.5.23 (checked
+    by source digest) with ``if self.last_batch:`` made ``if self.last_batch
+    and not (self.last_batch.is_empty() and self.chunked_req is not None):``
+    (an earlier form skipped every emptied batch: a decode batch whose
+    requests all finished too, so the server's own warm-up request crashed
+    the scheduler at start and the mutant said nothing about the checks).
 
     Seen by: crash, SGLang's own ``assert len(self.result_queue) == 1`` in
     ``_reqs_finishing_inflight`` at the first decode after a prompt of two or
@@ -623,7 +626,8 @@ def _install_mut_overlap_skips_emptied_last_batch_result(scheduler_module: Any) 
                 self._sched_idled = True
 
             # Process the last batch
-            if self.last_batch and not self.last_batch.is_empty():  # MUTANT: was `if self.last_batch:`
+            # MUTANT: was `if self.last_batch:`
+            if self.last_batch and not (self.last_batch.is_empty() and self.chunked_req is not None):
                 if not disable_overlap_for_batch:
                     pop_and_process()
             elif batch is None:

@@ -300,6 +300,7 @@ class FakeOverlapScheduler:
         self.processed = []
         self.iteration = 0
         self.b1 = FakeBatch(["chunked"])
+        self.chunked_req = "chunked"  # the prefill goes on: more chunks to come
 
     def ingest_requests(self):
         self.iteration += 1
