@@ -26,7 +26,7 @@ import zmq
 
 from hooks import sglang_compat
 from scripted_runtime import protocol
-from scripted_runtime.scheduler_side import script_loader, state
+from scripted_runtime.scheduler_side import contracts, script_loader, state
 from scripted_runtime.scheduler_side.context.api import ScriptContext
 from scripted_runtime.scheduler_side.context.requests import BatchRecord, RequestTracker
 from scripted_runtime.scheduler_side.control import ControlLedger
@@ -129,9 +129,18 @@ class Driver:
                 driver._reset_flushes_queued -= 1
                 driver._reset_flush_answer = dispatcher(recv_req)
                 return None
+            kind = type(recv_req).__name__
+            observed = kind in contracts.OBSERVED_TYPES
+            if kind == contracts.ABORT_TYPE:
+                driver.tracker.on_abort(recv_req)
+            if observed:
+                memory = driver.observer.invariants.memory.contracts
+                before = memory.before_dispatch(driver.scheduler, recv_req)
             output = dispatcher(recv_req)
+            if observed:
+                memory.on_dispatch(driver.scheduler, recv_req, output, driver.step, before)
             driver.ledger.on_processed(recv_req, output)
-            if type(recv_req).__name__ == "TokenizedGenerateReqInput":
+            if kind == "TokenizedGenerateReqInput":
                 driver.tracker.on_ingested(recv_req.rid, driver.scheduler)
             return output
 

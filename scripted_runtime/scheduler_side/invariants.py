@@ -29,10 +29,20 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from hooks import sglang_compat
-from scripted_runtime.scheduler_side import state
+from scripted_runtime.scheduler_side import contracts, state
 from scripted_runtime.scheduler_side.context import radix
 
-NAMES = ("idle_gate", "slot_ownership", "radix_locks", "pool_accounting")
+INVARIANT_NAMES = ("idle_gate", "slot_ownership", "radix_locks", "pool_accounting")
+CONTRACT_NAMES = contracts.NAMES  # checked by the same machinery: scheduler_side/contracts.py
+# Checked once, at a program's end-state check (scheduler_side/output_oracle.py),
+# switched on and off like the others.
+END_CHECK_NAMES = ("greedy_output",)
+NAMES = INVARIANT_NAMES + CONTRACT_NAMES + END_CHECK_NAMES
+
+
+def kind_of(name: str) -> str:
+    """``ContractViolation`` for a contract's name, else ``InvariantViolation``."""
+    return "ContractViolation" if name in CONTRACT_NAMES else "InvariantViolation"
 
 
 @dataclass
@@ -43,12 +53,16 @@ class Violation:
     iteration: Optional[int] = None
     step: Optional[int] = None
 
+    @property
+    def kind(self) -> str:
+        return kind_of(self.invariant)
+
     def headline(self) -> str:
         where = f" at step {self.step}" if self.step is not None else ""
-        return f"InvariantViolation[{self.invariant}]{where}: {self.message}"
+        return f"{self.kind}[{self.invariant}]{where}: {self.message}"
 
     def as_dict(self) -> Dict[str, Any]:
-        return {"invariant": self.invariant, "message": self.message, "owners": self.owners,
+        return {"invariant": self.invariant, "kind": self.kind, "message": self.message, "owners": self.owners,
                 "iteration": self.iteration, "step": self.step}
 
 
@@ -118,6 +132,7 @@ class InvariantMemory:
     free_rows: "FreeRowsCache" = field(default_factory=lambda: FreeRowsCache())
     free_kv: "KvFreeCounts" = field(default_factory=lambda: KvFreeCounts())
     rows: "RowTable" = field(default_factory=lambda: RowTable())
+    contracts: contracts.ContractMemory = field(default_factory=contracts.ContractMemory)
 
 
 class FreeRowsCache:
@@ -372,7 +387,7 @@ CHECKS: Dict[str, Check] = {
 
 def validate_names(names: Iterable[str]) -> Tuple[str, ...]:
     names = tuple(names)
-    unknown = [n for n in names if n not in CHECKS]
+    unknown = [n for n in names if n not in NAMES]
     if unknown:
         raise ValueError(f"unknown invariant(s) {unknown}; known: {', '.join(NAMES)}")
     return names
@@ -391,11 +406,26 @@ class InvariantChecker:
     def enabled(self) -> List[str]:
         return [n for n in NAMES if n not in self.disabled]
 
-    def check(self, view: StateView) -> Optional[Violation]:
+    def is_enabled(self, name: str) -> bool:
+        return name not in self.disabled
+
+    @property
+    def per_iteration(self) -> bool:
+        """Whether anything is checked after each iteration."""
+        return any(n not in self.disabled for n in INVARIANT_NAMES + CONTRACT_NAMES)
+
+    def check(self, view: StateView, *, step: int = 0, batch_log: Optional[List[Any]] = None,
+              tracked: Optional[Dict[str, Any]] = None) -> Optional[Violation]:
         memory = self.memory
-        for name in NAMES:
+        for name in INVARIANT_NAMES:
             if name not in self.disabled:
                 violation = CHECKS[name](view, memory)
                 if violation is not None:
                     return violation
+        if any(n not in self.disabled for n in CONTRACT_NAMES):
+            broken = contracts.check(view, memory.contracts, step=step, batch_log=batch_log or [],
+                                     tracked=tracked or {}, enabled=self.is_enabled)
+            if broken is not None:
+                name, message, reqs = broken
+                return Violation(name, message, view.owner_info(reqs))
         return None

@@ -71,13 +71,14 @@ class StepObserver:
         if not self._pending:
             return None
         self._pending = False
-        checking = bool(self.invariants.enabled)
+        checking = self.invariants.per_iteration
         if not checking and not self.trace_enabled:
             return None  # nothing reads the scan
         d = self.driver
         s = d.scheduler
         view = StateView(s, extra_held_tokens=d.ctx._exhausted_tokens())
-        violation = self.invariants.check(view) if checking else None
+        violation = self.invariants.check(view, step=d.step, batch_log=d.batch_log,
+                                          tracked=d.tracker.reqs) if checking else None
         if violation is not None:
             violation.step = d.step
             violation.iteration = d.iteration

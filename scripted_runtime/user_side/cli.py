@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from scripted_runtime.errors import UsageError
+from scripted_runtime.user_side.result import violation_signature
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -71,7 +72,7 @@ def outcome_of(result) -> dict:
     if result.passed:
         signature = ""
     elif result.violation:
-        signature = f"InvariantViolation[{result.violation['invariant']}]"
+        signature = violation_signature(result.violation)
     else:
         signature = (result.error or "").strip().splitlines()[0][:160] if result.error else "failed"
     return {"scenario": result.script, "status": verdict, "signature": signature,
@@ -217,8 +218,9 @@ EXIT_BISECT_SKIP, EXIT_BISECT_ABORT = 125, 255
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
-    """Exit 0: no failure found; 1: a failure found (and written out); 2:
-    usage error or the server could not start."""
+    """Exit 0: no new failure found (known SGLang bugs met are listed as
+    ``known: NAME``, their programs written); 1: a new failure found (and
+    written out); 2: usage error or the server could not start."""
     from scripted_runtime.user_side import engine_config
     from scripted_runtime.errors import ServerStartError
 
@@ -256,7 +258,8 @@ def _cmd_explore(args: argparse.Namespace) -> int:
             out_dir=Path(args.out), revert_fixes=reverted, patches=patched, engine_overrides=overrides,
             stop_file=args.stop_file, check_determinism=not args.no_determinism_check,
             sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout,
-            invariants=not args.no_invariants, example_timeout_s=args.timeout, progress=progress)
+            invariants=not args.no_invariants, example_timeout_s=args.timeout,
+            known_bugs=() if args.no_known_bugs else None, stop_at_known=args.stop_at_known, progress=progress)
     except ServerStartError as exc:
         print(f"scripted-runtime: server did not start: {exc}", file=sys.stderr)
         _write_json(args.stats_json, {"status": "NO-START", "error": str(exc)})
@@ -459,6 +462,12 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--no-determinism-check", action="store_true",
                      help="skip replaying a program twice to compare traces")
     exp.add_argument("--stats-json", metavar="FILE", help="also write the statistics and outcome as JSON")
+    known = exp.add_mutually_exclusive_group()
+    known.add_argument("--stop-at-known", action="store_true",
+                       help="stop (shrink, write, exit 1) at a known SGLang bug too; by default one is reported "
+                            "as 'known: NAME' and the search goes on")
+    known.add_argument("--no-known-bugs", action="store_true",
+                       help="ignore the known-bug registry: every failure is a new finding")
     exp.add_argument("--stop-file", help=argparse.SUPPRESS)  # workers: stop searching once it exists
     exp.add_argument("--worker-label", help=argparse.SUPPRESS)
     exp.add_argument("--sglang-label", help=argparse.SUPPRESS)  # the SPEC a build child runs for

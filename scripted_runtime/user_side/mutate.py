@@ -43,9 +43,11 @@ class KillRow:
 
 def caught_by(signature: str) -> str:
     """Which check a failure signature comes from."""
-    m = re.match(r"InvariantViolation\[(\w+)\]", signature)
+    m = re.match(r"(Invariant|Contract)Violation\[(\w+)\]", signature)
     if m:
-        return f"invariant {m.group(1)}"
+        return f"{m.group(1).lower()} {m.group(2)}"
+    if signature.startswith("OutputMismatch"):
+        return "output oracle"
     if signature.startswith("SchedulerCrashed"):
         return "crash"
     if signature.startswith(("EndStateError", "UpdateAnswerTimeout")):

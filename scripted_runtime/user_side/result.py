@@ -53,3 +53,9 @@ class ScriptFailedError(AssertionError):
     def __init__(self, result: ScriptResult) -> None:
         self.result = result
         super().__init__(f"{result.summary()}\n{result.traceback or ''}")
+
+
+def violation_signature(violation: Dict[str, Any]) -> str:
+    """``InvariantViolation[NAME]`` or ``ContractViolation[NAME]`` of a
+    result's violation record (its ``kind``; older records lack it)."""
+    return f"{violation.get('kind') or 'InvariantViolation'}[{violation['invariant']}]"

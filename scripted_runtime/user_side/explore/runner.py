@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, Optional, Sequence
 from scripted_runtime import protocol
 from scripted_runtime.user_side.explore import actions as A
 from scripted_runtime.user_side.explore.determinism import RID
-from scripted_runtime.user_side.result import ScriptResult
+from scripted_runtime.user_side.result import ScriptResult, violation_signature
 
 INTERPRETER = protocol.ScriptTarget(qualname="run_source", module="scripted_runtime.scheduler_side.explore.interpreter")
 EXAMPLE_TIMEOUT_S = 120.0
@@ -38,6 +38,7 @@ class Outcome:
     restart_s: float = 0.0  # restarting a dead server before this program
     windows: Dict[str, Dict[str, int]] = field(default_factory=dict)
     coverage: Dict[str, int] = field(default_factory=dict)
+    outputs_compared: int = 0  # greedy requests the output oracle compared with their reference
     failing_action: Optional[int] = None  # index into the program; None: end checks or unknown
     failing_step: Optional[int] = None
 
@@ -59,7 +60,7 @@ def signature_of(result: ScriptResult) -> Optional[str]:
     if result.passed:
         return None
     if result.violation:
-        return f"InvariantViolation[{result.violation['invariant']}]"
+        return violation_signature(result.violation)
     error = (result.error or "").strip()
     if result.crashed:
         return "SchedulerCrashed: " + _normalize(error.partition(": ")[2])
@@ -162,6 +163,7 @@ class ExampleRunner:
             steps=result.steps, reset_steps=result.reset_steps, run_s=result.duration_s,
             reset_s=result.reset_s, io_s=result.io_s, wall_s=wall, restart_s=restart_s,
             windows=result.windows or {}, coverage=value.get("coverage", {}),
+            outputs_compared=int((value.get("end") or {}).get("outputs_compared", 0) or 0),
             failing_action=failing_position(result, source) if not result.passed else None,
             failing_step=_failing_step(result),
         )

@@ -1,0 +1,263 @@
+"""Contracts of the control operations (scheduler process): what an operation
+*means*, checked every iteration next to the invariants.
+
+The invariants say the scheduler's state is consistent; a contract says an
+operation did what SGLang says it does. Each rule below is read off SGLang
+0.5.23 (``scheduler.py``: ``pause_generation``, ``continue_generation``,
+``abort_request``, ``flush_cache``; ``weight_updater.py``; PR 10071 for the
+pause modes) and off what the **normal** loop does; where the overlap or PP
+loop does otherwise, the contract reports it (a finding), it does not bend.
+
+* ``pause``: from the iteration that processes ``pause_generation``
+  (``in_place`` or ``retract``) until a ``continue_generation`` is
+  processed, no forward is launched and no request gains an output token.
+  What may still complete: nothing on the normal loop (nothing is in
+  flight); on the overlap loop a ``retract`` pause processes the batch in
+  flight inside its handler (up to one token per request, counted before the
+  rule starts), an ``in_place`` pause leaves it unprocessed in
+  ``result_queue`` until continue. After a ``retract`` the handler has
+  emptied ``running_batch``, ``last_batch``, ``chunked_req`` and
+  ``result_queue``: every request it took out waits in ``waiting_queue``
+  without a ``req_to_token`` row. (``pause_generation(abort)`` never reaches
+  the scheduler: the tokenizer turns it into aborts.)
+* ``continue``: after ``continue_generation`` is processed, live work moves
+  again: within ``CONTINUE_ITERATIONS`` x slots iterations a forward is
+  launched or every live request finished (unless the engine was paused
+  again, or a script holds KV with ``ctx.exhaust_kv``).
+* ``abort``: a request an ``abort_request`` matched (rid prefix, as SGLang
+  matches, or all) is finished with ``FINISH_ABORT`` (or dropped from the
+  waiting queue) within ``ABORT_ITERATIONS[loop]`` unpaused iterations (a
+  running or chunked request's abort waits for ``continue`` during a
+  pause); once seen finished it is never launched again; once the scheduler
+  holds it nowhere it holds no ``req_to_token`` row.
+* ``flush``: a ``flush_cache`` is accepted only when no live request holds
+  KV (what SGLang's idle gate promises); an accepted one leaves the tree
+  empty, every row free and every KV slot available, right after it ran; a
+  refused one changes nothing (tree, rows, KV as before).
+* ``update_weights``: ``update_weights_from_disk(flush_cache=True)`` that
+  answers success was processed with no live request holding KV and
+  leaves the pools as an accepted flush does; one that
+  answers failure (the flush was refused: 0.5.22+) changed no pool. 0.5.23
+  processes a weight update in any scheduler state, so no state is
+  forbidden.
+
+Bookkeeping (``ContractMemory.on_dispatch``) runs only when a control
+request is dispatched; the per-iteration checks are a few comparisons
+unless a pause or abort is pending.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from hooks import sglang_compat
+from scripted_runtime.scheduler_side import state
+
+NAMES = ("pause", "continue", "abort", "flush", "update_weights")
+
+# Iterations (unpaused) an abort may take, per loop; PP: per microbatch slot
+# (the loop visits each slot once per round).
+ABORT_ITERATIONS = {"normal": 3, "overlap": 4, "pp": 3}
+CONTINUE_ITERATIONS = 4  # x slots
+
+PAUSE_TYPE = "PauseGenerationReqInput"
+CONTINUE_TYPE = "ContinueGenerationReqInput"
+ABORT_TYPE = "AbortReq"
+FLUSH_TYPE = "FlushCacheReqInput"
+UPDATE_TYPE = "UpdateWeightFromDiskReqInput"
+OBSERVED_TYPES = frozenset({PAUSE_TYPE, CONTINUE_TYPE, ABORT_TYPE, FLUSH_TYPE, UPDATE_TYPE})
+
+
+def pools(s: Any) -> Dict[str, Any]:
+    """What a flush resets (tree tokens, free rows, free KV), and the live
+    requests holding KV that an accepted flush would reset under."""
+    stats = state.pool_stats(s)
+    busy = tuple(r.rid for r in state.iter_reqs(s) if not r.finished() and state.holds_kv(r))
+    return {"tree_tokens": stats["evictable"] + stats["protected"], "rows_free": stats["req_pool_free"],
+            "kv_free": stats["kv_pool_free"], "busy": busy}
+
+
+@dataclass
+class AbortWatch:
+    rid: str
+    req: Any
+    dispatched_step: int
+    unpaused_iterations: int = 0
+    finished_step: Optional[int] = None
+    gone_step: Optional[int] = None
+
+
+@dataclass
+class ContractMemory:
+    """What the contracts remember across the iterations of one run."""
+
+    problems: List[Tuple[str, str]] = field(default_factory=list)  # found at dispatch: (contract, message)
+    pause_step: Optional[int] = None  # step the current pause was processed
+    pause_mode: Optional[str] = None
+    paused_lengths: Optional[Dict[str, int]] = None  # output lengths at the first check of the pause
+    continue_step: Optional[int] = None  # last continue processed (while work was live)
+    aborts: Dict[str, AbortWatch] = field(default_factory=dict)
+    batch_cursor: int = 0  # batch_log entries already looked at
+
+    # --- at dispatch (called by the driver's recording dispatcher) -----------
+    def before_dispatch(self, s: Any, recv_req: Any) -> Optional[Dict[str, int]]:
+        name = type(recv_req).__name__
+        if name == FLUSH_TYPE or (name == UPDATE_TYPE and getattr(recv_req, "flush_cache", False)):
+            return pools(s)
+        return None
+
+    def on_dispatch(self, s: Any, recv_req: Any, output: Any, step: int, before: Optional[Dict[str, int]]) -> None:
+        name = type(recv_req).__name__
+        if name == PAUSE_TYPE:
+            self._on_pause(s, recv_req, step)
+        elif name == CONTINUE_TYPE:
+            self.pause_step = self.pause_mode = self.paused_lengths = None
+            self.continue_step = step
+        elif name == ABORT_TYPE:
+            self._on_abort(s, recv_req, step)
+        elif name in (FLUSH_TYPE, UPDATE_TYPE) and before is not None:
+            self._on_flush(s, name, output, before)
+
+    def _on_pause(self, s: Any, recv_req: Any, step: int) -> None:
+        mode = getattr(recv_req, "mode", None)
+        if mode not in ("in_place", "retract"):
+            return
+        self.pause_step, self.pause_mode, self.paused_lengths = step, mode, None
+        if mode != "retract":
+            return
+        left = []
+        for name, _, _, reqs in state.places(s, pp_slots=()):
+            if name in ("running_batch", "last_batch", "chunked_req", "result_queue"):
+                left += [f"{r.rid} in {name}" for r in reqs if not r.finished()]
+        rowed = [r.rid for r in getattr(s, "waiting_queue", ()) or () if state.req_pool_idx(r) is not None
+                 and not r.finished()]
+        if left:
+            self.problems.append(("pause", f"pause_generation(retract) left live requests in the batches it "
+                                           f"retracts: {', '.join(left[:6])}"))
+        elif rowed and sglang_compat.loop_kind(s) != "pp":
+            self.problems.append(("pause", f"pause_generation(retract) left waiting requests holding a "
+                                           f"req_to_token row: {', '.join(rowed[:6])}"))
+
+    def _on_abort(self, s: Any, recv_req: Any, step: int) -> None:
+        everything = bool(getattr(recv_req, "abort_all", False))
+        prefix = getattr(recv_req, "rid", "") or ""
+        if not everything and not prefix:
+            return
+        for req in state.iter_reqs(s):
+            if req.finished() or req.rid in self.aborts:
+                continue
+            if everything or req.rid.startswith(prefix):
+                self.aborts[req.rid] = AbortWatch(req.rid, req, step)
+
+    def _on_flush(self, s: Any, name: str, output: Any, before: Dict[str, int]) -> None:
+        contract = "flush" if name == FLUSH_TYPE else "update_weights"
+        what = "flush_cache" if name == FLUSH_TYPE else "update_weights_from_disk(flush_cache=True)"
+        success = getattr(output, "success", None)
+        if success is None:
+            return
+        after = pools(s)
+        if success and before["busy"]:
+            self.problems.append((contract, f"{what} accepted while live requests held KV: "
+                                            f"{', '.join(before['busy'][:6])} (SGLang's idle gate must refuse it)"))
+        elif success:
+            total_rows = state.pool_stats(s)["req_pool_total"]
+            total_kv = int(getattr(s, "max_total_num_tokens", 0) or state.pool_stats(s)["kv_pool_total"])
+            wrong = []
+            if after["tree_tokens"]:
+                wrong.append(f"{after['tree_tokens']} tokens still in the tree")
+            if after["rows_free"] != total_rows:
+                wrong.append(f"rows free {after['rows_free']}/{total_rows}")
+            if after["kv_free"] != total_kv:
+                wrong.append(f"KV free {after['kv_free']}/{total_kv}")
+            if wrong:
+                self.problems.append((contract, f"{what} accepted, yet right after it " + "; ".join(wrong)))
+        elif {k: v for k, v in after.items() if k != "busy"} != {k: v for k, v in before.items() if k != "busy"}:
+            changed = ", ".join(f"{k} {before[k]} -> {after[k]}" for k in before
+                                if k != "busy" and before[k] != after[k])
+            self.problems.append((contract, f"{what} refused, yet the pools changed: {changed}"))
+
+
+def _lengths(view: Any, tracked: Dict[str, Any]) -> Dict[str, int]:
+    out = {r.rid: len(r.output_ids) for r in view.reqs}
+    for rid, req in tracked.items():
+        out.setdefault(rid, len(getattr(req, "output_ids", ()) or ()))
+    return out
+
+
+def check(view: Any, mem: ContractMemory, *, step: int, batch_log: List[Any], tracked: Dict[str, Any],
+          enabled: Callable[[str], bool]) -> Optional[Tuple[str, str, List[Any]]]:
+    """(contract, message, requests involved) of the first broken contract, or None."""
+    launched = batch_log[mem.batch_cursor:]
+    mem.batch_cursor = len(batch_log)
+    while mem.problems:
+        contract, message = mem.problems.pop(0)
+        if enabled(contract):
+            mem.problems.clear()
+            return contract, message, []
+    slots = max(1, state.mbs_slots(view.s))
+    paused = mem.pause_step is not None
+    if paused and enabled("pause"):
+        during = [b for b in launched if b.step >= mem.pause_step]
+        if during:
+            b = during[0]
+            return ("pause", f"a {b.mode} forward of [{', '.join(b.rids[:6])}] was launched at step {b.step}"
+                             + (f" (PP slot {b.slot})" if b.slot is not None else "")
+                             + f", while paused ({mem.pause_mode}) since step {mem.pause_step}",
+                    [r for r in view.reqs if r.rid in b.rids])
+        now = _lengths(view, tracked)
+        if mem.paused_lengths is None:
+            mem.paused_lengths = now
+        else:
+            grew = [(rid, mem.paused_lengths[rid], n) for rid, n in now.items()
+                    if rid in mem.paused_lengths and n > mem.paused_lengths[rid]]
+            if grew:
+                rid, a, b = grew[0]
+                return ("pause", f"request {rid} went from {a} to {b} output tokens while paused "
+                                 f"({mem.pause_mode}) since step {mem.pause_step}",
+                        [r for r in view.reqs if r.rid == rid])
+    if mem.continue_step is not None and enabled("continue"):
+        unfinished = [r for r in view.reqs if not r.finished()]
+        if paused or launched or not unfinished or view.extra_held_tokens:
+            mem.continue_step = None  # moved, paused again, nothing to move, or no room a script took
+        elif step - mem.continue_step >= CONTINUE_ITERATIONS * slots:
+            since = mem.continue_step
+            mem.continue_step = None
+            return ("continue", f"continue_generation processed at step {since}, yet no forward was launched "
+                                f"in {step - since} iterations with {len(unfinished)} unfinished request(s): "
+                                + ", ".join(f"{r.rid} in {'+'.join(view.holders_of(r))}" for r in unfinished[:6]),
+                    unfinished[:6])
+    if mem.aborts and enabled("abort"):
+        return _check_aborts(view, mem, launched, slots, paused, step)
+    return None
+
+
+def _check_aborts(view: Any, mem: ContractMemory, launched: List[Any], slots: int,
+                  paused: bool, step: int) -> Optional[Tuple[str, str, List[Any]]]:
+    loop = view.loop
+    budget = ABORT_ITERATIONS.get(loop, 3) * (slots if loop == "pp" else 1)
+    held = {id(r) for r in view.reqs}
+    for rid, w in list(mem.aborts.items()):
+        req = w.req
+        if w.finished_step is not None:
+            again = [b for b in launched if rid in b.rids and b.step > w.finished_step]
+            if again:
+                return ("abort", f"request {rid}, finished by abort at step {w.finished_step}, was launched "
+                                 f"again in a {again[0].mode} forward at step {again[0].step}", [req])
+        if id(req) not in held:
+            row = state.req_pool_idx(req)
+            if row is not None and row not in set(getattr(view.s.req_to_token_pool, "free_slots", ()) or ()):
+                return ("abort", f"aborted request {rid} is held nowhere but still holds req_to_token row {row}",
+                        [req])
+            del mem.aborts[rid]
+            continue
+        if req.finished():
+            if w.finished_step is None:
+                w.finished_step = step
+            continue
+        if not paused:
+            w.unpaused_iterations += 1
+        if w.unpaused_iterations > budget:
+            return ("abort", f"request {rid} is still live {w.unpaused_iterations} iterations after its abort was "
+                             f"processed at step {w.dispatched_step} (at most {budget} on the {loop} loop)",
+                    [req])
+    return None

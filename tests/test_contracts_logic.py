@@ -1,0 +1,225 @@
+"""The control-operation contracts on small fakes (pure logic; against the
+real scheduler in test_contracts.py)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from scripted_runtime.scheduler_side import contracts
+from scripted_runtime.scheduler_side.context.requests import BatchRecord
+from scripted_runtime.scheduler_side.invariants import InvariantChecker, StateView
+from tests.fakes import FakeReq, FakeScheduler
+
+
+class Run:
+    """One run's checker, batch log and step counter over a fake scheduler."""
+
+    def __init__(self, s, disabled=(), loop="normal"):
+        self.s = s
+        s.enable_overlap = loop == "overlap"
+        self.checker = InvariantChecker(["idle_gate", "slot_ownership", "radix_locks", "pool_accounting",
+                                         *disabled])
+        self.log = []
+        self.step = 0
+        self.tracked = {}
+
+    @property
+    def mem(self):
+        return self.checker.memory.contracts
+
+    def dispatch(self, recv_req, output=None):
+        before = self.mem.before_dispatch(self.s, recv_req)
+        self.mem.on_dispatch(self.s, recv_req, output, self.step, before)
+
+    def launch(self, *reqs, mode="decode"):
+        self.log.append(BatchRecord(self.step, None, mode, tuple(r.rid for r in reqs), None))
+
+    def check(self):
+        v = self.checker.check(StateView(self.s), step=self.step, batch_log=self.log, tracked=self.tracked)
+        self.step += 1
+        return v
+
+
+def req_input(name, **fields):
+    return type(name, (), fields)()
+
+
+PAUSE_IN_PLACE = req_input("PauseGenerationReqInput", mode="in_place")
+PAUSE_RETRACT = req_input("PauseGenerationReqInput", mode="retract")
+CONTINUE = req_input("ContinueGenerationReqInput")
+
+
+def abort(rid="", everything=False):
+    return req_input("AbortReq", rid=rid, abort_all=everything)
+
+
+def test_pause_quiet_when_nothing_moves_and_after_continue():
+    a = FakeReq("a", row=1, allocated=10)
+    run = Run(FakeScheduler(reqs=[a]))
+    run.dispatch(PAUSE_IN_PLACE)
+    for _ in range(4):
+        assert run.check() is None
+    run.dispatch(CONTINUE)
+    run.launch(a)
+    a.output_ids.append(7)
+    assert run.check() is None
+
+
+def test_pause_a_forward_launched_while_paused_is_a_contract_violation():
+    a = FakeReq("a", row=1, allocated=10)
+    run = Run(FakeScheduler(reqs=[a]))
+    run.step = 5
+    run.dispatch(PAUSE_IN_PLACE)
+    run.launch(a)  # the PP loop of 0.5.23 does this
+    v = run.check()
+    assert v is not None and v.invariant == "pause" and v.kind == "ContractViolation"
+    assert "launched at step 5, while paused (in_place) since step 5" in v.message
+    assert v.owners["a"]["row"] == 1
+
+
+def test_pause_output_tokens_gained_while_paused():
+    a = FakeReq("a", row=1, allocated=10)
+    run = Run(FakeScheduler(reqs=[a]))
+    run.dispatch(PAUSE_RETRACT)  # a is left in running_batch: caught first
+    assert run.check().message.startswith("pause_generation(retract) left live requests")
+    run = Run(FakeScheduler(reqs=[a]))
+    run.dispatch(PAUSE_IN_PLACE)
+    assert run.check() is None  # the baseline: what a handler committed counts as before
+    a.output_ids.append(3)
+    v = run.check()
+    assert v.invariant == "pause" and "went from 0 to 1 output tokens while paused" in v.message
+
+
+def test_pause_retract_that_empties_the_batches_is_quiet():
+    s = FakeScheduler(reqs=[])
+    waiting = FakeReq("w", row=None)
+    s.waiting_queue = [waiting]
+    run = Run(s)
+    run.dispatch(PAUSE_RETRACT)
+    assert run.check() is None and run.check() is None
+
+
+def test_continue_must_move_live_work_within_its_bound():
+    a = FakeReq("a", row=1, allocated=10)
+    run = Run(FakeScheduler(reqs=[a]))
+    run.dispatch(CONTINUE)
+    results = [run.check() for _ in range(contracts.CONTINUE_ITERATIONS + 1)]
+    assert results[:-1] == [None] * contracts.CONTINUE_ITERATIONS
+    assert results[-1].invariant == "continue" and "no forward was launched" in results[-1].message
+    run = Run(FakeScheduler(reqs=[a]))
+    run.dispatch(CONTINUE)
+    run.launch(a)
+    assert all(run.check() is None for _ in range(8))
+
+
+def test_abort_must_finish_the_request_within_the_loop_bound():
+    a = FakeReq("a1", row=1, allocated=10)
+    run = Run(FakeScheduler(reqs=[a]))
+    run.dispatch(abort("a"))  # a prefix, as SGLang matches
+    budget = contracts.ABORT_ITERATIONS["normal"]
+    assert all(run.check() is None for _ in range(budget))
+    v = run.check()
+    assert v.invariant == "abort" and "still live 4 iterations after its abort" in v.message
+
+
+def test_abort_while_paused_waits_for_continue():
+    a = FakeReq("a", row=1, allocated=10)
+    run = Run(FakeScheduler(reqs=[a]), disabled=["pause"])
+    run.dispatch(PAUSE_IN_PLACE)
+    run.dispatch(abort("a"))
+    assert all(run.check() is None for _ in range(10)), "the abort clock stops while paused"
+
+
+def test_abort_finished_request_launched_again():
+    a = FakeReq("a", row=1, allocated=10)
+    run = Run(FakeScheduler(reqs=[a]))
+    run.dispatch(abort(everything=True))
+    a.done = True
+    assert run.check() is None
+    run.launch(a)
+    v = run.check()
+    assert v.invariant == "abort" and "was launched again" in v.message
+
+
+def test_abort_request_held_nowhere_must_not_keep_its_row():
+    a = FakeReq("a", row=1, allocated=10)
+    s = FakeScheduler(reqs=[a])
+    run = Run(s)
+    run.dispatch(abort("a"))
+    a.done = True
+    s.running_batch.reqs = []  # released, but its row never went back to free_slots
+    v = run.check()
+    assert v.invariant == "abort" and "still holds req_to_token row 1" in v.message
+    a.kv.req_pool_idx = None
+    run = Run(s)
+    run.dispatch(abort("a"))
+    assert run.check() is None and not run.mem.aborts
+
+
+def _flush_output(success):
+    return SimpleNamespace(success=success)
+
+
+def test_flush_accepted_must_leave_empty_pools():
+    s = FakeScheduler(reqs=[], evictable=10)
+    run = Run(s)
+    run.dispatch(req_input("FlushCacheReqInput"), _flush_output(True))  # nothing was reset
+    v = run.check()
+    assert v.invariant == "flush" and "10 tokens still in the tree" in v.message
+
+
+def test_flush_refused_must_change_nothing():
+    a = FakeReq("a", row=1, allocated=10)
+    s = FakeScheduler(reqs=[a])
+    run = Run(s)
+    flush = req_input("FlushCacheReqInput")
+    before = run.mem.before_dispatch(s, flush)
+    s.req_to_token_pool.free_slots.append(1)  # the refused flush freed a row anyway
+    run.mem.on_dispatch(s, flush, _flush_output(False), 0, before)
+    v = run.check()
+    assert v.invariant == "flush" and "refused, yet the pools changed: rows_free 7 -> 8" in v.message
+
+
+def test_update_weights_with_flush_is_held_to_the_flush_contract():
+    s = FakeScheduler(reqs=[], evictable=4)
+    run = Run(s)
+    run.dispatch(req_input("UpdateWeightFromDiskReqInput", flush_cache=True), _flush_output(True))
+    v = run.check()
+    assert v.invariant == "update_weights"
+    run = Run(s)
+    run.dispatch(req_input("UpdateWeightFromDiskReqInput", flush_cache=False), _flush_output(True))
+    assert run.check() is None, "without flush_cache the pools may hold anything"
+
+
+@pytest.mark.parametrize("name", contracts.NAMES)
+def test_each_contract_can_be_switched_off(name):
+    a = FakeReq("a", row=1, allocated=10)
+    s = FakeScheduler(reqs=[a], evictable=0)
+    run = Run(s, disabled=[name])
+    if name == "pause":
+        run.dispatch(PAUSE_IN_PLACE)
+        run.launch(a)
+    elif name == "continue":
+        run.dispatch(CONTINUE)
+    elif name == "abort":
+        run.dispatch(abort("a"))
+    else:
+        s.tree_cache._evictable = 5
+        op = (req_input("FlushCacheReqInput") if name == "flush"
+              else req_input("UpdateWeightFromDiskReqInput", flush_cache=True))
+        run.dispatch(op, _flush_output(True))
+    assert all(run.check() is None for _ in range(12))
+
+
+def test_flush_accepted_while_a_live_request_holds_kv():
+    a = FakeReq("a", row=1, allocated=10)
+    s = FakeScheduler(reqs=[a])
+    run = Run(s)
+    flush = req_input("UpdateWeightFromDiskReqInput", flush_cache=True)
+    before = run.mem.before_dispatch(s, flush)
+    s.running_batch.reqs = []  # reset under it, as a flush without the idle test does
+    s.req_to_token_pool.free_slots = list(range(1, 9))
+    run.mem.on_dispatch(s, flush, _flush_output(True), 0, before)
+    v = run.check()
+    assert v.invariant == "update_weights" and "accepted while live requests held KV: a" in v.message
