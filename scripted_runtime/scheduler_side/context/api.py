@@ -333,6 +333,11 @@ class ScriptContext:
         return state.nothing_held(self.scheduler)
 
     @property
+    def pp_loop_size(self) -> int:
+        """Iterations (microbatch slots) in one PP round; 1 outside PP."""
+        return max(1, state.mbs_slots(self.scheduler))
+
+    @property
     def is_paused(self) -> bool:
         return sglang_compat.is_paused(self.scheduler)
 

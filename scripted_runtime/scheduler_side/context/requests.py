@@ -44,11 +44,24 @@ class RequestTracker:
         self.reqs: Dict[str, Any] = {}
         self.ingested: set = set()
         self.handles: List["ReqHandle"] = []  # what the running script started, in order (the trace's "started")
+        # rids an abort_request matched as it was processed: SGLang drops an
+        # aborted waiting request without a finish reason
+        self.abort_matched: set = set()
 
     def clear(self) -> None:
         self.reqs.clear()
         self.ingested.clear()
         self.handles.clear()
+        self.abort_matched.clear()
+
+    def on_abort(self, abort_req: Any) -> None:
+        """An ``AbortReq`` is about to be processed: remember which known
+        requests it matches (SGLang matches by rid prefix, or all)."""
+        prefix = getattr(abort_req, "rid", "") or ""
+        everything = bool(getattr(abort_req, "abort_all", False))
+        for rid in self.reqs:
+            if everything or (prefix and rid.startswith(prefix)):
+                self.abort_matched.add(rid)
 
     def on_ingested(self, rid: str, scheduler: Any) -> None:
         self.ingested.add(rid)
@@ -93,7 +106,10 @@ class ReqHandle:
 
     @property
     def status(self) -> str:
-        """posted | waiting | chunking | running | finished | aborted"""
+        """posted | waiting | chunking | running | finished | aborted | lost
+
+        ``lost``: the scheduler took the request in, holds it nowhere now,
+        and never finished it (no finish reason): dropped without an answer."""
         s = self._ctx.scheduler
         req = self.req
         if req is not None:
@@ -106,8 +122,11 @@ class ReqHandle:
             return "running"
         known = self._ctx._driver.tracker.reqs.get(self.rid)
         if known is not None:
-            if _is_abort(getattr(known, "finished_reason", None)):
+            reason = getattr(known, "finished_reason", None)
+            if _is_abort(reason):
                 return "aborted"
+            if reason is None and self.rid not in self._ctx._driver.tracker.abort_matched:
+                return "lost"
             return "finished"
         if self.rid in self._ctx._driver.tracker.ingested:
             return "aborted"  # rejected at ingest; self.http says why

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from scripted_runtime.scheduler_side import control, state
+from scripted_runtime.scheduler_side import control, output_oracle, state
 
 # Iterations the end-state check allows for every request to finish (and then
 # for the engine to go idle), per PP microbatch slot.
@@ -94,10 +94,17 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
 def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     """``yield from end_state_checks(ctx, reqs)``: resume a pause left open,
     then require every request to finish or abort, the engine to go idle
-    (the scheduler's gate and the harness's scan agree), and the pools to be
-    whole: every row free, KV all free or evictable, no tree lock held."""
+    (the scheduler's gate and the harness's scan agree), the pools to be
+    whole (every row free, KV all free or evictable, no tree lock held), and
+    every greedy request's tokens to be its reference's (the output oracle,
+    ``scheduler_side/output_oracle.py``; off with the check name
+    ``greedy_output``)."""
     if tokenizer_paused(ctx):
         ctx.continue_generation()
+    lost = [h for h in reqs if h.status == "lost"]
+    if lost:
+        raise EndStateError(f"requests lost: {', '.join(h.rid for h in lost)} held nowhere in the scheduler, "
+                            f"yet never finished or aborted; state: {ctx.describe()}")
     slots = _slots(ctx)
     budget = END_FINISH_STEPS * slots
     for _ in range(budget):
@@ -130,7 +137,11 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
         problems.append(f"{stats['protected']} tree tokens still protected (locked)")
     if problems:
         raise EndStateError("pools not whole at idle: " + "; ".join(problems))
+    compared = 0
+    if ctx._driver.observer.invariants.is_enabled("greedy_output"):
+        compared = yield from output_oracle.check_outputs(ctx, reqs)
     return {
+        "outputs_compared": compared,
         "requests": len(reqs),
         "finished": sum(1 for h in reqs if h.status == "finished"),
         "aborted": sum(1 for h in reqs if h.status == "aborted"),

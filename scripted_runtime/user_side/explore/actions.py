@@ -159,7 +159,7 @@ def to_source(actions: Sequence[Action], *, docstring: str = "", mark: Optional[
             body = [f"yield from ctx.steps({action.n})"]
         elif isinstance(action, Start):
             call = (f"reqs.append(ctx.start_req(input_ids=[{action.token}] * {action.prompt_len}, "
-                    f"max_new_tokens={action.max_new_tokens}, ignore_eos=True))")
+                    f"max_new_tokens={action.max_new_tokens}, ignore_eos=True, temperature=0.0))")
             # The tokenizer holds new requests for the whole pause.
             body = ["if not explore.tokenizer_paused(ctx):", "    " + call] if may_be_paused else [call]
         elif isinstance(action, OnWindow):

@@ -22,7 +22,9 @@ class Stats:
     shrink_examples: int = 0  # of ``examples``: run while shrinking a failure
     steps: int = 0
     reset_steps: int = 0
+    outputs_compared: int = 0  # greedy outputs the output oracle compared with their reference
     failures: Dict[str, int] = field(default_factory=dict)  # signature -> programs that failed so
+    known: Dict[str, int] = field(default_factory=dict)  # known SGLang bug name -> programs that hit it
     restarts: int = 0
     wall_s: float = 0.0  # the whole exploration, server start excluded
     start_s: float = 0.0  # server start
@@ -36,18 +38,23 @@ class Stats:
     windows: Dict[str, Dict[str, int]] = field(default_factory=dict)  # name -> reached/entered
     coverage: Dict[str, int] = field(default_factory=dict)  # "op|phase" -> count
 
-    def add(self, outcome, *, shrinking: bool) -> None:
+    def add(self, outcome, *, shrinking: bool, known: str = "") -> None:
+        """Count one program; ``known``: the registered SGLang bug its
+        failure is (counted apart from new failures)."""
         self.examples += 1
         self.shrink_examples += 1 if shrinking else 0
         self.steps += outcome.steps
         self.reset_steps += outcome.reset_steps
+        self.outputs_compared += getattr(outcome, "outputs_compared", 0)
         script = max(0.0, outcome.run_s - outcome.reset_s)
         self.script_s += script
         self.io_s += outcome.io_s
         self.reset_s += outcome.reset_s
         self.ipc_s += max(0.0, outcome.wall_s - outcome.run_s)
         self.restart_s += outcome.restart_s
-        if outcome.signature:
+        if known:
+            self.known[known] = self.known.get(known, 0) + 1
+        elif outcome.signature:
             self.failures[outcome.signature] = self.failures.get(outcome.signature, 0) + 1
         for name, counts in outcome.windows.items():
             mine = self.windows.setdefault(name, {"reached": 0, "entered": 0})
@@ -58,6 +65,7 @@ class Stats:
 
     def merge(self, other: "Stats") -> None:
         for name in ("examples", "cached", "skipped", "shrink_examples", "steps", "reset_steps", "restarts",
+                     "outputs_compared",
                      "script_s", "io_s", "reset_s", "ipc_s", "restart_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.wall_s = max(self.wall_s, other.wall_s)
@@ -66,6 +74,8 @@ class Stats:
             self.first_failure_s = min(x for x in (self.first_failure_s, other.first_failure_s) if x is not None)
         for sig, n in other.failures.items():
             self.failures[sig] = self.failures.get(sig, 0) + n
+        for name, n in other.known.items():
+            self.known[name] = self.known.get(name, 0) + n
         for name, counts in other.windows.items():
             mine = self.windows.setdefault(name, {"reached": 0, "entered": 0})
             for k in ("reached", "entered"):
@@ -101,7 +111,7 @@ class Stats:
             f"explored {self.topology} (sglang {self.sglang_version or '?'}): {self.examples} programs in "
             f"{self.wall_s:.1f}s = {self.per_minute:.0f}/min; {self.steps} steps "
             f"(+{self.reset_steps} reset steps); server start {self.start_s:.1f}s; "
-            f"restarts {self.restarts}",
+            f"restarts {self.restarts}; {self.outputs_compared} greedy outputs compared",
         ]
         if self.cached or self.skipped or self.shrink_examples:
             lines.append(f"  {self.shrink_examples} of them while shrinking; {self.cached} repeats answered "
@@ -114,6 +124,9 @@ class Stats:
             lines.append("  failures: " + "; ".join(f"{sig} x{n}" for sig, n in self.failures.items()))
         else:
             lines.append("  failures: none")
+        if self.known:
+            lines.append("  known SGLang bugs hit: " + "; ".join(f"known: {name} x{n}"
+                                                            for name, n in self.known.items()))
         if self.windows:
             lines.append("  windows (reached/entered): " + ", ".join(
                 f"{name} {c['reached']}/{c['entered']}" for name, c in sorted(self.windows.items())))

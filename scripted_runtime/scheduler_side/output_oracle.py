@@ -1,0 +1,145 @@
+"""The greedy-output oracle (scheduler process): what the model must output.
+
+With greedy sampling (``temperature=0``) the output of a request is a
+function of its prompt and the weights, not of what else ran beside it:
+the same prompt run alone on an idle engine is the reference. So every
+greedy request of a program that finished by length must have produced
+exactly the first ``len(output)`` tokens of its reference, and every aborted
+one a prefix of it. A row or KV slot reused while a forward still reads it
+(PR 17850, issue 18744), a retract that loses tokens, a chunk that reads
+another request's KV: each changes the tokens without crashing anything,
+and this is the check that sees it.
+
+References are computed on demand, after the program's end-state checks
+(the engine is idle then): a flush first, so the reference never reads a
+prefix the program left in the tree, then the prompt alone for
+``REFERENCE_TOKENS`` new tokens. They are kept per server process, which is
+one build on one topology; ``references`` counts what was computed.
+
+Outputs are exact, not approximate, on the CPU default (float32, dummy
+weights, torch_native attention): measured over thousands of explored
+programs per topology, see docs/checks.md ("The output oracle"). A request
+that ran across an ``update_weights_from_disk`` is compared too: the dummy
+loader re-creates the same weights (same seed), so the reference holds.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+# New tokens computed per reference (the explorer asks for at most 12).
+REFERENCE_TOKENS = 16
+REFERENCE_STEPS = 400  # per PP slot: a reference that needs more is an engine fault
+GREEDY = 0.0
+
+# prompt (input ids) -> greedy output of REFERENCE_TOKENS (or more) tokens
+_references: Dict[Tuple[int, ...], List[int]] = {}
+computed = {"references": 0, "compared": 0}
+
+
+class OutputMismatch(AssertionError):
+    """A greedy request produced tokens other than its reference's."""
+
+
+def clear() -> None:
+    _references.clear()
+
+
+def cached(prompt: Sequence[int]) -> Optional[List[int]]:
+    return _references.get(tuple(prompt))
+
+
+def _prompt_and_budget(handle: Any) -> Tuple[Optional[Tuple[int, ...]], Optional[int], Optional[float]]:
+    req = handle.last_req
+    if req is None:
+        return None, None, None
+    prompt = tuple(getattr(req, "origin_input_ids", ()) or ())
+    params = getattr(req, "sampling_params", None)
+    return prompt, getattr(params, "max_new_tokens", None), getattr(params, "temperature", None)
+
+
+def is_greedy(temperature: Optional[float]) -> bool:
+    # SGLang turns temperature 0 into top_k=1 and keeps a tiny temperature
+    return temperature is not None and temperature <= 1e-5
+
+
+def compare(handle_status: str, output: Sequence[int], expected_len: Optional[int],
+            reference: Sequence[int]) -> Optional[str]:
+    """What is wrong with one request's output, or None (pure logic)."""
+    output = list(output)
+    if handle_status == "finished":
+        if expected_len is not None and len(output) != expected_len:
+            # finished by length: exactly max_new_tokens
+            return f"finished by length with {len(output)} tokens, max_new_tokens={expected_len}"
+        n = min(len(output), len(reference))
+        if output[:n] != list(reference[:n]):
+            i = next(k for k in range(n) if output[k] != reference[k])
+            return (f"token {i} is {output[i]}, the reference has {reference[i]} "
+                    f"(output {output[:i + 3]}..., reference {list(reference[:i + 3])}...)")
+        return None
+    if handle_status == "aborted":
+        n = min(len(output), len(reference))
+        if output[:n] != list(reference[:n]):
+            i = next(k for k in range(n) if output[k] != reference[k])
+            return (f"aborted after {len(output)} tokens that are not a prefix of the reference: token {i} is "
+                    f"{output[i]}, the reference has {reference[i]}")
+    return None
+
+
+def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
+    """``yield from reference(ctx, prompt, n)``: the greedy output of
+    ``prompt`` run alone on the idle engine (at least ``n`` tokens), cached."""
+    have = _references.get(prompt)
+    if have is not None and len(have) >= n:
+        return have
+    from scripted_runtime.scheduler_side import state
+
+    slots = max(1, state.mbs_slots(ctx.scheduler))
+    yield from ctx.wait_idle(max_steps=60 * slots)
+    listeners = list(ctx.control_listeners)
+    ctx.control_listeners.clear()  # the reference's flush is not the program's (explorer coverage)
+    try:
+        flush = ctx.flush_cache()
+    finally:
+        ctx.control_listeners.extend(listeners)
+    yield from flush.wait(max_steps=4 * slots)
+    h = ctx.start_req(input_ids=list(prompt), max_new_tokens=max(n, REFERENCE_TOKENS), ignore_eos=True,
+                      temperature=GREEDY)
+    yield from ctx.wait_finished(h, max_steps=REFERENCE_STEPS * slots)
+    if h.status != "finished":
+        raise OutputMismatch(f"the reference run of a {len(prompt)}-token prompt ended {h.status}, not finished")
+    out = h.output_ids
+    _references[prompt] = out
+    computed["references"] += 1
+    yield from ctx.wait_idle(max_steps=60 * slots)
+    return out
+
+
+def check_outputs(ctx: Any, handles: Sequence[Any]):
+    """``yield from check_outputs(ctx, handles)``: every greedy handle that
+    finished by length equals its reference; every aborted one is a prefix
+    of it. Raises ``OutputMismatch`` naming the request and the first
+    differing token. Returns how many were compared."""
+    todo = []
+    for h in handles:
+        status = h.status
+        if status not in ("finished", "aborted"):
+            continue
+        prompt, max_new, temperature = _prompt_and_budget(h)
+        if not prompt or not is_greedy(temperature):
+            continue
+        if status == "finished" and h.finish_reason != "FINISH_LENGTH":
+            continue  # a stop token or string ends it early: only length finishes are exact
+        todo.append((h, status, prompt, max_new))
+    compared = 0
+    for h, status, prompt, max_new in todo:
+        output = h.output_ids
+        if not output and status == "aborted":
+            continue
+        ref = yield from reference(ctx, prompt, max(len(output), max_new or 0))
+        problem = compare(status, output, max_new if status == "finished" else None, ref)
+        compared += 1
+        if problem:
+            raise OutputMismatch(f"request {h.rid} ({len(prompt)}-token prompt of token {prompt[0]}, "
+                                 f"{status}): {problem}")
+    computed["compared"] += compared
+    return compared
