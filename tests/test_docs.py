@@ -19,7 +19,7 @@ from scripted_runtime.user_side import cli
 from tests.helpers import run_ok
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # `scripted-runtime` as a command word: at a line's start, after a path
 # (.venv/bin/), a space, a prompt or a backtick.
 COMMAND = re.compile(r"(?:^|(?<=[\s/`]))scripted-runtime[ \t]+(?P<args>[^`\n]*)")

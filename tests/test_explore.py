@@ -5,6 +5,9 @@
 * ``scripted-runtime explore`` on pp=4 with PR 27446 reverted finds the
   idle-gate violation without being told the window, writes a scenario, and
   that file replays the failure deterministically.
+* On pp=4 the ci exploration meets the live PP pause bug: reported as
+  ``known: pp_pause_ignored`` with the registry, as a new, shrunk finding
+  without it.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from scripted_runtime import known_bugs
 from scripted_runtime.user_side.explore import explorer
 
 pytestmark = pytest.mark.sglang
@@ -29,6 +33,9 @@ def test_ci_profile_exploration_passes(server, tmp_path, capsys):
     sys.stdout.write(out)  # the statistics stay visible with -s / in the log
     assert not report.failed, f"{report.signature}: {report.scenario_path}\n{out}"
     stats = report.stats
+    for name, met in report.known.items():  # registered SGLang bugs: reported, their programs kept
+        assert f"known: {name}: {met['signature']}" in out and Path(met["scenario"]).is_file()
+        assert stats.known[name] >= 1
     assert stats.examples >= 10, stats.summary()
     assert stats.steps > stats.examples, stats.summary()
     assert stats.failures == {} and stats.restarts == 0
@@ -75,3 +82,29 @@ def test_parallel_workers_merge_their_statistics(tmp_path):
     assert "=== 2 workers merged ===" in text and "[explore w0]" in text and "[explore w1]" in text, text
     merged = re.search(r"explored pp1-normal .*?: (\d+) programs", text.split("=== 2 workers merged ===")[1])
     assert merged and int(merged.group(1)) >= 2, text
+
+
+def _pp_pause_bug_applies(server) -> bool:
+    bug = known_bugs.by_name("pp_pause_ignored")
+    return server.topology in bug.topologies and known_bugs.affects(bug.releases, server.info.get("sglang_version"))
+
+
+@pytest.mark.pp4
+def test_ci_exploration_reports_the_pp_pause_bug_as_known_then_as_new_without_the_registry(server_pool, tmp_path):
+    server = server_pool.get("pp4")
+    if not _pp_pause_bug_applies(server):
+        pytest.skip(f"pp_pause_ignored is not registered for SGLang {server.info.get('sglang_version')}")
+    quiet = dict(progress=lambda line: print(f"[explore] {line}"), check_determinism=False)
+    known = explorer.explore(topology="pp4", profile="ci", server=server, out_dir=tmp_path / "known", **quiet)
+    assert not known.failed, known.signature
+    assert "pp_pause_ignored" in known.known, known.stats.summary()
+    assert known.known["pp_pause_ignored"]["signature"] == "ContractViolation[pause]"
+    assert Path(known.known["pp_pause_ignored"]["scenario"]).is_file()
+
+    new = explorer.explore(topology="pp4", profile="ci", server=server, out_dir=tmp_path / "new", known_bugs=(),
+                           shrink_time_s=30, **quiet)
+    assert new.signature == "ContractViolation[pause]", new.stats.summary()
+    source = Path(new.scenario_path).read_text()
+    assert "pause_generation" in source and "# <-- FAILS here" in source
+    assert new.replay_matches, new.replay_verdict
+    print("shrunk:", *new.program_lines, sep="\n  ")

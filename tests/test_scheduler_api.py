@@ -61,10 +61,9 @@ def test_chunking_visible_mid_prefill(server):
 
 
 # --- pause / continue ----------------------------------------------------------------
-# 0.5.23's event_loop_pp never checks _engine_paused (the normal and overlap
-# loops skip scheduling while paused), so under PP a pause is acknowledged but
-# generation goes on. The scripts record what happened; the tests assert the
-# behaviour of each loop.
+# What PR 10071's modes mean, on the loops that implement them. 0.5.23's
+# event_loop_pp never checks _engine_paused: that is a registered SGLang bug
+# (pp_pause_ignored), tested by tests/test_known_bugs.py, not here.
 
 def script_pause(ctx, mode):
     r = ctx.start_req(prompt_len=16, max_new_tokens=40, ignore_eos=True)
@@ -83,30 +82,33 @@ def script_pause(ctx, mode):
             "flush": flush.success, "output_len": len(r.output_ids)}
 
 
-def test_pause_retract_then_resume(server):
+def _pp_pause_is_a_known_bug(request, server) -> None:
+    if server.info["loop_kind"] == "pp":
+        pytest.skip("known SGLang bug pp_pause_ignored (scripted_runtime/known_bugs.py): its scenario runs "
+                    "as a strict xfail in tests/test_known_bugs.py")
+
+
+def test_pause_retract_then_resume(server, request):
+    _pp_pause_is_a_known_bug(request, server)
     value = run_ok(server, script_pause, "retract").value
     assert value["paused"] is True
     assert value["output_len"] == 40, "generation resumes and completes after continue"
-    if server.info["loop_kind"] == "pp":
-        assert value["advanced"] > 0, "0.5.23's PP loop ignores the pause flag"
-    else:
-        assert value["advanced"] == 0, "generation advanced while paused"
+    assert value["advanced"] == 0, "generation advanced while paused"
+    if server.info["loop_kind"] != "pp":
         assert value["status"] == "waiting", "retract puts the request back in the waiting queue"
         assert value["row"] is None, "a retracted request gives its req_to_token row back"
         # 0.5.23 flushes while paused with only KV-less waiting requests (ignore_waiting)
         assert value["flush"] is True
 
 
-def test_pause_in_place_freezes_then_resumes(server):
+def test_pause_in_place_freezes_then_resumes(server, request):
+    _pp_pause_is_a_known_bug(request, server)
     value = run_ok(server, script_pause, "in_place").value
     assert value["paused"] is True
     assert value["output_len"] == 40
     assert value["row"] is not None, "in_place keeps the request's row"
     assert value["flush"] is False, "flush must be refused while a request holds KV"
-    if server.info["loop_kind"] == "pp":
-        assert value["advanced"] > 0, "0.5.23's PP loop ignores the pause flag"
-    else:
-        assert value["advanced"] == 0, "generation advanced while paused in place"
+    assert value["advanced"] == 0, "generation advanced while paused in place"
 
 
 # --- abort -------------------------------------------------------------------------------

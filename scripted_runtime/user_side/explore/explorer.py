@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
+from scripted_runtime import known_bugs as known_bugs_mod
 from scripted_runtime.user_side.explore import determinism, search as search_mod, writer
 from scripted_runtime.user_side.explore.runner import ExampleRunner, signature_of
 from scripted_runtime.user_side.explore.stats import Stats
@@ -29,6 +30,8 @@ class ExploreReport:
     found_s: Optional[float] = None  # cold start: process start to first failure
     found_after_examples: Optional[int] = None  # programs run up to the first failure
     first_failure_s: Optional[float] = None  # server ready to the first failure
+    # registered SGLang bugs met: name -> signature, programs run by then, the program's file
+    known: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -48,7 +51,10 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
             stop_file: Optional[str] = None, check_determinism: bool = True,
             sglang_spec: Optional[str] = None, start_timeout_s: float = 300.0,
             log_dir: Optional[Path] = None, invariants: Any = True, example_timeout_s: float = 120.0,
+            known_bugs: Optional[Sequence[Any]] = None, stop_at_known: bool = False,
             progress: Callable[[str], None] = print) -> ExploreReport:
+    """``known_bugs``: the registry to match failures against (default the
+    built-in one; ``()``: every failure is new)."""
     prof = search_mod.PROFILES[profile]
     revert_fixes = list(revert_fixes)
     patches = list(patches)
@@ -64,12 +70,21 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
                  + (f", seed {seed}" if seed is not None else ""))
         result = search_mod.search(runner, profile=prof, seed=seed, max_examples=max_examples,
                                    max_time_s=max_time_s, shrink_time_s=shrink_time_s,
-                                   stop_file=stop_file, progress=progress)
+                                   stop_file=stop_file, progress=progress, stop_at_known=stop_at_known,
+                                   known_bugs=known_bugs_mod.REGISTRY if known_bugs is None else known_bugs)
         stats = result.stats
         stats.start_s = start_s
         stats.sglang_version = version
         report = ExploreReport(stats=stats, seed=result.seed)
         trace_dir = Path(out_dir) / "traces" / time.strftime("%Y%m%d-%H%M%S")
+        for name, (program, outcome, after) in result.known.items():
+            # Never lost: the first program that hit it, as found (not shrunk).
+            path = writer.write_scenario(
+                Path(out_dir), program, outcome, topology=topology, sglang_version=version, seed=result.seed,
+                profile=profile, revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
+                found_after=f"program {after} of the run; known SGLang bug {name} (not shrunk)",
+                invariants=invariants)
+            report.known[name] = {"signature": outcome.signature, "after_programs": after, "scenario": str(path)}
         if result.program is not None:
             outcome = result.outcome
             report.signature = outcome.signature
@@ -122,6 +137,10 @@ def print_report(report: ExploreReport, *, profile: str, out=print) -> None:
         out(f"seed: {report.seed} (rerun with --seed {report.seed})")
     else:
         out(f"seed: derandomized ({profile} profile: the same programs every run)")
+    for name, met in report.known.items():
+        bug = known_bugs_mod.by_name(name)
+        out(f"known: {name}: {met['signature']} (first after {met['after_programs']} programs; "
+            f"reported upstream: {bug.report}; program: {met['scenario']})")
     if report.failed:
         out(f"FAILURE: {report.signature}")
         out(f"  found {report.found_s:.1f}s after a cold start; shrunk program:")

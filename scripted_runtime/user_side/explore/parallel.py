@@ -50,6 +50,10 @@ def explore_argv(args: argparse.Namespace, **override) -> List[str]:
         argv.append("--no-determinism-check")
     if values.get("no_invariants"):
         argv.append("--no-invariants")
+    if values.get("stop_at_known"):
+        argv.append("--stop-at-known")
+    if values.get("no_known_bugs"):
+        argv.append("--no-known-bugs")
     return argv
 
 
@@ -142,6 +146,8 @@ def run_workers(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 continue
             parts.append(Stats.from_dict(payload["stats"]))
+            for name, met in (payload.get("known") or {}).items():
+                print(f"known (worker {i}): {name}: {met['signature']} -> {met['scenario']}")
             if payload.get("signature"):
                 failures.append((i, payload))
     merged = merge_all(parts)

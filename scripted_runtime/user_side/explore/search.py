@@ -19,12 +19,13 @@ from __future__ import annotations
 import os
 import random
 import time
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 
+from scripted_runtime import known_bugs as known_bugs_mod
 from scripted_runtime.user_side.explore import strategies
 from scripted_runtime.user_side.explore.runner import ExampleRunner, Outcome
 from scripted_runtime.user_side.explore.stats import Stats
@@ -87,12 +88,19 @@ class SearchResult:
     first_program: Optional[list] = None  # the failing program as first found
     found_after_examples: Optional[int] = None
     longest_passing: Optional[list] = None  # for the determinism check when nothing failed
+    # known SGLang bug name -> (the first program that hit it, its outcome, programs run by then)
+    known: Dict[str, Tuple[list, Outcome, int]] = field(default_factory=dict)
 
 
 def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = None,
            max_examples: Optional[int] = None, max_time_s: Optional[float] = None,
            shrink_time_s: Optional[float] = None, stop_file: Optional[str] = None,
+           known_bugs: Sequence[known_bugs_mod.KnownBug] = known_bugs_mod.REGISTRY, stop_at_known: bool = False,
            progress: Callable[[str], None] = lambda line: None) -> SearchResult:
+    """Search until a new failure (shrunk, returned) or the budget is spent.
+    A failure that is a registered SGLang bug (``known_bugs``; pass ``()`` to
+    treat every failure as new) is counted as ``known: NAME``, its first
+    program kept, and the search goes on, unless ``stop_at_known``."""
     topology = runner.topology
     stats = Stats(topology=topology)
     limit_examples = max_examples or profile.max_examples
@@ -104,6 +112,8 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
     last_failing: Dict[str, Tuple[list, Outcome]] = {}
     first: Dict[str, object] = {}
     longest: List[object] = [None, -1]
+    met_known: Dict[str, Tuple[list, Outcome, int]] = {}
+    version = str(runner.info.get("sglang_version") or "") or None
     t0 = time.monotonic()
     last_note = [t0]
 
@@ -136,7 +146,16 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
             ran_at = time.monotonic()
             outcome = runner.run(program)
             memo[key] = outcome
-            stats.add(outcome, shrinking="at" in first)
+            bug = known_bugs_mod.find(outcome.signature, topology=topology, sglang_version=version,
+                                      registry=known_bugs) if outcome.failed and not stop_at_known else None
+            stats.add(outcome, shrinking="at" in first, known=bug.name if bug else "")
+            if bug is not None:
+                if bug.name not in met_known:
+                    met_known[bug.name] = (list(program), outcome, stats.examples)
+                    progress(f"known: {bug.name} ({outcome.signature}) after {stats.examples} programs; "
+                             "searching on for others")
+                note()
+                return
             stats.restarts = runner.restarts
             if not outcome.failed and outcome.steps > longest[1]:
                 longest[:] = [list(program), outcome.steps]
@@ -151,6 +170,9 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
             note()
         else:
             stats.cached += 1
+            if outcome.failed and not stop_at_known and known_bugs_mod.find(
+                    outcome.signature, topology=topology, sglang_version=version, registry=known_bugs):
+                return
         if outcome.failed:
             last_failing[outcome.signature] = (list(program), outcome)
             raise failure_class(outcome.signature)(outcome.message)
@@ -158,7 +180,7 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
     explored = hypothesis_settings(profile, limit_examples)(explored)
     if seed is not None:
         explored = hypothesis_seed(seed)(explored)
-    result = SearchResult(stats=stats, seed=seed)
+    result = SearchResult(stats=stats, seed=seed, known=met_known)
     try:
         explored()
     except ProgramFailed as exc:

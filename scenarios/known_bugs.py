@@ -1,0 +1,37 @@
+"""Scenarios of the live SGLang bugs in the known-bug registry
+(``scripted_runtime/known_bugs.py``).
+
+Each asserts what SGLang *should* do, so it fails on a build with the bug
+and passes on one without it; ``tests/test_known_bugs.py`` runs each as a
+strict xfail on the topologies its entry names.
+
+    .venv/bin/scripted-runtime run scenarios/known_bugs.py:pp_pause_ignored --pp 4
+"""
+
+
+def pp_pause_ignored(ctx, mode="in_place", paused_steps=12):
+    """pause_generation(mode) must stop generation until continue_generation.
+
+    On 0.5.23 the normal and overlap loops skip scheduling while
+    ``_engine_paused`` is set; ``event_loop_pp`` never reads it, so at pp>1 the
+    request keeps decoding through the pause (docs/upstream/pp-pause-ignored.md).
+    The pause contract reports it the iteration a forward is launched while
+    paused; the assert below says the same with the contracts switched off.
+    """
+    r = ctx.start_req(prompt_len=16, max_new_tokens=40, ignore_eos=True, temperature=0.0)
+    yield from ctx.wait_until(lambda: len(r.output_ids) >= 2, max_steps=100, what="two output tokens")
+    op = ctx.pause_generation(mode)
+    yield from op.wait(max_steps=20)
+    assert ctx.is_paused, f"pause_generation({mode}) processed but the scheduler is not paused: {op}"
+    # A forward launched before the pause may still deliver its token:
+    # give every PP slot one round to drain, then nothing may move.
+    yield from ctx.steps(max(1, ctx.pp_loop_size))
+    frozen = len(r.output_ids)
+    yield from ctx.steps(paused_steps)
+    advanced = len(r.output_ids) - frozen
+    assert advanced == 0, (f"generation went on while paused ({mode}): {advanced} tokens in {paused_steps} "
+                           f"iterations after the pause was processed; state: {ctx.describe()}")
+    ctx.continue_generation()
+    yield from ctx.wait_finished(r, max_steps=600)
+    assert len(r.output_ids) == 40, r
+    return {"mode": mode, "advanced": advanced}

@@ -1,0 +1,91 @@
+"""Known SGLang bugs: the registry (one file, one entry per live upstream bug).
+
+Each entry says how the harness sees the bug (a regular expression over the
+failure signature, on the topologies and releases it affects), the scenario
+that reproduces it, and the drafted upstream report under ``docs/upstream/``.
+
+Used by:
+
+* ``scripted-runtime explore``: a failure that matches an entry is reported
+  as ``known: NAME`` and the search goes on looking for others
+  (``--stop-at-known`` stops at it instead, ``--no-known-bugs`` treats it as
+  a new finding, shrunk and written out like any other);
+* ``tests/test_known_bugs.py``: every entry's scenario runs as a strict
+  xfail on the topologies it affects, so the day SGLang fixes the bug the
+  suite says so (XPASS fails it) and the entry can be retired.
+
+An entry is a bug of SGLang, never of the harness: a failure of ours is
+fixed, not registered. Matching is deliberately narrow (signature *and*
+topology *and* release) so that a new bug with a similar signature on
+another topology or release is still reported as new.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+
+@dataclass(frozen=True)
+class KnownBug:
+    name: str
+    title: str
+    signature: str  # a regular expression, searched in the failure signature
+    topologies: Tuple[str, ...]
+    releases: str  # a version specifier (PEP 440) of the affected SGLang releases
+    verified_on: Tuple[str, ...]  # releases where the scenario was run and failed
+    scenario: str  # PATH:FUNCTION, relative to the repository root
+    report: str  # the drafted upstream report, relative to the repository root
+    variants: Tuple[Dict[str, Any], ...] = ({},)  # keyword arguments the scenario is run with, one run each
+
+    def matches(self, signature: Optional[str], *, topology: str, sglang_version: Optional[str]) -> bool:
+        if not signature or topology not in self.topologies:
+            return False
+        if not affects(self.releases, sglang_version):
+            return False
+        return re.search(self.signature, signature) is not None
+
+
+def affects(specifier: str, version: Optional[str]) -> bool:
+    """Whether ``version`` is in ``specifier``. An unknown version is never
+    matched: a failure on a build of unknown release is reported as new."""
+    if not version or version == "?":
+        return False
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version) in SpecifierSet(specifier)
+    except InvalidVersion:
+        return False
+
+
+REGISTRY: Tuple[KnownBug, ...] = (
+    KnownBug(
+        name="pp_pause_ignored",
+        title="event_loop_pp never checks _engine_paused: pause_generation is acknowledged and ignored under PP",
+        signature=r"ContractViolation\[pause\]",
+        topologies=("pp4",),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:pp_pause_ignored",
+        report="docs/upstream/pp-pause-ignored.md",
+        variants=({"mode": "in_place"}, {"mode": "retract"}),
+    ),
+)
+
+
+def find(signature: Optional[str], *, topology: str, sglang_version: Optional[str],
+         registry: Sequence[KnownBug] = REGISTRY) -> Optional[KnownBug]:
+    """The registered bug this failure is, or None (a new finding)."""
+    for bug in registry:
+        if bug.matches(signature, topology=topology, sglang_version=sglang_version):
+            return bug
+    return None
+
+
+def by_name(name: str) -> KnownBug:
+    for bug in REGISTRY:
+        if bug.name == name:
+            return bug
+    raise KeyError(f"no known bug {name!r}; registered: {', '.join(b.name for b in REGISTRY)}")

@@ -1,0 +1,43 @@
+"""Every registered SGLang bug (``scripted_runtime/known_bugs.py``) on every
+topology: its scenario asserts what SGLang should do, so it passes where the
+bug does not apply, and where it does it runs as a **strict xfail** that
+accepts only the registered failure (``KnownBugReproduced``): a different
+failure fails the test, and the day SGLang fixes the bug the XPASS fails the
+suite. Retire the entry then."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scripted_runtime import known_bugs
+from scripted_runtime.user_side.result import violation_signature
+
+pytestmark = pytest.mark.sglang
+ROOT = Path(__file__).resolve().parent.parent
+
+CASES = [pytest.param(bug, kwargs, id=f"{bug.name}-{'-'.join(map(str, kwargs.values())) or 'default'}")
+         for bug in known_bugs.REGISTRY for kwargs in bug.variants]
+
+
+class KnownBugReproduced(Exception):
+    """The scenario failed exactly as its registry entry says."""
+
+
+@pytest.mark.parametrize("bug,kwargs", CASES)
+def test_known_bug_scenario(server, request, bug, kwargs):
+    version = server.info.get("sglang_version")
+    affected = server.topology in bug.topologies and known_bugs.affects(bug.releases, version)
+    path, _, func = bug.scenario.partition(":")
+    result = server.run(f"{ROOT / path}:{func}", **kwargs)
+    if not affected:
+        assert result.passed, f"{bug.name}'s scenario must pass where the bug does not apply: {result.error}"
+        return
+    request.applymarker(pytest.mark.xfail(
+        strict=True, raises=KnownBugReproduced,
+        reason=f"known SGLang {version} bug {bug.name}: {bug.title} ({bug.report})"))
+    if not result.passed:
+        signature = violation_signature(result.violation) if result.violation else (result.error or "")
+        assert bug.matches(signature, topology=server.topology, sglang_version=version), \
+            f"{bug.name}'s scenario failed otherwise than registered ({bug.signature}): {(result.error or '')[:400]}"
+        raise KnownBugReproduced(result.error.splitlines()[0])
