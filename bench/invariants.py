@@ -1,14 +1,15 @@
-"""What do the per-iteration invariants and the step trace cost a decode?
+"""What do the per-iteration invariants, the contracts and the step trace cost a decode?
 
     .venv/bin/python bench/invariants.py [--topologies pp1-overlap,pp1-normal] [--decode 200] [--repeat 5] [--gc-off]
 
 On one server per topology, runs the same decode script (one request,
 ``--decode`` tokens, one yield per iteration) in these configurations:
 
-* ``bare``: invariants off, no trace;
-* ``invariants``: all four invariants on, no trace;
-* ``trace``: invariants off, the JSONL trace written;
-* ``default``: invariants on and the trace written (what ``run`` does);
+* ``bare``: every check off, no trace;
+* ``invariants``: the four invariants on, no trace;
+* ``contracts``: the five control-operation contracts on, no trace;
+* ``trace``: every check off, the JSONL trace written;
+* ``default``: every check on and the trace written (what ``run`` does);
 * with ``--gc-off``, also ``default-gc-off``: the default with Python's
   garbage collector switched off in the scheduler for that run.
 
@@ -17,7 +18,8 @@ Each round runs every configuration once, in an order shuffled per round
 all of them alike and none always runs first. Prints decode steps/s as median
 and min..max, and each configuration's ratio to ``bare`` taken within each
 round: median and quartiles (a slow round slows all of its runs, so the
-within-round ratio is steadier than a ratio of medians).
+within-round ratio is steadier than a ratio of medians), and the cost per
+iteration in microseconds over ``bare`` (from the median steps/s).
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ from probe_scripts import python_gc  # noqa: E402
 from stats import machine_line, md_table, min_max, quartiles, ratios  # noqa: E402
 
 from scripted_runtime import ScriptedServer  # noqa: E402
+from scripted_runtime.scheduler_side.invariants import CONTRACT_NAMES, INVARIANT_NAMES  # noqa: E402
 
 GC_OFF = "default-gc-off"
 
@@ -48,7 +51,8 @@ def configurations(gc_off: bool) -> Dict[str, dict]:
     """name -> run() options (plus ``gc``: whether Python's GC stays on)."""
     configs = {
         "bare": dict(HARNESS_CONFIGS["bare"], gc=True),
-        "invariants": dict(HARNESS_CONFIGS["invariants"], gc=True),
+        "invariants": {"invariants": list(INVARIANT_NAMES), "trace": False, "gc": True},
+        "contracts": {"invariants": list(CONTRACT_NAMES), "trace": False, "gc": True},
         "trace": {"invariants": False, "trace": True, "gc": True},
         "default": dict(HARNESS_CONFIGS["default"], gc=True),
     }
@@ -120,10 +124,13 @@ def table(results: Dict[str, Dict[str, List[float]]]) -> str:
     rows = []
     for topology, rates in results.items():
         within = within_round_ratios(rates)
+        bare_us = 1e6 / statistics.median(rates["bare"])
         for name, values in rates.items():
-            rows.append([topology, name, f"{statistics.median(values):.0f}", min_max(values), quartiles(within[name])])
+            us = 1e6 / statistics.median(values)
+            rows.append([topology, name, f"{statistics.median(values):.0f}", min_max(values),
+                         quartiles(within[name]), f"{us:.0f}", f"{us - bare_us:+.0f}"])
     return md_table(["topology", "configuration", "decode steps/s median", "min..max",
-                     "/ bare within a round, median (q1..q3)"], rows)
+                     "/ bare within a round, median (q1..q3)", "us/iteration", "us over bare"], rows)
 
 
 if __name__ == "__main__":

@@ -165,7 +165,7 @@ def test_paired_rates_read_ours_per_configuration_and_plain_runs_directly():
 
 def test_invariants_bench_shuffles_each_round_the_same_way_on_a_rerun():
     names = list(invariants_bench.configurations(gc_off=True))
-    assert names == ["bare", "invariants", "trace", "default", "default-gc-off"]
+    assert names == ["bare", "invariants", "contracts", "trace", "default", "default-gc-off"]
     orders = [invariants_bench.round_order(names, i) for i in range(8)]
     assert all(sorted(o) == sorted(names) for o in orders)  # every configuration once a round
     assert len({tuple(o) for o in orders}) > 1  # not one fixed order
@@ -179,6 +179,10 @@ def test_invariants_bench_configurations_switch_what_they_name():
     assert cfg["bare"] == {"invariants": False, "trace": False, "gc": True}
     assert cfg["trace"] == {"invariants": False, "trace": True, "gc": True}
     assert cfg["default"] == {"invariants": True, "trace": True, "gc": True}
+    from scripted_runtime.scheduler_side.invariants import CONTRACT_NAMES, INVARIANT_NAMES
+
+    assert cfg["invariants"]["invariants"] == list(INVARIANT_NAMES)  # the four, no contract
+    assert cfg["contracts"]["invariants"] == list(CONTRACT_NAMES)
     assert invariants_bench.configurations(gc_off=True)["default-gc-off"]["gc"] is False
 
 
@@ -187,6 +191,7 @@ def test_invariants_bench_ratios_are_taken_within_each_round():
     ratios = invariants_bench.within_round_ratios(rates)
     assert ratios["bare"] == [1.0, 1.0, 1.0]
     assert ratios["default"] == pytest.approx([0.9, 0.95, 0.9])
+
 
 
 # --- each bench's table -----------------------------------------------------------
@@ -250,10 +255,11 @@ def test_decode_gap_table():
 def test_invariants_table():
     results = {"pp1": {"bare": [500.0, 400.0, 600.0], "default": [450.0, 380.0, 540.0]}}
     assert invariants_bench.table(results) == "\n".join([
-        "| topology | configuration | decode steps/s median | min..max | / bare within a round, median (q1..q3) |",
-        "|---|---|---|---|---|",
-        "| pp1 | bare | 500 | 400..600 | 1.000x (1.000x..1.000x) |",
-        "| pp1 | default | 450 | 380..540 | 0.900x (0.900x..0.925x) |"])
+        "| topology | configuration | decode steps/s median | min..max | / bare within a round, median (q1..q3) "
+        "| us/iteration | us over bare |",
+        "|---|---|---|---|---|---|---|",
+        "| pp1 | bare | 500 | 400..600 | 1.000x (1.000x..1.000x) | 2000 | +0 |",
+        "| pp1 | default | 450 | 380..540 | 0.900x (0.900x..0.925x) | 2222 | +222 |"])
 
 
 def test_explore_table():
