@@ -31,6 +31,7 @@ class KnownBug:
     name: str
     title: str
     signature: str  # a regular expression, searched in the failure signature
+    message: str  # a regular expression, searched in the failure's message (which rule of a check)
     topologies: Tuple[str, ...]
     releases: str  # a version specifier (PEP 440) of the affected SGLang releases
     verified_on: Tuple[str, ...]  # releases where the scenario was run and failed
@@ -38,12 +39,14 @@ class KnownBug:
     report: str  # the drafted upstream report, relative to the repository root
     variants: Tuple[Dict[str, Any], ...] = ({},)  # keyword arguments the scenario is run with, one run each
 
-    def matches(self, signature: Optional[str], *, topology: str, sglang_version: Optional[str]) -> bool:
+    def matches(self, signature: Optional[str], *, topology: str, sglang_version: Optional[str],
+                message: str = "") -> bool:
         if not signature or topology not in self.topologies:
             return False
         if not affects(self.releases, sglang_version):
             return False
-        return re.search(self.signature, signature) is not None
+        return (re.search(self.signature, signature) is not None
+                and re.search(self.message, message or "") is not None)
 
 
 def affects(specifier: str, version: Optional[str]) -> bool:
@@ -65,6 +68,9 @@ REGISTRY: Tuple[KnownBug, ...] = (
         name="pp_pause_ignored",
         title="event_loop_pp never checks _engine_paused: pause_generation is acknowledged and ignored under PP",
         signature=r"ContractViolation\[pause\]",
+        # only the rule this bug breaks: a forward launched in a PP slot while
+        # paused (another pause rule broken on pp4 is a new finding)
+        message=r"forward of .* was launched at step \d+ \(PP slot \d+\), while paused",
         topologies=("pp4",),
         releases="<=0.5.23",
         verified_on=("0.5.23",),
@@ -75,11 +81,11 @@ REGISTRY: Tuple[KnownBug, ...] = (
 )
 
 
-def find(signature: Optional[str], *, topology: str, sglang_version: Optional[str],
+def find(signature: Optional[str], *, topology: str, sglang_version: Optional[str], message: str = "",
          registry: Sequence[KnownBug] = REGISTRY) -> Optional[KnownBug]:
     """The registered bug this failure is, or None (a new finding)."""
     for bug in registry:
-        if bug.matches(signature, topology=topology, sglang_version=sglang_version):
+        if bug.matches(signature, topology=topology, sglang_version=sglang_version, message=message):
             return bug
     return None
 

@@ -113,14 +113,46 @@ def test_continue_must_move_live_work_within_its_bound():
     assert all(run.check() is None for _ in range(8))
 
 
-def test_abort_must_finish_the_request_within_the_loop_bound():
+def test_abort_a_request_decoding_on_after_its_abort():
     a = FakeReq("a1", row=1, allocated=10)
     run = Run(FakeScheduler(reqs=[a]))
     run.dispatch(abort("a"))  # a prefix, as SGLang matches
-    budget = contracts.ABORT_ITERATIONS["normal"]
-    assert all(run.check() is None for _ in range(budget))
+    run.launch(a)  # the decode of the abort's own iteration: it applies to_finish
+    assert run.check() is None
+    b = FakeReq("b", row=2, allocated=10)
+    for _ in range(6):  # prefills of others may go first: iterations are not the measure
+        run.launch(b, mode="extend")
+        assert run.check() is None
+    run.launch(a)
     v = run.check()
-    assert v.invariant == "abort" and "still live 4 iterations after its abort" in v.message
+    assert v.invariant == "abort" and "took part in 2 decode forwards after its abort" in v.message
+
+
+def test_abort_a_request_never_finished_within_the_cap():
+    a = FakeReq("a", row=1, allocated=10)
+    run = Run(FakeScheduler(reqs=[a]))
+    run.dispatch(abort("a"))
+    assert all(run.check() is None for _ in range(contracts.ABORT_ITERATION_CAP))
+    v = run.check()
+    assert v.invariant == "abort" and f"still live {contracts.ABORT_ITERATION_CAP + 1} iterations" in v.message
+
+
+def test_abort_only_a_waiting_request_may_vanish_without_a_finish_reason():
+    s = FakeScheduler(reqs=[])
+    w = FakeReq("w")
+    s.waiting_queue = [w]
+    run = Run(s)
+    run.dispatch(abort("w"))
+    s.waiting_queue = []  # SGLang drops it, no finish reason
+    assert run.check() is None and not run.mem.aborts
+    a = FakeReq("a", row=1, allocated=10)
+    s = FakeScheduler(reqs=[a])
+    run = Run(s)
+    run.dispatch(abort("a"))
+    s.running_batch.reqs = []
+    a.kv.req_pool_idx = None  # released, but never finished
+    v = run.check()
+    assert v.invariant == "abort" and "vanished from the scheduler without a finish reason" in v.message
 
 
 def test_abort_while_paused_waits_for_continue():

@@ -38,6 +38,7 @@ def test_known_bug_scenario(server, request, bug, kwargs):
         reason=f"known SGLang {version} bug {bug.name}: {bug.title} ({bug.report})"))
     if not result.passed:
         signature = violation_signature(result.violation) if result.violation else (result.error or "")
-        assert bug.matches(signature, topology=server.topology, sglang_version=version), \
+        assert bug.matches(signature, topology=server.topology, sglang_version=version,
+                           message=result.error or ""), \
             f"{bug.name}'s scenario failed otherwise than registered ({bug.signature}): {(result.error or '')[:400]}"
         raise KnownBugReproduced(result.error.splitlines()[0])

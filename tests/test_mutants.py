@@ -1,7 +1,9 @@
 """Mutants against the real scheduler: one built-in mutant per topology is
-found by a bounded exploration, and a mutant from a module outside this repo
-is loaded into the scheduler and found the same way. (The full kill table is
-the ``slow`` lane: ``tests/test_mutants.py -m slow``.)"""
+found by a bounded exploration (pp1-overlap and pp4 here, pp1-normal in the
+``mutate`` command test), and a mutant from a module outside this repo is
+loaded into the scheduler and found the same way, its written program
+replaying with ``--patch``. (The full kill table is the ``slow`` lane:
+``tests/test_mutants.py -m slow``.)"""
 from __future__ import annotations
 
 import json
@@ -65,30 +67,46 @@ def _explore(topology, patch, out_dir, **budget):
                             out_dir=out_dir, check_determinism=False, progress=lambda line: None, **budget)
 
 
-def test_a_mutant_from_a_module_outside_the_repo_is_loaded_and_killed(team_module, tmp_path):
-    report = _explore("pp1-overlap", "teamkit.mutants:chunked_row_leak", tmp_path / "found")
-    assert report.failed, f"not found in {report.stats.examples} programs"
-    assert mutate.caught_by(report.signature) in ("end-state check", "crash", "invariant slot_ownership"), \
-        report.signature
-    written = Path(report.scenario_path).read_text()
-    assert "--patch teamkit.mutants:chunked_row_leak" in written  # the replay command applies it again
+# One built-in mutant per topology, each caught by a different check.
+PER_TOPOLOGY = [
+    pytest.param("pp1-overlap", "mut_chunk_alloc_ignores_held_row", "invariant slot_ownership", id="pp1-overlap"),
+    pytest.param("pp4", "mut_pp_drain_first_slot_only", "invariant idle_gate", id="pp4", marks=pytest.mark.pp4),
+]
+
+
+@pytest.mark.parametrize("topology,mutant,check", PER_TOPOLOGY)
+def test_a_builtin_mutant_is_killed(topology, mutant, check, tmp_path):
+    report = _explore(topology, mutant, tmp_path / "found")
+    assert report.failed, f"{mutant} survived {report.stats.examples} programs on {topology}"
+    assert mutate.caught_by(report.signature) == check, report.signature
+    assert f"--patch {mutant}" in Path(report.scenario_path).read_text()
 
 
 def test_mutate_command_prints_the_table_and_writes_json(team_module, tmp_path):
+    """The command on pp1-normal: the unmutated baseline, a built-in mutant
+    that only a contract sees (the normal loop ignoring a pause), and a
+    team's own mutant from a module outside this repo."""
     out = tmp_path / "table.json"
     env = {**__import__("os").environ, "PYTHONPATH": str(team_module)}
     proc = subprocess.run(
         [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--topology", "pp1-normal",
-         "--patch", "teamkit.mutants:chunked_row_leak", "--max-examples", "25", "--max-time", "30",
-         "--shrink-time", "3", "--out", str(tmp_path / "found"), "--json", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+         "--mutant", "mut_normal_loop_ignores_pause", "--patch", "teamkit.mutants:chunked_row_leak",
+         "--max-examples", "40", "--max-time", "40", "--shrink-time", "5", "--out", str(tmp_path / "found"),
+         "--json", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "[mutate 1/2 pp1-normal (unmutated)]" in proc.stderr  # progress while it runs
+    assert "[mutate 1/3 pp1-normal (unmutated)]" in proc.stderr  # progress while it runs
     table = json.loads(out.read_text())
     rows = {r["mutant"]: r for r in table["rows"]}
     assert rows[mutate.BASELINE]["status"] == "clean"
-    assert rows["teamkit.mutants:chunked_row_leak"]["status"] == "killed"
-    assert "killed 1 of 1 mutant runs (100%)" in proc.stdout
+    assert rows["mut_normal_loop_ignores_pause"]["status"] == "killed"
+    assert rows["mut_normal_loop_ignores_pause"]["caught_by"] == "contract pause"
+    team = rows["teamkit.mutants:chunked_row_leak"]
+    assert team["status"] == "killed", team
+    assert team["caught_by"] in ("end-state check", "crash", "invariant slot_ownership"), team
+    # the kill's program replays with the team's mutant applied again
+    assert "--patch teamkit.mutants:chunked_row_leak" in Path(team["scenario"]).read_text()
+    assert "killed 2 of 2 mutant runs (100%)" in proc.stdout
 
 
 @pytest.mark.slow

@@ -34,9 +34,14 @@ def test_other_statuses_are_not_judged():
     assert oracle.compare("running", [5, 5], 9, REF) is None
 
 
-@pytest.mark.parametrize("temperature,greedy", [(0.0, True), (1e-6, True), (None, False), (0.7, False)])
+@pytest.mark.parametrize("temperature,greedy", [(0.0, True), (1e-6, False), (None, False), (0.7, False)])
 def test_only_greedy_requests_are_compared(temperature, greedy):
-    assert oracle.is_greedy(temperature) is greedy
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    params = SamplingParams(temperature=temperature, max_new_tokens=4)
+    params.normalize(None)  # as the tokenizer manager does
+    params.verify(512)
+    assert oracle.is_greedy(params) is greedy, vars(params)
 
 
 # --- the known-bug registry ----------------------------------------------------------
@@ -44,13 +49,22 @@ def test_only_greedy_requests_are_compared(temperature, greedy):
 PP_PAUSE = known_bugs.by_name("pp_pause_ignored")
 
 
-def test_a_registered_bug_matches_signature_topology_and_release():
+LAUNCHED = ("ContractViolation[pause] at step 13: a decode forward of [r1] was launched at step 13 (PP slot 0), "
+            "while paused (in_place) since step 13 (iteration 836)")
+
+
+def test_a_registered_bug_matches_signature_rule_topology_and_release():
     sig = "ContractViolation[pause]"
-    assert known_bugs.find(sig, topology="pp4", sglang_version="0.5.23") is PP_PAUSE
-    assert known_bugs.find(sig, topology="pp1-normal", sglang_version="0.5.23") is None, "other topology: new"
-    assert known_bugs.find(sig, topology="pp4", sglang_version="0.5.24") is None, "later release: new"
-    assert known_bugs.find(sig, topology="pp4", sglang_version=None) is None, "unknown build: new"
-    assert known_bugs.find("InvariantViolation[idle_gate]", topology="pp4", sglang_version="0.5.23") is None
+    assert known_bugs.find(sig, topology="pp4", sglang_version="0.5.23", message=LAUNCHED) is PP_PAUSE
+    assert known_bugs.find(sig, topology="pp1-normal", sglang_version="0.5.23", message=LAUNCHED) is None, \
+        "other topology: new"
+    assert known_bugs.find(sig, topology="pp4", sglang_version="0.5.24", message=LAUNCHED) is None, "later release"
+    assert known_bugs.find(sig, topology="pp4", sglang_version=None, message=LAUNCHED) is None, "unknown build"
+    other_rule = "ContractViolation[pause] at step 9: pause_generation(retract) left live requests in ..."
+    assert known_bugs.find(sig, topology="pp4", sglang_version="0.5.23", message=other_rule) is None, \
+        "another rule of the same contract: new"
+    assert known_bugs.find("InvariantViolation[idle_gate]", topology="pp4", sglang_version="0.5.23",
+                           message=LAUNCHED) is None
 
 
 def test_every_entry_names_a_scenario_and_a_report_that_exist():

@@ -25,11 +25,16 @@ loop does otherwise, the contract reports it (a finding), it does not bend.
   launched or every live request finished (unless the engine was paused
   again, or a script holds KV with ``ctx.exhaust_kv``).
 * ``abort``: a request an ``abort_request`` matched (rid prefix, as SGLang
-  matches, or all) is finished with ``FINISH_ABORT`` (or dropped from the
-  waiting queue) within ``ABORT_ITERATIONS[loop]`` unpaused iterations (a
-  running or chunked request's abort waits for ``continue`` during a
+  matches, or all) takes part in at most ``ABORT_DECODE_LAUNCHES`` decode
+  forwards launched from the abort's iteration on before it is finished
+  with ``FINISH_ABORT`` (a running request finishes at its next decode;
+  prefills of other requests may run first, and SGLang schedules them
+  first, so iterations are not the measure); it is finished, or dropped
+  from the waiting queue, within ``ABORT_ITERATION_CAP`` x slots unpaused
+  iterations (a running request's abort waits for ``continue`` during a
   pause); once seen finished it is never launched again; once the scheduler
-  holds it nowhere it holds no ``req_to_token`` row.
+  holds it nowhere it holds no ``req_to_token`` row, and only a request
+  that was waiting when the abort came may vanish without a finish reason.
 * ``flush``: a ``flush_cache`` is accepted only when no live request holds
   KV (what SGLang's idle gate promises); an accepted one leaves the tree
   empty, every row free and every KV slot available, right after it ran; a
@@ -55,9 +60,14 @@ from scripted_runtime.scheduler_side import state
 
 NAMES = ("pause", "continue", "abort", "flush", "update_weights")
 
-# Iterations (unpaused) an abort may take, per loop; PP: per microbatch slot
-# (the loop visits each slot once per round).
-ABORT_ITERATIONS = {"normal": 3, "overlap": 4, "pp": 3}
+# Decode forwards an aborted request may still take part in: the one
+# launched in the abort's own iteration (normal: it applies to_finish),
+# plus, on the overlap and PP loops, one launched before the in-flight
+# result that finishes it was processed.
+ABORT_DECODE_LAUNCHES = {"normal": 1, "overlap": 2, "pp": 2}
+# Unpaused iterations (x PP slots) within which an aborted request must be
+# finished or gone: a loose bound, past any prefill queue a program builds.
+ABORT_ITERATION_CAP = 100
 CONTINUE_ITERATIONS = 4  # x slots
 
 PAUSE_TYPE = "PauseGenerationReqInput"
@@ -82,9 +92,10 @@ class AbortWatch:
     rid: str
     req: Any
     dispatched_step: int
+    waiting_only: bool  # held only by the waiting queue when the abort came (SGLang may drop it unfinished)
     unpaused_iterations: int = 0
+    decode_launches: int = 0
     finished_step: Optional[int] = None
-    gone_step: Optional[int] = None
 
 
 @dataclass
@@ -92,6 +103,7 @@ class ContractMemory:
     """What the contracts remember across the iterations of one run."""
 
     problems: List[Tuple[str, str]] = field(default_factory=list)  # found at dispatch: (contract, message)
+    harness_error: Optional[str] = None  # the bookkeeping itself raised at dispatch (reported as HarnessError)
     pause_step: Optional[int] = None  # step the current pause was processed
     pause_mode: Optional[str] = None
     paused_lengths: Optional[Dict[str, int]] = None  # output lengths at the first check of the pause
@@ -143,11 +155,17 @@ class ContractMemory:
         prefix = getattr(recv_req, "rid", "") or ""
         if not everything and not prefix:
             return
-        for req in state.iter_reqs(s):
+        where: Dict[int, List[str]] = {}
+        reqs: Dict[int, Any] = {}
+        for name, _, _, held in state.places(s):
+            for req in held:
+                where.setdefault(id(req), []).append(name)
+                reqs[id(req)] = req
+        for key, req in reqs.items():
             if req.finished() or req.rid in self.aborts:
                 continue
             if everything or req.rid.startswith(prefix):
-                self.aborts[req.rid] = AbortWatch(req.rid, req, step)
+                self.aborts[req.rid] = AbortWatch(req.rid, req, step, waiting_only=where[key] == ["waiting_queue"])
 
     def _on_flush(self, s: Any, name: str, output: Any, before: Dict[str, int]) -> None:
         contract = "flush" if name == FLUSH_TYPE else "update_weights"
@@ -187,6 +205,9 @@ def _lengths(view: Any, tracked: Dict[str, Any]) -> Dict[str, int]:
 def check(view: Any, mem: ContractMemory, *, step: int, batch_log: List[Any], tracked: Dict[str, Any],
           enabled: Callable[[str], bool]) -> Optional[Tuple[str, str, List[Any]]]:
     """(contract, message, requests involved) of the first broken contract, or None."""
+    if mem.harness_error:
+        error, mem.harness_error = mem.harness_error, None
+        raise RuntimeError(f"the contracts' bookkeeping failed at a dispatch: {error}")
     launched = batch_log[mem.batch_cursor:]
     mem.batch_cursor = len(batch_log)
     while mem.problems:
@@ -208,8 +229,8 @@ def check(view: Any, mem: ContractMemory, *, step: int, batch_log: List[Any], tr
         if mem.paused_lengths is None:
             mem.paused_lengths = now
         else:
-            grew = [(rid, mem.paused_lengths[rid], n) for rid, n in now.items()
-                    if rid in mem.paused_lengths and n > mem.paused_lengths[rid]]
+            grew = [(rid, mem.paused_lengths.get(rid, 0), n) for rid, n in now.items()
+                    if n > mem.paused_lengths.get(rid, 0)]
             if grew:
                 rid, a, b = grew[0]
                 return ("pause", f"request {rid} went from {a} to {b} output tokens while paused "
@@ -234,20 +255,31 @@ def check(view: Any, mem: ContractMemory, *, step: int, batch_log: List[Any], tr
 def _check_aborts(view: Any, mem: ContractMemory, launched: List[Any], slots: int,
                   paused: bool, step: int) -> Optional[Tuple[str, str, List[Any]]]:
     loop = view.loop
-    budget = ABORT_ITERATIONS.get(loop, 3) * (slots if loop == "pp" else 1)
+    cap = ABORT_ITERATION_CAP * slots
+    allowed = ABORT_DECODE_LAUNCHES.get(loop, 2)
     held = {id(r) for r in view.reqs}
     for rid, w in list(mem.aborts.items()):
         req = w.req
+        mine = [b for b in launched if rid in b.rids and b.step >= w.dispatched_step]
         if w.finished_step is not None:
-            again = [b for b in launched if rid in b.rids and b.step > w.finished_step]
+            again = [b for b in mine if b.step > w.finished_step]
             if again:
                 return ("abort", f"request {rid}, finished by abort at step {w.finished_step}, was launched "
                                  f"again in a {again[0].mode} forward at step {again[0].step}", [req])
+        elif not req.finished():
+            w.decode_launches += sum(1 for b in mine if b.mode == "decode")
+            if w.decode_launches > allowed:
+                return ("abort", f"request {rid} took part in {w.decode_launches} decode forwards after its abort "
+                                 f"was processed at step {w.dispatched_step} and is still not finished (at most "
+                                 f"{allowed} on the {loop} loop)", [req])
         if id(req) not in held:
             row = state.req_pool_idx(req)
             if row is not None and row not in set(getattr(view.s.req_to_token_pool, "free_slots", ()) or ()):
                 return ("abort", f"aborted request {rid} is held nowhere but still holds req_to_token row {row}",
                         [req])
+            if not req.finished() and not w.waiting_only:
+                return ("abort", f"aborted request {rid} vanished from the scheduler without a finish reason; it "
+                                 "was running when the abort came (only a waiting request is dropped so)", [req])
             del mem.aborts[rid]
             continue
         if req.finished():
@@ -256,8 +288,7 @@ def _check_aborts(view: Any, mem: ContractMemory, launched: List[Any], slots: in
             continue
         if not paused:
             w.unpaused_iterations += 1
-        if w.unpaused_iterations > budget:
+        if w.unpaused_iterations > cap:
             return ("abort", f"request {rid} is still live {w.unpaused_iterations} iterations after its abort was "
-                             f"processed at step {w.dispatched_step} (at most {budget} on the {loop} loop)",
-                    [req])
+                             f"processed at step {w.dispatched_step} (at most {cap} on the {loop} loop)", [req])
     return None

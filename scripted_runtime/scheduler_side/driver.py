@@ -130,15 +130,21 @@ class Driver:
                 driver._reset_flush_answer = dispatcher(recv_req)
                 return None
             kind = type(recv_req).__name__
-            observed = kind in contracts.OBSERVED_TYPES
+            observed = kind in contracts.OBSERVED_TYPES and driver.observer.invariants.contracts_enabled
             if kind == contracts.ABORT_TYPE:
-                driver.tracker.on_abort(recv_req)
+                driver.tracker.on_abort(recv_req, driver.scheduler)
             if observed:
                 memory = driver.observer.invariants.memory.contracts
-                before = memory.before_dispatch(driver.scheduler, recv_req)
+                try:
+                    before = memory.before_dispatch(driver.scheduler, recv_req)
+                except Exception:  # noqa: BLE001 - a harness bug must not kill the scheduler
+                    memory.harness_error, observed = traceback.format_exc(limit=4), False
             output = dispatcher(recv_req)
             if observed:
-                memory.on_dispatch(driver.scheduler, recv_req, output, driver.step, before)
+                try:
+                    memory.on_dispatch(driver.scheduler, recv_req, output, driver.step, before)
+                except Exception:  # noqa: BLE001
+                    memory.harness_error = traceback.format_exc(limit=4)
             driver.ledger.on_processed(recv_req, output)
             if kind == "TokenizedGenerateReqInput":
                 driver.tracker.on_ingested(recv_req.rid, driver.scheduler)

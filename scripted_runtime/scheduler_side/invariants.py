@@ -410,6 +410,10 @@ class InvariantChecker:
         return name not in self.disabled
 
     @property
+    def contracts_enabled(self) -> bool:
+        return any(n not in self.disabled for n in CONTRACT_NAMES)
+
+    @property
     def per_iteration(self) -> bool:
         """Whether anything is checked after each iteration."""
         return any(n not in self.disabled for n in INVARIANT_NAMES + CONTRACT_NAMES)

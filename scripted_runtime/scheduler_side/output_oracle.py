@@ -10,17 +10,21 @@ one a prefix of it. A row or KV slot reused while a forward still reads it
 another request's KV: each changes the tokens without crashing anything,
 and this is the check that sees it.
 
-References are computed on demand, after the program's end-state checks
-(the engine is idle then): a flush first, so the reference never reads a
-prefix the program left in the tree, then the prompt alone for
-``REFERENCE_TOKENS`` new tokens. They are kept per server process, which is
-one build on one topology; ``references`` counts what was computed.
+A reference is the prompt run alone on the idle engine right after an
+accepted flush (so it never reads a prefix a program left in the tree), for
+``REFERENCE_TOKENS`` new tokens. References are kept per server process,
+which is one build on one topology. The explorer computes every prompt its
+programs can draw once, right after the server started (``warm``), so a
+program never computes one and runs the same steps whatever ran before it;
+a scenario replayed on a fresh server computes the ones it needs at its end.
 
-Outputs are exact, not approximate, on the CPU default (float32, dummy
-weights, torch_native attention): measured over thousands of explored
-programs per topology, see docs/checks.md ("The output oracle"). A request
-that ran across an ``update_weights_from_disk`` is compared too: the dummy
-loader re-creates the same weights (same seed), so the reference holds.
+Greedy is what SGLang stores for ``temperature=0``: ``top_k == 1`` (its
+``SamplingParams`` turns temperature 0 into temperature 1 with top-k 1).
+
+Exactness was measured on the CPU default only (float32, dummy weights,
+torch_native attention; docs/checks.md, "The output oracle"). On other
+devices batch-size-dependent kernels may change the float summation order,
+so the oracle compares nothing there (``check_outputs`` returns 0).
 """
 from __future__ import annotations
 
@@ -48,18 +52,25 @@ def cached(prompt: Sequence[int]) -> Optional[List[int]]:
     return _references.get(tuple(prompt))
 
 
-def _prompt_and_budget(handle: Any) -> Tuple[Optional[Tuple[int, ...]], Optional[int], Optional[float]]:
+def _prompt_and_budget(handle: Any) -> Tuple[Optional[Tuple[int, ...]], Optional[int], Any]:
     req = handle.last_req
     if req is None:
         return None, None, None
     prompt = tuple(getattr(req, "origin_input_ids", ()) or ())
     params = getattr(req, "sampling_params", None)
-    return prompt, getattr(params, "max_new_tokens", None), getattr(params, "temperature", None)
+    return prompt, getattr(params, "max_new_tokens", None), params
 
 
-def is_greedy(temperature: Optional[float]) -> bool:
-    # SGLang turns temperature 0 into top_k=1 and keeps a tiny temperature
-    return temperature is not None and temperature <= 1e-5
+def is_greedy(params: Any) -> bool:
+    """SGLang's ``SamplingParams`` as the scheduler holds it: temperature 0
+    was turned into ``top_k == 1`` (greedy) by ``__post_init__``."""
+    return getattr(params, "top_k", None) == 1
+
+
+def exact_here(scheduler: Any) -> bool:
+    """Whether outputs were measured exact on this engine's device (CPU)."""
+    device = getattr(getattr(scheduler, "server_args", None), "device", None)
+    return str(device or "cpu") == "cpu"
 
 
 def compare(handle_status: str, output: Sequence[int], expected_len: Optional[int],
@@ -102,6 +113,9 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
     finally:
         ctx.control_listeners.extend(listeners)
     yield from flush.wait(max_steps=4 * slots)
+    if not flush.success:
+        raise RuntimeError(f"output oracle: the flush before a reference run was refused on an idle engine "
+                           f"({flush.message}); state: {ctx.describe()}")
     h = ctx.start_req(input_ids=list(prompt), max_new_tokens=max(n, REFERENCE_TOKENS), ignore_eos=True,
                       temperature=GREEDY)
     yield from ctx.wait_finished(h, max_steps=REFERENCE_STEPS * slots)
@@ -114,18 +128,29 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
     return out
 
 
+def warm(ctx, prompts: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS):
+    """A script: compute the reference of every prompt (``scripted-runtime``
+    runs it once per server before exploring). Returns how many it computed."""
+    before = computed["references"]
+    for prompt in prompts:
+        yield from reference(ctx, tuple(prompt), n)
+    return computed["references"] - before
+
+
 def check_outputs(ctx: Any, handles: Sequence[Any]):
     """``yield from check_outputs(ctx, handles)``: every greedy handle that
     finished by length equals its reference; every aborted one is a prefix
     of it. Raises ``OutputMismatch`` naming the request and the first
     differing token. Returns how many were compared."""
+    if not exact_here(ctx.scheduler):
+        return 0
     todo = []
     for h in handles:
         status = h.status
         if status not in ("finished", "aborted"):
             continue
-        prompt, max_new, temperature = _prompt_and_budget(h)
-        if not prompt or not is_greedy(temperature):
+        prompt, max_new, params = _prompt_and_budget(h)
+        if not prompt or not is_greedy(params):
             continue
         if status == "finished" and h.finish_reason != "FINISH_LENGTH":
             continue  # a stop token or string ends it early: only length finishes are exact

@@ -54,14 +54,16 @@ class RequestTracker:
         self.handles.clear()
         self.abort_matched.clear()
 
-    def on_abort(self, abort_req: Any) -> None:
-        """An ``AbortReq`` is about to be processed: remember which known
-        requests it matches (SGLang matches by rid prefix, or all)."""
+    def on_abort(self, abort_req: Any, scheduler: Any) -> None:
+        """An ``AbortReq`` is about to be processed: remember which waiting
+        requests it matches (SGLang matches by rid prefix, or all; it drops
+        a matched waiting request without a finish reason, while a running
+        one is finished with FINISH_ABORT)."""
         prefix = getattr(abort_req, "rid", "") or ""
         everything = bool(getattr(abort_req, "abort_all", False))
-        for rid in self.reqs:
-            if everything or (prefix and rid.startswith(prefix)):
-                self.abort_matched.add(rid)
+        for req in getattr(scheduler, "waiting_queue", ()) or ():
+            if everything or (prefix and req.rid.startswith(prefix)):
+                self.abort_matched.add(req.rid)
 
     def on_ingested(self, rid: str, scheduler: Any) -> None:
         self.ingested.add(rid)

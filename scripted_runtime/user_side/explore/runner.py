@@ -19,6 +19,7 @@ from scripted_runtime.user_side.explore.determinism import RID
 from scripted_runtime.user_side.result import ScriptResult, violation_signature
 
 INTERPRETER = protocol.ScriptTarget(qualname="run_source", module="scripted_runtime.scheduler_side.explore.interpreter")
+WARM_REFERENCES = protocol.ScriptTarget(qualname="warm", module="scripted_runtime.scheduler_side.output_oracle")
 EXAMPLE_TIMEOUT_S = 120.0
 
 
@@ -109,6 +110,7 @@ class ExampleRunner:
         self.example_timeout_s = example_timeout_s
         self.server = server
         self._own_server = server is None
+        self._warmed = False  # the output oracle's references computed on this server
         self.restarts = 0
         self.start_s: Optional[float] = None
         self.progress = progress or (lambda line: None)
@@ -132,16 +134,36 @@ class ExampleRunner:
             self.start_s = time.monotonic() - t0
             self.progress(f"server ready in {self.start_s:.1f}s (sglang {self.info.get('sglang_version')}, "
                           f"loop {self.info.get('loop_kind')})")
+            self._warm_references()
             return self.start_s
         if not self.server.alive:
             self._restart("scheduler died")
             return time.monotonic() - t0
+        if not self._warmed:
+            self._warm_references()
+            return time.monotonic() - t0
         return 0.0
+
+    def _warm_references(self) -> None:
+        """The output oracle's reference of every prompt a program can
+        draw, computed once per server before any program: so no program
+        computes one, and each runs the same steps whatever ran before it."""
+        from scripted_runtime.user_side.explore import strategies
+
+        prompts = [[token] * n for n in strategies.PROMPT_LENGTHS for token in strategies.PROMPT_TOKENS]
+        t0 = time.monotonic()
+        result = self.server.run(WARM_REFERENCES, prompts, strategies.MAX_NEW_TOKENS, timeout=self.example_timeout_s * 4,
+                                 trace=False, invariants=self.invariants)
+        if not result.passed:
+            raise RuntimeError(f"computing the output oracle's references failed: {result.error}")
+        self._warmed = True
+        self.progress(f"output oracle: {result.value} reference outputs computed in {time.monotonic() - t0:.1f}s")
 
     def _restart(self, why: str) -> None:
         self.restarts += 1
         self.progress(f"{why}; restarting the {self.topology} server (restart {self.restarts})")
         self.server.restart()
+        self._warm_references()
 
     def run(self, program: Sequence[A.Action], *, trace: Any = False) -> Outcome:
         restart_s = self.ensure_server()

@@ -147,7 +147,8 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
             outcome = runner.run(program)
             memo[key] = outcome
             bug = known_bugs_mod.find(outcome.signature, topology=topology, sglang_version=version,
-                                      registry=known_bugs) if outcome.failed and not stop_at_known else None
+                                      message=outcome.message, registry=known_bugs) \
+                if outcome.failed and not stop_at_known else None
             stats.add(outcome, shrinking="at" in first, known=bug.name if bug else "")
             if bug is not None:
                 if bug.name not in met_known:
@@ -171,7 +172,8 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
         else:
             stats.cached += 1
             if outcome.failed and not stop_at_known and known_bugs_mod.find(
-                    outcome.signature, topology=topology, sglang_version=version, registry=known_bugs):
+                    outcome.signature, topology=topology, sglang_version=version, message=outcome.message,
+                    registry=known_bugs):
                 return
         if outcome.failed:
             last_failing[outcome.signature] = (list(program), outcome)
