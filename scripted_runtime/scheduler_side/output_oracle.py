@@ -12,11 +12,23 @@ and this is the check that sees it.
 
 A reference is the prompt run alone on the idle engine right after an
 accepted flush (so it never reads a prefix a program left in the tree), for
-``REFERENCE_TOKENS`` new tokens. References are kept per server process,
-which is one build on one topology. The explorer computes every prompt its
-programs can draw once, right after the server started (``warm``), so a
+``REFERENCE_TOKENS`` new tokens. References are kept per server process
+(one build on one topology) and per weights (a fingerprint of the first
+parameters of the driver rank's model). The explorer computes every prompt
+its programs can draw once, right after the server started (``warm``), so a
 program never computes one and runs the same steps whatever ran before it;
 a scenario replayed on a fresh server computes the ones it needs at its end.
+
+Weights: ``update_weights_from_disk`` loads new weights, so a request
+posted before a processed update is not compared (its tokens may come from
+both). On the CPU default the server starts with dummy (random) weights and
+an update loads the harness's small checkpoint file instead (``ctx.
+update_weights_from_disk``'s default path), so the first update changes
+every output (measured on 0.5.23: an 8-token prompt of token 1 gave [37, 1,
+37, ...] before it and [8, 429, 508, ...] after it), and every later update
+loads the same file again. ``warm`` therefore loads the weights once before
+computing the references: from then on every program starts with the
+weights any update loads, whatever the programs before it did.
 
 Greedy is what SGLang stores for ``temperature=0``: ``top_k == 1`` (its
 ``SamplingParams`` turns temperature 0 into temperature 1 with top-k 1).
@@ -35,8 +47,8 @@ REFERENCE_TOKENS = 16
 REFERENCE_STEPS = 400  # per PP slot: a reference that needs more is an engine fault
 GREEDY = 0.0
 
-# prompt (input ids) -> greedy output of REFERENCE_TOKENS (or more) tokens
-_references: Dict[Tuple[int, ...], List[int]] = {}
+# (weights fingerprint, prompt) -> greedy output of REFERENCE_TOKENS (or more) tokens
+_references: Dict[Tuple[Any, Tuple[int, ...]], List[int]] = {}
 computed = {"references": 0, "compared": 0}
 
 
@@ -48,8 +60,16 @@ def clear() -> None:
     _references.clear()
 
 
-def cached(prompt: Sequence[int]) -> Optional[List[int]]:
-    return _references.get(tuple(prompt))
+def weights_fingerprint(scheduler: Any) -> Any:
+    """A few numbers that change when the weights do: sums of the first 64
+    values of the first three parameters of this rank's model (None when
+    the model cannot be found)."""
+    try:
+        model = scheduler.tp_worker.model_runner.model
+        params = list(zip(range(3), model.named_parameters()))
+    except Exception:  # noqa: BLE001 - another release's layout: one key for all weights
+        return None
+    return tuple(round(float(p.detach().reshape(-1)[:64].double().sum()), 6) for _, (_, p) in params)
 
 
 def _prompt_and_budget(handle: Any) -> Tuple[Optional[Tuple[int, ...]], Optional[int], Any]:
@@ -99,7 +119,8 @@ def compare(handle_status: str, output: Sequence[int], expected_len: Optional[in
 def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
     """``yield from reference(ctx, prompt, n)``: the greedy output of
     ``prompt`` run alone on the idle engine (at least ``n`` tokens), cached."""
-    have = _references.get(prompt)
+    key = (weights_fingerprint(ctx.scheduler), prompt)
+    have = _references.get(key)
     if have is not None and len(have) >= n:
         return have
     from scripted_runtime.scheduler_side import state
@@ -122,16 +143,22 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
     if h.status != "finished":
         raise OutputMismatch(f"the reference run of a {len(prompt)}-token prompt ended {h.status}, not finished")
     out = h.output_ids
-    _references[prompt] = out
+    _references[key] = out
     computed["references"] += 1
     yield from ctx.wait_idle(max_steps=60 * slots)
     return out
 
 
-def warm(ctx, prompts: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS):
-    """A script: compute the reference of every prompt (``scripted-runtime``
-    runs it once per server before exploring). Returns how many it computed."""
+def warm(ctx, prompts: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, reload_weights: bool = True):
+    """A script: reload the weights (see the module docstring), then compute
+    the reference of every prompt (``scripted-runtime explore`` runs it once
+    per server before any program). Returns how many it computed."""
     before = computed["references"]
+    if reload_weights:
+        op = ctx.update_weights_from_disk(flush_cache=True, await_arrival=True)
+        yield from op.wait(max_steps=20 * max(1, ctx.pp_loop_size))
+        if not op.success:
+            raise RuntimeError(f"output oracle: reloading the weights before the references failed: {op}")
     for prompt in prompts:
         yield from reference(ctx, tuple(prompt), n)
     return computed["references"] - before
@@ -155,6 +182,10 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
         if status == "finished" and h.finish_reason != "FINISH_LENGTH":
             continue  # a stop token or string ends it early: only length finishes are exact
         todo.append((h, status, prompt, max_new))
+    updates = [op.processed_step for op in ctx.control_ops
+               if op.name.startswith("update_weights") and op.processed_step is not None]
+    if updates:  # a request posted before a weight update may hold tokens of both weights
+        todo = [t for t in todo if t[0].posted_step > max(updates)]
     compared = 0
     for h, status, prompt, max_new in todo:
         output = h.output_ids
