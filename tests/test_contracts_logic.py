@@ -255,3 +255,19 @@ def test_flush_accepted_while_a_live_request_holds_kv():
     run.mem.on_dispatch(s, flush, _flush_output(True), 0, before)
     v = run.check()
     assert v.invariant == "update_weights" and "accepted while live requests held KV: a" in v.message
+
+
+def test_abort_a_running_request_retracted_then_aborted_again_while_waiting_may_be_dropped():
+    """abort_all, pause(retract), abort(rid) in one iteration: the first abort
+    marks the running request, the retract puts it back in the waiting queue,
+    the second abort drops it there without a finish reason (explorer find)."""
+    a = FakeReq("a", row=1, allocated=10)
+    s = FakeScheduler(reqs=[a])
+    run = Run(s, disabled=["pause", "continue"])
+    run.dispatch(abort(everything=True))
+    s.running_batch.reqs = []
+    a.kv.req_pool_idx = None
+    s.waiting_queue = [a]
+    run.dispatch(abort("a"))
+    s.waiting_queue = []
+    assert run.check() is None and not run.mem.aborts

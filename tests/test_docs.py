@@ -173,3 +173,24 @@ def test_the_readme_tutorial_scenario_runs(server, tmp_path):
     path.write_text(tutorial_source())
     result = run_ok(server, f"{path}:{TUTORIAL_FUNCTION}", timeout=120)
     assert result.steps > 0
+
+
+def test_the_context_api_reference_is_complete():
+    """Every public member of the script context, the request handle and
+    ControlOp has its line in docs/writing-scenarios.md's reference."""
+    from scripted_runtime.scheduler_side.context.api import ScriptContext
+    from scripted_runtime.scheduler_side.context.requests import ReqHandle
+    from scripted_runtime.scheduler_side.control import ControlOp
+
+    text = (ROOT / "docs" / "writing-scenarios.md").read_text()
+    reference = text[text.index("## Context API reference"):]
+    ctx_members = {n for n in vars(ScriptContext) if not n.startswith("_")}
+    # attributes set in __init__ (ctx.scheduler, ctx.control_listeners, ...)
+    ctx_members |= set(re.findall(r"self\.([a-z]\w*) *(?::[^=]+)?=", (ROOT / "scripted_runtime" / "scheduler_side"
+                                                                        / "context" / "api.py").read_text()))
+    missing = sorted(n for n in ctx_members if f"ctx.{n}" not in reference)
+    assert not missing, f"ctx members without a line in the reference: {missing}"
+    for cls in (ReqHandle, ControlOp):
+        members = {n for n in vars(cls) if not n.startswith("_")} | set(getattr(cls, "__annotations__", {}))
+        missing = sorted(n for n in members if f"`{n}`" not in reference and f"`{n}(" not in reference)
+        assert not missing, f"{cls.__name__} members without a line in the reference: {missing}"

@@ -162,10 +162,16 @@ class ContractMemory:
                 where.setdefault(id(req), []).append(name)
                 reqs[id(req)] = req
         for key, req in reqs.items():
-            if req.finished() or req.rid in self.aborts:
+            if req.finished() or not (everything or req.rid.startswith(prefix)):
                 continue
-            if everything or req.rid.startswith(prefix):
-                self.aborts[req.rid] = AbortWatch(req.rid, req, step, waiting_only=where[key] == ["waiting_queue"])
+            waiting_only = where[key] == ["waiting_queue"]
+            watch = self.aborts.get(req.rid)
+            if watch is None:
+                self.aborts[req.rid] = AbortWatch(req.rid, req, step, waiting_only=waiting_only)
+            elif waiting_only:
+                # aborted while running, retracted since, aborted again while waiting:
+                # SGLang drops it from the waiting queue (found by the explorer)
+                watch.waiting_only = True
 
     def _on_flush(self, s: Any, name: str, output: Any, before: Dict[str, int]) -> None:
         contract = "flush" if name == FLUSH_TYPE else "update_weights"
