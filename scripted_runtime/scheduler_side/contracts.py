@@ -112,21 +112,26 @@ class ContractMemory:
     batch_cursor: int = 0  # batch_log entries already looked at
 
     # --- at dispatch (called by the driver's recording dispatcher) -----------
-    def before_dispatch(self, s: Any, recv_req: Any) -> Optional[Dict[str, int]]:
+    def before_dispatch(self, s: Any, recv_req: Any) -> Any:
+        """What the rule of this request needs from the state before SGLang
+        processes it: the pools (flush, update with flush), the requests an
+        abort matches and where they are held (abort)."""
         name = type(recv_req).__name__
         if name == FLUSH_TYPE or (name == UPDATE_TYPE and getattr(recv_req, "flush_cache", False)):
             return pools(s)
+        if name == ABORT_TYPE:
+            return _abort_targets(s, recv_req)
         return None
 
-    def on_dispatch(self, s: Any, recv_req: Any, output: Any, step: int, before: Optional[Dict[str, int]]) -> None:
+    def on_dispatch(self, s: Any, recv_req: Any, output: Any, step: int, before: Any) -> None:
         name = type(recv_req).__name__
         if name == PAUSE_TYPE:
             self._on_pause(s, recv_req, step)
         elif name == CONTINUE_TYPE:
             self.pause_step = self.pause_mode = self.paused_lengths = None
             self.continue_step = step
-        elif name == ABORT_TYPE:
-            self._on_abort(s, recv_req, step)
+        elif name == ABORT_TYPE and before is not None:
+            self._on_abort(before, step)
         elif name in (FLUSH_TYPE, UPDATE_TYPE) and before is not None:
             self._on_flush(s, name, output, before)
 
@@ -150,21 +155,8 @@ class ContractMemory:
             self.problems.append(("pause", f"pause_generation(retract) left waiting requests holding a "
                                            f"req_to_token row: {', '.join(rowed[:6])}"))
 
-    def _on_abort(self, s: Any, recv_req: Any, step: int) -> None:
-        everything = bool(getattr(recv_req, "abort_all", False))
-        prefix = getattr(recv_req, "rid", "") or ""
-        if not everything and not prefix:
-            return
-        where: Dict[int, List[str]] = {}
-        reqs: Dict[int, Any] = {}
-        for name, _, _, held in state.places(s):
-            for req in held:
-                where.setdefault(id(req), []).append(name)
-                reqs[id(req)] = req
-        for key, req in reqs.items():
-            if req.finished() or not (everything or req.rid.startswith(prefix)):
-                continue
-            waiting_only = where[key] == ["waiting_queue"]
+    def _on_abort(self, targets: List[Tuple[Any, bool]], step: int) -> None:
+        for req, waiting_only in targets:
             watch = self.aborts.get(req.rid)
             if watch is None:
                 self.aborts[req.rid] = AbortWatch(req.rid, req, step, waiting_only=waiting_only)
@@ -199,6 +191,23 @@ class ContractMemory:
             changed = ", ".join(f"{k} {before[k]} -> {after[k]}" for k in before
                                 if k != "busy" and before[k] != after[k])
             self.problems.append((contract, f"{what} refused, yet the pools changed: {changed}"))
+
+
+def _abort_targets(s: Any, recv_req: Any) -> List[Tuple[Any, bool]]:
+    """(request, held only by the waiting queue) for every unfinished request
+    an ``AbortReq`` matches (SGLang: rid prefix, or all), before it runs."""
+    everything = bool(getattr(recv_req, "abort_all", False))
+    prefix = getattr(recv_req, "rid", "") or ""
+    if not everything and not prefix:
+        return []
+    where: Dict[int, List[str]] = {}
+    reqs: Dict[int, Any] = {}
+    for name, _, _, held in state.places(s):
+        for req in held:
+            where.setdefault(id(req), []).append(name)
+            reqs[id(req)] = req
+    return [(req, where[key] == ["waiting_queue"]) for key, req in reqs.items()
+            if not req.finished() and (everything or req.rid.startswith(prefix))]
 
 
 def _lengths(view: Any, tracked: Dict[str, Any]) -> Dict[str, int]:
