@@ -35,3 +35,31 @@ def pp_pause_ignored(ctx, mode="in_place", paused_steps=12):
     yield from ctx.wait_finished(r, max_steps=600)
     assert len(r.output_ids) == 40, r
     return {"mode": mode, "advanced": advanced}
+
+
+def pp_retract_chunk_double_release(ctx):
+    """A retract pause while a chunked prompt's last chunk is in flight must
+    leave a working scheduler: every request finishes or is aborted, the
+    engine goes back to idle with whole pools.
+
+    On 0.5.23 at pp=4 the retract takes the chunked request C from the
+    current slot's stale ``last_batch`` although its last chunk is still in
+    flight in another slot's ``mbs``; C is recomputed from the waiting queue
+    *and* adopted by that slot as a decode, so two results finish it and the
+    second ``release_kv_cache`` (``mem_cache/common.py``) asserts "Only a
+    mamba-capable tree cache allows freeing before alloc": the scheduler dies
+    (docs/upstream/pp-retract-chunk-double-release.md). The program is the one
+    ``scripted-runtime explore --pp 4`` found and shrank (dev profile, seed 7),
+    kept as it was written (its abort is incidental).
+    """
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    reqs = [ctx.start_req(input_ids=[1] * 8, max_new_tokens=2, ignore_eos=True, temperature=0.0)]
+    yield from explore.flush_cache(ctx)
+    yield from ctx.steps(3)
+    reqs.append(ctx.start_req(input_ids=[1] * 8, max_new_tokens=10, ignore_eos=True, temperature=0.0))
+    reqs.append(ctx.start_req(input_ids=[3] * 63, max_new_tokens=2, ignore_eos=True, temperature=0.0))
+    yield from ctx.steps(6)
+    ctx.pause_generation("retract")
+    explore.abort_one(ctx, reqs, 0)
+    return (yield from explore.end_state_checks(ctx, reqs))

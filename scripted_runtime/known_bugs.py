@@ -78,6 +78,18 @@ REGISTRY: Tuple[KnownBug, ...] = (
         report="docs/upstream/pp-pause-ignored.md",
         variants=({"mode": "in_place"}, {"mode": "retract"}),
     ),
+    KnownBug(
+        name="pp_retract_chunk_double_release",
+        title="pause_generation(retract) then abort under PP releases a request's KV twice: the scheduler dies "
+              "in release_kv_cache",
+        signature=r"SchedulerCrashed: AssertionError: Only a mamba-capable tree cache allows freeing before alloc",
+        message=r"",
+        topologies=("pp4",),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:pp_retract_chunk_double_release",
+        report="docs/upstream/pp-retract-chunk-double-release.md",
+    ),
 )
 
 

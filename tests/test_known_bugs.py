@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from scripted_runtime import known_bugs
-from scripted_runtime.user_side.result import violation_signature
+from scripted_runtime.user_side.explore.runner import signature_of
 
 pytestmark = pytest.mark.sglang
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +37,7 @@ def test_known_bug_scenario(server, request, bug, kwargs):
         strict=True, raises=KnownBugReproduced,
         reason=f"known SGLang {version} bug {bug.name}: {bug.title} ({bug.report})"))
     if not result.passed:
-        signature = violation_signature(result.violation) if result.violation else (result.error or "")
+        signature = signature_of(result)  # as the explorer names it
         assert bug.matches(signature, topology=server.topology, sglang_version=version,
                            message=result.error or ""), \
             f"{bug.name}'s scenario failed otherwise than registered ({bug.signature}): {(result.error or '')[:400]}"

@@ -84,13 +84,13 @@ def test_a_builtin_mutant_is_killed(topology, mutant, check, tmp_path):
 
 def test_mutate_command_prints_the_table_and_writes_json(team_module, tmp_path):
     """The command on pp1-normal: the unmutated baseline, a built-in mutant
-    that only a contract sees (the normal loop ignoring a pause), and a
-    team's own mutant from a module outside this repo."""
+    of the normal loop's idle gate, and a team's own mutant from a module
+    outside this repo."""
     out = tmp_path / "table.json"
     env = {**__import__("os").environ, "PYTHONPATH": str(team_module)}
     proc = subprocess.run(
         [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--topology", "pp1-normal",
-         "--mutant", "mut_normal_loop_ignores_pause", "--patch", "teamkit.mutants:chunked_row_leak",
+         "--mutant", "mut_idle_gate_ignores_last_batch", "--patch", "teamkit.mutants:chunked_row_leak",
          "--max-examples", "40", "--max-time", "40", "--shrink-time", "5", "--out", str(tmp_path / "found"),
          "--json", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -99,8 +99,8 @@ def test_mutate_command_prints_the_table_and_writes_json(team_module, tmp_path):
     table = json.loads(out.read_text())
     rows = {r["mutant"]: r for r in table["rows"]}
     assert rows[mutate.BASELINE]["status"] == "clean"
-    assert rows["mut_normal_loop_ignores_pause"]["status"] == "killed"
-    assert rows["mut_normal_loop_ignores_pause"]["caught_by"] == "contract pause"
+    assert rows["mut_idle_gate_ignores_last_batch"]["status"] == "killed"
+    assert rows["mut_idle_gate_ignores_last_batch"]["caught_by"] == "invariant idle_gate"
     team = rows["teamkit.mutants:chunked_row_leak"]
     assert team["status"] == "killed", team
     assert team["caught_by"] in ("end-state check", "crash", "invariant slot_ownership"), team

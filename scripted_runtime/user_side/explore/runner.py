@@ -147,22 +147,35 @@ class ExampleRunner:
     def _warm_references(self) -> None:
         """The output oracle's reference of every prompt a program can
         draw, computed once per server before any program: so no program
-        computes one, and each runs the same steps whatever ran before it."""
+        computes one, and each runs the same steps whatever ran before it.
+        It runs with the checks off (they judge programs, not this); on a
+        build so broken that it fails (a mutant, a reverted fix), programs
+        compute the references they need at their end instead."""
         from scripted_runtime.user_side.explore import strategies
 
+        self._warmed = True  # tried once per server, whatever the outcome
         prompts = [[token] * n for n in strategies.PROMPT_LENGTHS for token in strategies.PROMPT_TOKENS]
         t0 = time.monotonic()
-        result = self.server.run(WARM_REFERENCES, prompts, strategies.MAX_NEW_TOKENS, timeout=self.example_timeout_s * 4,
-                                 trace=False, invariants=self.invariants)
-        if not result.passed:
-            raise RuntimeError(f"computing the output oracle's references failed: {result.error}")
-        self._warmed = True
-        self.progress(f"output oracle: {result.value} reference outputs computed in {time.monotonic() - t0:.1f}s")
+        result = self.server.run(WARM_REFERENCES, prompts, strategies.MAX_NEW_TOKENS,
+                                 timeout=self.example_timeout_s * 4, trace=False, invariants=False)
+        if result.passed:
+            self.progress(f"output oracle: {result.value} reference outputs computed in "
+                          f"{time.monotonic() - t0:.1f}s")
+            return
+        first = (result.error or "").strip().splitlines()[0][:200] if result.error else "failed"
+        self.progress(f"output oracle: computing the references up front failed on this build ({first}); "
+                      "programs compute the ones they need at their end")
+        if not self.server.alive:
+            self.restarts += 1
+            self.progress(f"the scheduler died computing them; restarting the {self.topology} server "
+                          f"(restart {self.restarts})")
+            self.server.restart()
 
     def _restart(self, why: str) -> None:
         self.restarts += 1
         self.progress(f"{why}; restarting the {self.topology} server (restart {self.restarts})")
         self.server.restart()
+        self._warmed = False
         self._warm_references()
 
     def run(self, program: Sequence[A.Action], *, trace: Any = False) -> Outcome:
