@@ -271,3 +271,20 @@ def test_abort_a_running_request_retracted_then_aborted_again_while_waiting_may_
     run.dispatch(abort("a"))
     s.waiting_queue = []
     assert run.check() is None and not run.mem.aborts
+
+
+def test_pause_on_pp_lets_forwards_launched_before_it_deliver_for_one_round():
+    a = FakeReq("a", row=1, allocated=10)
+    s = FakeScheduler(reqs=[a])
+    s.mbs = [None] * 6  # 6 microbatch slots: a PP scheduler
+
+    s.__dict__["_scripted_runtime_loop_kind"] = "pp"
+    run = Run(s)
+    run.dispatch(PAUSE_IN_PLACE)
+    for _ in range(6):  # results of slots launched before the pause
+        a.output_ids.append(1)
+        assert run.check() is None
+    assert run.check() is None  # the baseline, one round after the pause
+    a.output_ids.append(1)
+    v = run.check()
+    assert v.invariant == "pause" and "while paused" in v.message

@@ -15,7 +15,9 @@ loop does otherwise, the contract reports it (a finding), it does not bend.
   flight); on the overlap loop a ``retract`` pause processes the batch in
   flight inside its handler (up to one token per request, counted before the
   rule starts), an ``in_place`` pause leaves it unprocessed in
-  ``result_queue`` until continue. After a ``retract`` the handler has
+  ``result_queue`` until continue; on the PP loop the forwards already
+  launched in the other microbatch slots (their tokens are counted for one
+  round of slots before the token rule starts). After a ``retract`` the handler has
   emptied ``running_batch``, ``last_batch``, ``chunked_req`` and
   ``result_queue``: every request it took out waits in ``waiting_queue``
   without a ``req_to_token`` row. (``pause_generation(abort)`` never reaches
@@ -240,8 +242,13 @@ def check(view: Any, mem: ContractMemory, *, step: int, batch_log: List[Any], tr
                              + (f" (PP slot {b.slot})" if b.slot is not None else "")
                              + f", while paused ({mem.pause_mode}) since step {mem.pause_step}",
                     [r for r in view.reqs if r.rid in b.rids])
-        now = _lengths(view, tracked)
-        if mem.paused_lengths is None:
+        # Forwards launched before the pause may still deliver: on the PP loop
+        # one per slot, within a round; the baseline is taken after it.
+        grace = slots if view.loop == "pp" else 0
+        now = _lengths(view, tracked) if step >= mem.pause_step + grace else None
+        if now is None:
+            pass
+        elif mem.paused_lengths is None:
             mem.paused_lengths = now
         else:
             grew = [(rid, mem.paused_lengths.get(rid, 0), n) for rid, n in now.items()
