@@ -91,7 +91,7 @@ def test_mutate_command_prints_the_table_and_writes_json(team_module, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--topology", "pp1-normal",
          "--mutant", "mut_idle_gate_ignores_last_batch", "--patch", "teamkit.mutants:chunked_row_leak",
-         "--max-examples", "40", "--max-time", "40", "--shrink-time", "5", "--out", str(tmp_path / "found"),
+         "--max-examples", "25", "--max-time", "30", "--shrink-time", "3", "--out", str(tmp_path / "found"),
          "--json", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
