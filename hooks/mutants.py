@@ -170,11 +170,9 @@ def _install_mut_normal_loop_ignores_pause(scheduler_module: Any) -> None:
     The body is copied from 0.5.23 (checked by source digest) minus the
     ``if self._engine_paused: ...; continue`` lines.
 
-    Seen by: none today, probably: no check asserts that nothing runs while
-    the engine is paused. After a retract pause the re-queued requests are
-    prefilled again during the pause; an update_weights(flush_cache=True)
-    then is refused (success=False), which nothing reads; an in-place pause
-    just keeps decoding. pp1-normal only."""
+    Seen by: the ``pause`` contract, the iteration a forward is launched
+    while paused (before the contracts existed nothing saw it: the baseline
+    kill table's survivor). pp1-normal only."""
     mutant = "mut_normal_loop_ignores_pause"
     cls = _scheduler_cls(scheduler_module, mutant)
     original = _method(cls, "event_loop_normal", mutant)
@@ -746,12 +744,11 @@ def _install_mut_admission_drops_next_waiting(scheduler_module: Any) -> None:
     can_run_list". Needs a request left waiting behind a prefill batch:
     several concurrent starts, or a prompt that fills the 64-token chunk.
 
-    Seen by: none today, probably: the harness counts an ingested request it
-    no longer finds anywhere (and that never ran a batch) as "aborted" (as
-    if rejected at ingest), so the end-state check passes and nothing is
-    leaked. Only an update_weights after it sees it: the tokenizer holds the
-    update behind the lost generate request (UpdateAnswerTimeout, reported as
-    the end-state check). All topologies."""
+    Seen by: the end-state check, since a request the scheduler took in and
+    holds nowhere without a finish reason is ``lost`` (before, it counted as
+    finished and nothing was leaked); or an update_weights after it: the
+    tokenizer holds the update behind the lost generate request
+    (ArrivalTimeout / UpdateAnswerTimeout). All topologies."""
     mutant = "mut_admission_drops_next_waiting"
     cls = _scheduler_cls(scheduler_module, mutant)
     original = _method(cls, "_get_new_batch_prefill_raw", mutant, ("prefill_delayer_single_pass", "running_batch"))
@@ -780,13 +777,13 @@ MUTANTS: Dict[str, Patch] = {
         Patch("mut_normal_loop_ignores_pause",
               "the normal event loop keeps scheduling while the engine is paused",
               _install_mut_normal_loop_ignores_pause, ("pp1-normal",),
-              "none today (no check asserts that nothing runs while paused)"),
+              "contract pause (a forward launched while paused)"),
         Patch("mut_pause_retract_forgets_last_batch",
               "pause_generation(retract) does not retract the prefill batch just run (its requests are lost, "
               "holding row, KV and lock)",
               _install_mut_pause_retract_forgets_last_batch, PP1,
-              "invariant radix_locks (if it was the only request), else crash (SGLang's own idle req-pool "
-              "leak check) or end-state check (rows not all free)"),
+              "end-state check (a request lost: held nowhere, never finished), invariant radix_locks (if it "
+              "was the only request), crash (SGLang's own idle req-pool leak check)"),
         Patch("mut_abort_keeps_row",
               "an aborted request's req_to_token row is forgotten, never freed",
               _install_mut_abort_keeps_row, ALL,
@@ -810,8 +807,8 @@ MUTANTS: Dict[str, Patch] = {
         Patch("mut_prune_keeps_aborted",
               "filter_batch keeps requests finished by abort in the running batch (decoded on a released row)",
               _install_mut_prune_keeps_aborted, ALL,
-              "crash (SGLang's own assert in release_kv_cache; pp1-normal, pp4), invariant pool_accounting "
-              "(pp1-overlap); at the latest end-state check (never idle)"),
+              "contract abort (launched again after its abort finished it), crash (SGLang's own assert in "
+              "release_kv_cache; pp1-normal, pp4), invariant pool_accounting (pp1-overlap)"),
         Patch("mut_idle_gate_ignores_last_batch",
               "is_fully_idle ignores last_batch (a prefill just run, not merged yet, looks idle)",
               _install_mut_idle_gate_ignores_last_batch, ("pp1-normal",),
@@ -827,10 +824,12 @@ MUTANTS: Dict[str, Patch] = {
         Patch("mut_update_weights_flush_skips_idle_check",
               "update_weights(flush_cache=True) resets the pools without the idle test",
               _install_mut_update_weights_flush_skips_idle_check, ALL,
-              "invariant slot_ownership or radix_locks (needs an in-place pause with a live request)"),
+              "contract update_weights (a flush accepted while a live request holds KV; needs an in-place "
+              "pause with a live request), invariant slot_ownership or radix_locks"),
         Patch("mut_admission_drops_next_waiting",
               "prefill admission also drops the first request it did not admit from the waiting queue",
               _install_mut_admission_drops_next_waiting, ALL,
-              "none today (a lost request counts as aborted); end-state check only via a later update_weights"),
+              "end-state check (a request lost: held nowhere, never finished), or a weight update waiting "
+              "behind it in the tokenizer (ArrivalTimeout)"),
     )
 }

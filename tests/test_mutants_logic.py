@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Words the ``expected`` field is written in (mutate.caught_by's vocabulary).
 CHECK_WORDS = ("invariant idle_gate", "invariant slot_ownership", "invariant radix_locks",
-               "invariant pool_accounting", "end-state", "crash", "none today")
+               "invariant pool_accounting", "contract pause", "contract abort", "contract flush",
+               "contract update_weights", "contract continue", "output oracle", "end-state", "crash", "none today")
 
 
 def test_at_least_twelve_mutants_with_unique_prefixed_names():
