@@ -29,7 +29,7 @@ class ExploreReport:
     program_lines: List[str] = field(default_factory=list)
     found_s: Optional[float] = None  # cold start: process start to first failure
     found_after_examples: Optional[int] = None  # programs run up to the first failure
-    first_failure_s: Optional[float] = None  # server ready to the first failure
+    first_failure_s: Optional[float] = None  # server ready to the first failure (the oracle's warm-up included)
     # registered SGLang bugs met: name -> signature, programs run by then, the program's file
     known: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
@@ -64,6 +64,7 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
                            example_timeout_s=example_timeout_s)
     try:
         start_s = runner.ensure_server()
+        warm_s = runner.warm_s  # the output oracle's references, computed before the first program
         version = str(runner.info.get("sglang_version") or "?")
         progress(f"exploring {topology} with the {profile} profile: up to "
                  f"{max_examples or prof.max_examples} programs / {max_time_s or prof.max_time_s:.0f}s"
@@ -88,8 +89,9 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
         if result.program is not None:
             outcome = result.outcome
             report.signature = outcome.signature
-            report.found_s = (stats.first_failure_s or 0) + start_s
-            report.first_failure_s = stats.first_failure_s
+            # the oracle's reference warm-up runs between server ready and the search
+            report.first_failure_s = (stats.first_failure_s or 0) + warm_s
+            report.found_s = report.first_failure_s + start_s
             report.found_after_examples = result.found_after_examples
             report.program_lines = [a.describe() for a in result.program]
             found_after = (f"first failing after {result.found_after_examples} programs, "

@@ -111,6 +111,7 @@ class ExampleRunner:
         self.server = server
         self._own_server = server is None
         self._warmed = False  # the output oracle's references computed on this server
+        self.warm_s = 0.0  # seconds the last reference warm-up took (after server ready, before programs)
         self.restarts = 0
         self.start_s: Optional[float] = None
         self.progress = progress or (lambda line: None)
@@ -141,7 +142,6 @@ class ExampleRunner:
             return time.monotonic() - t0
         if not self._warmed:
             self._warm_references()
-            return time.monotonic() - t0
         return 0.0
 
     def _warm_references(self) -> None:
@@ -156,7 +156,13 @@ class ExampleRunner:
         self._warmed = True  # tried once per server, whatever the outcome
         prompts = [[token] * n for n in strategies.PROMPT_LENGTHS for token in strategies.PROMPT_TOKENS]
         t0 = time.monotonic()
-        result = self.server.run(WARM_REFERENCES, prompts, strategies.MAX_NEW_TOKENS,
+        try:
+            self._run_warm(prompts, strategies.MAX_NEW_TOKENS, t0)
+        finally:
+            self.warm_s = time.monotonic() - t0
+
+    def _run_warm(self, prompts, max_new_tokens: int, t0: float) -> None:
+        result = self.server.run(WARM_REFERENCES, prompts, max_new_tokens,
                                  timeout=self.example_timeout_s * 4, trace=False, invariants=False)
         if result.passed:
             self.progress(f"output oracle: {result.value} reference outputs computed in "
