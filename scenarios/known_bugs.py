@@ -63,3 +63,27 @@ def pp_retract_chunk_double_release(ctx):
     ctx.pause_generation("retract")
     explore.abort_one(ctx, reqs, 0)
     return (yield from explore.end_state_checks(ctx, reqs))
+
+
+def pp_retract_chunk_duplicate_token(ctx):
+    """A retract pause while a two-chunk prompt is being prefilled must not
+    change what the request outputs: with greedy sampling, exactly the
+    tokens of the same prompt run alone.
+
+    On 0.5.23 at pp=4 the request's stale last-chunk result commits its first
+    token after the retract, and the recompute scheduled from the waiting
+    queue (built when it had no output yet) predicts that first token again
+    and appends it as the second: [8, 8] instead of [8, 429]. The output
+    oracle reports it (``OutputMismatch``); same cause as
+    ``pp_retract_chunk_double_release``
+    (docs/upstream/pp-retract-chunk-double-release.md). The program is the
+    one ``scripted-runtime explore --pp 4`` found and shrank (dev profile,
+    seed 7), kept as it was written.
+    """
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    reqs = [ctx.start_req(input_ids=[1] * 65, max_new_tokens=2, ignore_eos=True, temperature=0.0)]
+    yield from explore.flush_cache(ctx)
+    yield from explore.flush_cache(ctx)
+    ctx.pause_generation("retract")
+    return (yield from explore.end_state_checks(ctx, reqs))

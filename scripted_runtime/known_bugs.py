@@ -90,6 +90,19 @@ REGISTRY: Tuple[KnownBug, ...] = (
         scenario="scenarios/known_bugs.py:pp_retract_chunk_double_release",
         report="docs/upstream/pp-retract-chunk-double-release.md",
     ),
+    KnownBug(
+        name="pp_retract_chunk_duplicate_token",
+        title="the same retract under PP, with one request: its stale last chunk commits a token that the "
+              "recompute then predicts again (a duplicated output token)",
+        signature=r"OutputMismatch",
+        # a token that repeats the one before it, where the reference goes on
+        message=r"finished\): token \d+ is (\d+), the reference has \d+ \(output \[(?:\d+, )*\1, \1[,\]]",
+        topologies=("pp4",),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:pp_retract_chunk_duplicate_token",
+        report="docs/upstream/pp-retract-chunk-double-release.md",
+    ),
 )
 
 

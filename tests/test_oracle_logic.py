@@ -90,3 +90,14 @@ def test_by_name_lists_the_registered_on_a_miss():
 ])
 def test_the_kill_table_names_the_check(signature, check):
     assert mutate.caught_by(signature) == check
+
+
+def test_the_duplicated_token_entry_matches_only_a_repeated_token():
+    def msg(out, bad):
+        return (f"OutputMismatch: request r4 (65-token prompt of token 1, finished): token 1 is {bad}, the reference "
+                f"has 429 (output {out}..., reference [8, 429, 508]...)")
+
+    find = lambda m: known_bugs.find("OutputMismatch: request <rid>", topology="pp4", sglang_version="0.5.23",
+                                     message=m)
+    assert find(msg("[8, 8]", 8)).name == "pp_retract_chunk_duplicate_token"
+    assert find(msg("[8, 9]", 9)) is None, "another wrong token is a new finding"
