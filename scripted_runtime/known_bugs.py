@@ -80,8 +80,8 @@ REGISTRY: Tuple[KnownBug, ...] = (
     ),
     KnownBug(
         name="pp_retract_chunk_double_release",
-        title="pause_generation(retract) then abort under PP releases a request's KV twice: the scheduler dies "
-              "in release_kv_cache",
+        title="pause_generation(retract) under PP retracts a request whose last chunk is in flight in another "
+              "slot; two slots finish it, its KV is released twice and the scheduler dies in release_kv_cache",
         signature=r"SchedulerCrashed: AssertionError: Only a mamba-capable tree cache allows freeing before alloc",
         message=r"",
         topologies=("pp4",),

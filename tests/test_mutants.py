@@ -1,8 +1,8 @@
-"""Mutants against the real scheduler: one built-in mutant per topology is
-found by a bounded exploration (pp1-overlap and pp4 here, pp1-normal in the
-``mutate`` command test), and a mutant from a module outside this repo is
+"""Mutants against the real scheduler: one mutant per topology is found by a
+bounded exploration (built-in ones on pp1-overlap and pp4; on pp1-normal, in
+the ``mutate`` command test, a mutant from a module outside this repo,
 loaded into the scheduler and found the same way, its written program
-replaying with ``--patch``. (The full kill table is the ``slow`` lane:
+replaying with ``--patch``). (The full kill table is the ``slow`` lane:
 ``tests/test_mutants.py -m slow``.)"""
 from __future__ import annotations
 
@@ -62,9 +62,14 @@ def team_module(tmp_path, monkeypatch):
 
 
 def _explore(topology, patch, out_dir, **budget):
+    """A short search with every check but the output oracle (whose reference
+    warm-up would cost a pp4 server ~20 s; none of these mutants needs it)."""
+    from scripted_runtime.scheduler_side.invariants import NAMES
+
     budget = {"max_examples": 40, "max_time_s": 40.0, **budget}
     return explorer.explore(topology=topology, profile="ci", patches=[patch], shrink_time_s=5.0,
-                            out_dir=out_dir, check_determinism=False, progress=lambda line: None, **budget)
+                            out_dir=out_dir, check_determinism=False, progress=lambda line: None,
+                            invariants=[n for n in NAMES if n != "greedy_output"], **budget)
 
 
 # One built-in mutant per topology, each caught by a different check.
@@ -83,30 +88,28 @@ def test_a_builtin_mutant_is_killed(topology, mutant, check, tmp_path):
 
 
 def test_mutate_command_prints_the_table_and_writes_json(team_module, tmp_path):
-    """The command on pp1-normal: the unmutated baseline, a built-in mutant
-    of the normal loop's idle gate, and a team's own mutant from a module
-    outside this repo."""
+    """The command on pp1-normal: the unmutated baseline and a team's own
+    mutant from a module outside this repo (the pp1-normal mutant of the
+    default suite)."""
     out = tmp_path / "table.json"
     env = {**__import__("os").environ, "PYTHONPATH": str(team_module)}
     proc = subprocess.run(
         [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--topology", "pp1-normal",
-         "--mutant", "mut_idle_gate_ignores_last_batch", "--patch", "teamkit.mutants:chunked_row_leak",
+         "--patch", "teamkit.mutants:chunked_row_leak",
          "--max-examples", "25", "--max-time", "30", "--shrink-time", "3", "--out", str(tmp_path / "found"),
          "--json", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "[mutate 1/3 pp1-normal (unmutated)]" in proc.stderr  # progress while it runs
+    assert "[mutate 1/2 pp1-normal (unmutated)]" in proc.stderr  # progress while it runs
     table = json.loads(out.read_text())
     rows = {r["mutant"]: r for r in table["rows"]}
     assert rows[mutate.BASELINE]["status"] == "clean"
-    assert rows["mut_idle_gate_ignores_last_batch"]["status"] == "killed"
-    assert rows["mut_idle_gate_ignores_last_batch"]["caught_by"] == "invariant idle_gate"
     team = rows["teamkit.mutants:chunked_row_leak"]
     assert team["status"] == "killed", team
     assert team["caught_by"] in ("end-state check", "crash", "invariant slot_ownership"), team
     # the kill's program replays with the team's mutant applied again
     assert "--patch teamkit.mutants:chunked_row_leak" in Path(team["scenario"]).read_text()
-    assert "killed 2 of 2 mutant runs (100%)" in proc.stdout
+    assert "killed 1 of 1 mutant runs (100%)" in proc.stdout
 
 
 @pytest.mark.slow

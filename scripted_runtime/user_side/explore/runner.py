@@ -117,6 +117,13 @@ class ExampleRunner:
         self.progress = progress or (lambda line: None)
 
     @property
+    def oracle_on(self) -> bool:
+        """Whether the output oracle is among the checks (else no references are needed)."""
+        if self.invariants is True:
+            return True
+        return bool(self.invariants) and "greedy_output" in self.invariants
+
+    @property
     def info(self) -> Dict[str, Any]:
         return self.server.info if self.server is not None else {}
 
@@ -154,6 +161,8 @@ class ExampleRunner:
         from scripted_runtime.user_side.explore import strategies
 
         self._warmed = True  # tried once per server, whatever the outcome
+        if not self.oracle_on:
+            return
         prompts = [[token] * n for n in strategies.PROMPT_LENGTHS for token in strategies.PROMPT_TOKENS]
         t0 = time.monotonic()
         try:
