@@ -93,27 +93,29 @@ def exact_here(scheduler: Any) -> bool:
     return str(device or "cpu") == "cpu"
 
 
+def _first_difference(output: List[int], reference: Sequence[int]) -> Optional[int]:
+    """The first index where ``output`` leaves ``reference``, or None."""
+    n = min(len(output), len(reference))
+    return next((k for k in range(n) if output[k] != reference[k]), None)
+
+
 def compare(handle_status: str, output: Sequence[int], expected_len: Optional[int],
             reference: Sequence[int]) -> Optional[str]:
     """What is wrong with one request's output, or None (pure logic)."""
     output = list(output)
-    if handle_status == "finished":
-        if expected_len is not None and len(output) != expected_len:
-            # finished by length: exactly max_new_tokens
-            return f"finished by length with {len(output)} tokens, max_new_tokens={expected_len}"
-        n = min(len(output), len(reference))
-        if output[:n] != list(reference[:n]):
-            i = next(k for k in range(n) if output[k] != reference[k])
-            return (f"token {i} is {output[i]}, the reference has {reference[i]} "
-                    f"(output {output[:i + 3]}..., reference {list(reference[:i + 3])}...)")
+    if handle_status not in ("finished", "aborted"):
         return None
-    if handle_status == "aborted":
-        n = min(len(output), len(reference))
-        if output[:n] != list(reference[:n]):
-            i = next(k for k in range(n) if output[k] != reference[k])
-            return (f"aborted after {len(output)} tokens that are not a prefix of the reference: token {i} is "
-                    f"{output[i]}, the reference has {reference[i]}")
-    return None
+    if handle_status == "finished" and expected_len is not None and len(output) != expected_len:
+        # finished by length: exactly max_new_tokens
+        return f"finished by length with {len(output)} tokens, max_new_tokens={expected_len}"
+    i = _first_difference(output, reference)
+    if i is None:
+        return None
+    if handle_status == "finished":
+        return (f"token {i} is {output[i]}, the reference has {reference[i]} "
+                f"(output {output[:i + 3]}..., reference {list(reference[:i + 3])}...)")
+    return (f"aborted after {len(output)} tokens that are not a prefix of the reference: token {i} is "
+            f"{output[i]}, the reference has {reference[i]}")
 
 
 def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
