@@ -86,7 +86,20 @@ def pools(s: Any) -> Dict[str, Any]:
     stats = state.pool_stats(s)
     busy = tuple(r.rid for r in state.iter_reqs(s) if not r.finished() and state.holds_kv(r))
     return {"tree_tokens": stats["evictable"] + stats["protected"], "rows_free": stats["req_pool_free"],
-            "kv_free": stats["kv_pool_free"], "busy": busy}
+            "kv_free": stats["kv_pool_free"], "busy": busy, "rows_total": stats["req_pool_total"],
+            "kv_total": int(getattr(s, "max_total_num_tokens", 0) or stats["kv_pool_total"])}
+
+
+FINGERPRINT = ("tree_tokens", "rows_free", "kv_free")  # what a refused flush must leave as it was
+
+
+def matches_abort(recv_req: Any, rid: str) -> bool:
+    """Whether an ``AbortReq`` applies to request ``rid``, as SGLang matches
+    it: every request for ``abort_all``, else by rid prefix."""
+    if getattr(recv_req, "abort_all", False):
+        return True
+    prefix = getattr(recv_req, "rid", "") or ""
+    return bool(prefix) and rid.startswith(prefix)
 
 
 @dataclass
@@ -178,8 +191,7 @@ class ContractMemory:
             self.problems.append((contract, f"{what} accepted while live requests held KV: "
                                             f"{', '.join(before['busy'][:6])} (SGLang's idle gate must refuse it)"))
         elif success:
-            total_rows = state.pool_stats(s)["req_pool_total"]
-            total_kv = int(getattr(s, "max_total_num_tokens", 0) or state.pool_stats(s)["kv_pool_total"])
+            total_rows, total_kv = after["rows_total"], after["kv_total"]
             wrong = []
             if after["tree_tokens"]:
                 wrong.append(f"{after['tree_tokens']} tokens still in the tree")
@@ -189,19 +201,14 @@ class ContractMemory:
                 wrong.append(f"KV free {after['kv_free']}/{total_kv}")
             if wrong:
                 self.problems.append((contract, f"{what} accepted, yet right after it " + "; ".join(wrong)))
-        elif {k: v for k, v in after.items() if k != "busy"} != {k: v for k, v in before.items() if k != "busy"}:
-            changed = ", ".join(f"{k} {before[k]} -> {after[k]}" for k in before
-                                if k != "busy" and before[k] != after[k])
+        elif any(before[k] != after[k] for k in FINGERPRINT):
+            changed = ", ".join(f"{k} {before[k]} -> {after[k]}" for k in FINGERPRINT if before[k] != after[k])
             self.problems.append((contract, f"{what} refused, yet the pools changed: {changed}"))
 
 
 def _abort_targets(s: Any, recv_req: Any) -> List[Tuple[Any, bool]]:
     """(request, held only by the waiting queue) for every unfinished request
     an ``AbortReq`` matches (SGLang: rid prefix, or all), before it runs."""
-    everything = bool(getattr(recv_req, "abort_all", False))
-    prefix = getattr(recv_req, "rid", "") or ""
-    if not everything and not prefix:
-        return []
     where: Dict[int, List[str]] = {}
     reqs: Dict[int, Any] = {}
     for name, _, _, held in state.places(s):
@@ -209,7 +216,7 @@ def _abort_targets(s: Any, recv_req: Any) -> List[Tuple[Any, bool]]:
             where.setdefault(id(req), []).append(name)
             reqs[id(req)] = req
     return [(req, where[key] == ["waiting_queue"]) for key, req in reqs.items()
-            if not req.finished() and (everything or req.rid.startswith(prefix))]
+            if not req.finished() and matches_abort(recv_req, req.rid)]
 
 
 def _lengths(view: Any, tracked: Dict[str, Any]) -> Dict[str, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
 
 from scripted_runtime.scheduler_side import state
+from scripted_runtime.scheduler_side.contracts import matches_abort
 from scripted_runtime.scheduler_side.context import radix
 from scripted_runtime.scheduler_side.http_poster import HttpAnswer
 
@@ -59,10 +60,8 @@ class RequestTracker:
         requests it matches (SGLang matches by rid prefix, or all; it drops
         a matched waiting request without a finish reason, while a running
         one is finished with FINISH_ABORT)."""
-        prefix = getattr(abort_req, "rid", "") or ""
-        everything = bool(getattr(abort_req, "abort_all", False))
         for req in getattr(scheduler, "waiting_queue", ()) or ():
-            if everything or (prefix and req.rid.startswith(prefix)):
+            if matches_abort(abort_req, req.rid):
                 self.abort_matched.add(req.rid)
 
     def on_ingested(self, rid: str, scheduler: Any) -> None:
