@@ -39,6 +39,11 @@ class KnownBug:
     report: str  # the drafted upstream report, relative to the repository root
     variants: Tuple[Dict[str, Any], ...] = ({},)  # keyword arguments the scenario is run with, one run each
 
+    @property
+    def crashes_scheduler(self) -> bool:
+        """Its scenario kills the scheduler (the server then needs a restart)."""
+        return self.signature.lstrip("^").startswith("SchedulerCrashed")
+
     def matches(self, signature: Optional[str], *, topology: str, sglang_version: Optional[str],
                 message: str = "") -> bool:
         if not signature or topology not in self.topologies:

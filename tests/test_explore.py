@@ -4,7 +4,9 @@
   passes, on the suite's pooled server, and prints its statistics.
 * ``scripted-runtime explore`` on pp=4 with PR 27446 reverted finds the
   idle-gate violation without being told the window, writes a scenario, and
-  that file replays the failure deterministically.
+  that file replays the failure deterministically (slow lane: a cold pp4
+  start of its own; the same search on the suite's reverted server is in
+  test_scenarios.py).
 * On pp=4 the ci exploration meets the live PP pause bug: reported as
   ``known: pp_pause_ignored`` with the registry, as a new, shrunk finding
   without it.
@@ -48,7 +50,10 @@ def test_ci_profile_exploration_passes(server, tmp_path, capsys):
     assert server.alive
 
 
+@pytest.mark.slow
 def test_explore_cli_finds_pr27446_without_being_told_the_window(tmp_path):
+    """From the command line, cold: its own pp4 server (~40 s to start; the
+    same search on a shared server is in tests/test_scenarios.py)."""
     out_dir = tmp_path / "found"
     proc = subprocess.run(
         [sys.executable, "-m", "scripted_runtime.user_side.cli", "explore", "--pp", "4", "--revert-fix", "pr27446",

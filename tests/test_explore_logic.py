@@ -154,3 +154,59 @@ def test_phases_of_a_scheduler_state():
     assert op_kind("update_weights_from_disk", {"flush_cache": False}) == "update_weights(no_flush)"
     assert op_kind("pause_generation(retract)", None) == "pause(retract)"
     assert op_kind("abort(r3-1-2)", None) == "abort"
+
+
+class _FakeRunner:
+    """Runs nothing: records the programs, fails the ones ``fails`` picks."""
+
+    def __init__(self, topology, fails=lambda program: False):
+        self.topology, self.fails, self.ran, self.restarts = topology, fails, [], 0
+        self.info = {"sglang_version": "0.0.test"}
+
+    def run(self, program, trace=None):
+        self.ran.append(list(program))
+        return runner.Outcome(signature="InvariantViolation[slot_ownership]" if self.fails(program) else None,
+                              message="planted", steps=len(program))
+
+
+@pytest.mark.parametrize("topology", ["pp1-overlap", "pp1-normal", "pp4"])
+def test_seed_corpus_is_every_operation_in_every_phase_and_compiles(topology):
+    from scripted_runtime.user_side.explore import corpus
+
+    programs = corpus.programs(topology)
+    assert len(programs) == len(corpus.phases(topology)) * len(corpus.OPERATIONS)
+    assert len({tuple(p) for _, p in programs}) == len(programs)
+    for name, program in programs:
+        assert isinstance(program[0], A.Start), name
+        compile(A.to_source(program).text, name, "exec")
+        pauses = [a for a in program if isinstance(a, A.Pause)]
+        continues = [a for a in program if isinstance(a, A.Continue)]
+        assert len(pauses) == len(continues), f"{name}: a pause without its continue"
+    ops = {type(a) for _, p in programs for a in p}
+    assert {A.Flush, A.UpdateWeights, A.AbortOne, A.AbortAll, A.Pause, A.Continue} <= ops
+
+
+def test_search_runs_the_corpus_first_outside_the_time_budget_then_generates():
+    from scripted_runtime.user_side.explore import corpus, search
+
+    fake = _FakeRunner("pp1-normal")
+    result = search.search(fake, profile=search.PROFILES["ci"], max_examples=5, max_time_s=0.0, known_bugs=())
+    seeds = [p for _, p in corpus.programs("pp1-normal")]
+    # no time budget at all: the corpus still ran, in its order, and nothing generated ran
+    assert fake.ran == seeds and result.program is None
+    fake = _FakeRunner("pp1-normal")
+    search.search(fake, profile=search.PROFILES["ci"], max_examples=5, max_time_s=60.0, known_bugs=())
+    assert fake.ran[:len(seeds)] == seeds and len(fake.ran) > len(seeds)
+    fake = _FakeRunner("pp1-normal")
+    search.search(fake, profile=search.PROFILES["ci"], max_examples=5, corpus=False, known_bugs=())
+    assert fake.ran[0] not in seeds
+
+
+def test_a_failing_corpus_program_is_the_reported_failure():
+    from scripted_runtime.user_side.explore import corpus, search
+
+    target = dict(corpus.programs("pp4"))["decoding+abort_one"]
+    fake = _FakeRunner("pp4", fails=lambda program: program == target)
+    result = search.search(fake, profile=search.PROFILES["ci"], max_examples=5, known_bugs=())
+    assert result.program == target and result.outcome.signature == "InvariantViolation[slot_ownership]"
+    assert result.found_after_examples == [p for _, p in corpus.programs("pp4")].index(target) + 1

@@ -16,7 +16,10 @@ from scripted_runtime.user_side.explore.runner import signature_of
 pytestmark = pytest.mark.sglang
 ROOT = Path(__file__).resolve().parent.parent
 
-CASES = [pytest.param(bug, kwargs, id=f"{bug.name}-{'-'.join(map(str, kwargs.values())) or 'default'}")
+# A scenario that kills the scheduler runs after every other test (conftest):
+# the server it kills is then not restarted for nothing.
+CASES = [pytest.param(bug, kwargs, id=f"{bug.name}-{'-'.join(map(str, kwargs.values())) or 'default'}",
+                      marks=[pytest.mark.crashes_server] if bug.crashes_scheduler else [])
          for bug in known_bugs.REGISTRY for kwargs in bug.variants]
 
 

@@ -59,6 +59,28 @@ def test_pr27446_scenario_catches_the_reverted_fix(pp4_without_pr27446):
     assert unchecked.crashed or "flush_cache was accepted" in unchecked.error, unchecked.summary()
 
 
+@pytest.mark.pp4
+def test_explorer_finds_pr27446_without_being_told_the_window(pp4_without_pr27446, tmp_path):
+    """The ci search on the same reverted server: it meets the idle-gate
+    violation, writes a scenario that replays it, and replays it
+    deterministically. The window was never named to the explorer. Every
+    check but the output oracle (its references would cost this server
+    ~25 s; the idle gate is what catches this)."""
+    from scripted_runtime.scheduler_side.invariants import NAMES
+    from scripted_runtime.user_side.explore import explorer
+
+    report = explorer.explore(topology="pp4", profile="ci", server=pp4_without_pr27446, out_dir=tmp_path,
+                              revert_fixes=["pr27446"], shrink_time_s=30,
+                              invariants=[n for n in NAMES if n != "greedy_output"],
+                              progress=lambda line: print(f"[explore] {line}"))
+    assert report.signature == "InvariantViolation[idle_gate]", report.stats.summary()
+    assert report.replay_matches, report.replay_verdict
+    assert report.determinism_ok, report.determinism_verdict
+    source = Path(report.scenario_path).read_text()
+    assert "--revert-fix pr27446" in source and "# <-- FAILS here" in source
+    compile(source, report.scenario_path, "exec")
+
+
 def test_update_weights_vs_stale_batch_on_overlap(server_pool):
     """Issue 14062 on 0.5.23 (>=0.5.22): refused flush reported, no crash."""
     result = server_pool.get("pp1-overlap").run(

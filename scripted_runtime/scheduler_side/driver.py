@@ -26,7 +26,7 @@ import zmq
 
 from hooks import sglang_compat
 from scripted_runtime import protocol
-from scripted_runtime.scheduler_side import contracts, script_loader, state
+from scripted_runtime.scheduler_side import contracts, control, script_loader, state
 from scripted_runtime.scheduler_side.context.api import ScriptContext
 from scripted_runtime.scheduler_side.context.requests import BatchRecord, RequestTracker
 from scripted_runtime.scheduler_side.control import ControlLedger
@@ -204,16 +204,20 @@ class Driver:
                 idle_streak = 0
                 time.sleep(0.001)  # free-running before warmup: do not spin hot
 
-    def _reset(self, deadline: float = float("inf")) -> Generator[None, None, int]:
+    def _reset(self, deadline: float = float("inf"), tokenizer_paused: bool = False) -> Generator[None, None, int]:
         """Bring the engine back to a clean idle state; returns iterations
         used. ``deadline`` (the script's own, monotonic) also bounds the wait
         for the previous script's unsettled operations, so a ResetError comes
-        back before the harness gives up on the run."""
+        back before the harness gives up on the run. ``tokenizer_paused``:
+        the previous script's last pause/continue was a pause (the tokenizer
+        then holds every new request, whatever the scheduler's flag says: a
+        script that failed right after its pause, a pause the scheduler
+        ignored)."""
         s = self.scheduler
         ctx = self.ctx
         steps = 0
-        if self._needs_drain():
-            if sglang_compat.is_paused(s):
+        if self._needs_drain() or tokenizer_paused:
+            if sglang_compat.is_paused(s) or tokenizer_paused:
                 ctx.continue_generation()
             ctx._release_exhausted()
             if state.any_live(s) or self.inbox.pending():
@@ -333,9 +337,10 @@ class Driver:
         except script_loader.ScriptLoadError as exc:
             return done(False, f"ScriptLoadError: {exc}")
 
+        tokenizer_paused = control.pause_posted_last(self.ledger.ops)
         self.ledger.keep_unsettled()  # the reset waits for those
         try:
-            reset_steps = yield from self._reset(started + cmd.timeout_s)
+            reset_steps = yield from self._reset(started + cmd.timeout_s, tokenizer_paused=tokenizer_paused)
         except ResetError as exc:
             return done(False, f"ResetError: {exc}", traceback.format_exc())
         reset_s = time.monotonic() - started

@@ -259,7 +259,8 @@ def _cmd_explore(args: argparse.Namespace) -> int:
             stop_file=args.stop_file, check_determinism=not args.no_determinism_check,
             sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout,
             invariants=not args.no_invariants, example_timeout_s=args.timeout,
-            known_bugs=() if args.no_known_bugs else None, stop_at_known=args.stop_at_known, progress=progress)
+            known_bugs=() if args.no_known_bugs else None, stop_at_known=args.stop_at_known,
+            corpus=not args.no_corpus, progress=progress)
     except ServerStartError as exc:
         print(f"scripted-runtime: server did not start: {exc}", file=sys.stderr)
         _write_json(args.stats_json, {"status": "NO-START", "error": str(exc)})
@@ -347,7 +348,7 @@ def _cmd_mutate(args: argparse.Namespace) -> int:
     rows = mutate.run_table(topologies=topologies, mutants=specs, profile=args.profile,
                             max_examples=args.max_examples, max_time_s=args.max_time,
                             shrink_time_s=args.shrink_time, out_dir=Path(args.out), device=args.device,
-                            start_timeout_s=args.start_timeout, progress=progress)
+                            start_timeout_s=args.start_timeout, corpus=not args.no_corpus, progress=progress)
     print(mutate.format_table(rows))
     _write_json(args.json, mutate.as_json(rows))
     return EXIT_FAIL if mutate.void_topologies(rows) else EXIT_PASS
@@ -462,6 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--no-determinism-check", action="store_true",
                      help="skip replaying a program twice to compare traces")
     exp.add_argument("--stats-json", metavar="FILE", help="also write the statistics and outcome as JSON")
+    exp.add_argument("--no-corpus", action="store_true",
+                     help="skip the seed corpus (every control operation in every request phase, run first "
+                          "outside the time budget; docs/exploring.md)")
     known = exp.add_mutually_exclusive_group()
     known.add_argument("--stop-at-known", action="store_true",
                        help="stop (shrink, write, exit 1) at a known SGLang bug too; by default one is reported "
@@ -489,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     mut.add_argument("--out", default="mutate-found", help="where each kill's program is written")
     mut.add_argument("--json", metavar="FILE", help="also write the rows and the summary as JSON")
     mut.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    mut.add_argument("--no-corpus", action="store_true", help="explore without the seed corpus (as explore --no-corpus)")
     mut.add_argument("--start-timeout", type=float, default=300.0, help="server start timeout in seconds")
     mut.set_defaults(func=_cmd_mutate)
 

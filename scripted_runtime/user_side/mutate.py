@@ -34,6 +34,7 @@ class KillRow:
     caught_by: str = ""
     expected: str = ""
     scenario: Optional[str] = None
+    replays: Optional[bool] = None  # the kill's written file, run once more, failed the same way
     wall_s: float = 0.0
 
     @property
@@ -77,7 +78,7 @@ def expected_of(spec: str) -> str:
 def run_table(*, topologies: Sequence[str], mutants: Sequence[str], profile: str = "ci",
               max_examples: Optional[int] = None, max_time_s: Optional[float] = None,
               shrink_time_s: Optional[float] = 20.0, out_dir: Path = Path("mutate-found"),
-              device: str = "cpu", start_timeout_s: float = 300.0,
+              device: str = "cpu", start_timeout_s: float = 300.0, corpus: bool = True,
               progress: Callable[[str], None] = print,
               explore_fn: Optional[Callable[..., Any]] = None) -> List[KillRow]:
     from scripted_runtime.errors import ServerStartError
@@ -98,7 +99,7 @@ def run_table(*, topologies: Sequence[str], mutants: Sequence[str], profile: str
                 topology=topology, profile=profile, device=device, max_examples=max_examples,
                 max_time_s=max_time_s, shrink_time_s=shrink_time_s,
                 out_dir=Path(out_dir) / topology / mutant.replace(":", "_").strip("()"),
-                patches=patches, check_determinism=False, start_timeout_s=start_timeout_s,
+                patches=patches, check_determinism=False, start_timeout_s=start_timeout_s, corpus=corpus,
                 progress=lambda line: progress(f"{label} {line}"))
         except ServerStartError as exc:
             first = next((ln for ln in str(exc).splitlines() if ln.strip()), "")
@@ -114,6 +115,7 @@ def run_table(*, topologies: Sequence[str], mutants: Sequence[str], profile: str
                 row.seconds_to_kill = report.first_failure_s
                 row.programs = report.found_after_examples
                 row.scenario = report.scenario_path
+                row.replays = report.replay_matches
             else:
                 row.status = "clean" if not patches else "survived"
                 row.programs = stats.examples
@@ -142,14 +144,16 @@ def summary(rows: Sequence[KillRow]) -> Dict[str, Any]:
 
 
 def format_table(rows: Sequence[KillRow], width: int = 70) -> str:
-    header = ["topology", "mutant", "result", "to kill (s)", "programs", "caught by", "signature", "expected / note"]
+    header = ["topology", "mutant", "result", "to kill (s)", "programs", "caught by", "replays", "signature",
+              "expected / note"]
     body = []
     for r in rows:
         sig = r.signature if len(r.signature) <= width else r.signature[: width - 3] + "..."
         body.append([r.topology, r.mutant, r.status,
                      f"{r.seconds_to_kill:.1f}" if r.seconds_to_kill is not None else "-",
                      str(r.programs) if r.programs is not None else "-",
-                     r.caught_by or "-", sig or "-", r.expected or "-"])
+                     r.caught_by or "-", {True: "yes", False: "NO"}.get(r.replays, "-"), sig or "-",
+                     r.expected or "-"])
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
     lines = [" | ".join(h.ljust(w) for h, w in zip(header, widths)),
              "-+-".join("-" * w for w in widths)]

@@ -51,7 +51,7 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
             stop_file: Optional[str] = None, check_determinism: bool = True,
             sglang_spec: Optional[str] = None, start_timeout_s: float = 300.0,
             log_dir: Optional[Path] = None, invariants: Any = True, example_timeout_s: float = 120.0,
-            known_bugs: Optional[Sequence[Any]] = None, stop_at_known: bool = False,
+            known_bugs: Optional[Sequence[Any]] = None, stop_at_known: bool = False, corpus: bool = True,
             progress: Callable[[str], None] = print) -> ExploreReport:
     """``known_bugs``: the registry to match failures against (default the
     built-in one; ``()``: every failure is new)."""
@@ -72,6 +72,7 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
         result = search_mod.search(runner, profile=prof, seed=seed, max_examples=max_examples,
                                    max_time_s=max_time_s, shrink_time_s=shrink_time_s,
                                    stop_file=stop_file, progress=progress, stop_at_known=stop_at_known,
+                                   corpus=corpus,
                                    known_bugs=known_bugs_mod.REGISTRY if known_bugs is None else known_bugs)
         stats = result.stats
         stats.start_s = start_s

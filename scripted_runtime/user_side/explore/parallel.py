@@ -54,6 +54,8 @@ def explore_argv(args: argparse.Namespace, **override) -> List[str]:
         argv.append("--stop-at-known")
     if values.get("no_known_bugs"):
         argv.append("--no-known-bugs")
+    if values.get("no_corpus"):
+        argv.append("--no-corpus")
     return argv
 
 
@@ -119,8 +121,10 @@ def run_workers(args: argparse.Namespace) -> int:
             stats_file = os.path.join(tmp, f"worker{i}.json")
             stats_files.append(stats_file)
             seed = (args.seed + i) if args.seed is not None else (i if prof.derandomize else None)
+            # the seed corpus is a fixed set: worker 0 runs it, the others would repeat it
             argv = explore_argv(args, workers=1, seed=seed, max_examples=-(-total // n),
-                                stats_json=stats_file, stop_file=stop_file, worker_label=f"w{i}")
+                                stats_json=stats_file, stop_file=stop_file, worker_label=f"w{i}",
+                                no_corpus=args.no_corpus or i > 0)
             procs.append(subprocess.Popen([sys.executable, "-m", "scripted_runtime.user_side.cli", *argv],
                                           start_new_session=True))
         print(f"[explore] {n} workers started (pids {', '.join(str(p.pid) for p in procs)})",

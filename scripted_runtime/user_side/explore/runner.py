@@ -111,6 +111,7 @@ class ExampleRunner:
         self.server = server
         self._own_server = server is None
         self._warmed = False  # the output oracle's references computed on this server
+        self._warm_failed = False  # computing them failed on this build: not tried again after a restart
         self.warm_s = 0.0  # seconds the last reference warm-up took (after server ready, before programs)
         self.restarts = 0
         self.start_s: Optional[float] = None
@@ -161,7 +162,7 @@ class ExampleRunner:
         from scripted_runtime.user_side.explore import strategies
 
         self._warmed = True  # tried once per server, whatever the outcome
-        if not self.oracle_on:
+        if not self.oracle_on or self._warm_failed:
             return
         prompts = [[token] * n for n in strategies.PROMPT_LENGTHS for token in strategies.PROMPT_TOKENS]
         t0 = time.monotonic()
@@ -178,6 +179,7 @@ class ExampleRunner:
                           f"{time.monotonic() - t0:.1f}s")
             return
         first = (result.error or "").strip().splitlines()[0][:200] if result.error else "failed"
+        self._warm_failed = True  # the same build fails the same way: a restart does not try again
         self.progress(f"output oracle: computing the references up front failed on this build ({first}); "
                       "programs compute the ones they need at their end")
         if not self.server.alive:

@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from scripted_runtime import known_bugs as known_bugs_mod
-from scripted_runtime.user_side.explore import strategies
+from scripted_runtime.user_side.explore import corpus as corpus_mod, strategies
 from scripted_runtime.user_side.explore.runner import ExampleRunner, Outcome
 from scripted_runtime.user_side.explore.stats import Stats
 
@@ -96,11 +96,14 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
            max_examples: Optional[int] = None, max_time_s: Optional[float] = None,
            shrink_time_s: Optional[float] = None, stop_file: Optional[str] = None,
            known_bugs: Sequence[known_bugs_mod.KnownBug] = known_bugs_mod.REGISTRY, stop_at_known: bool = False,
-           progress: Callable[[str], None] = lambda line: None) -> SearchResult:
+           corpus: bool = True, progress: Callable[[str], None] = lambda line: None) -> SearchResult:
     """Search until a new failure (shrunk, returned) or the budget is spent.
     A failure that is a registered SGLang bug (``known_bugs``; pass ``()`` to
     treat every failure as new) is counted as ``known: NAME``, its first
-    program kept, and the search goes on, unless ``stop_at_known``."""
+    program kept, and the search goes on, unless ``stop_at_known``.
+
+    ``corpus``: run the seed corpus (``corpus.py``) first, outside the time
+    budget (it is a fixed, bounded set) and the example count."""
     topology = runner.topology
     stats = Stats(topology=topology)
     limit_examples = max_examples or profile.max_examples
@@ -117,13 +120,16 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
     t0 = time.monotonic()
     last_note = [t0]
 
-    def budget_left() -> bool:
+    seeds = corpus_mod.programs(topology) if corpus else []
+    seed_keys = {tuple(program) for _, program in seeds}
+
+    def budget_left(key: Tuple) -> bool:
         now = time.monotonic()
         if "at" in first:
             return now - first["at"] < shrink_s
         if stop_file and os.path.exists(stop_file):
             return False
-        return now - t0 < limit_s
+        return key in seed_keys or now - t0 < limit_s
 
     def note(force: bool = False) -> None:
         now = time.monotonic()
@@ -140,7 +146,7 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
         key = tuple(program)
         outcome = memo.get(key)
         if outcome is None:
-            if not budget_left():
+            if not budget_left(key):
                 stats.skipped += 1
                 return
             ran_at = time.monotonic()
@@ -179,6 +185,10 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
             last_failing[outcome.signature] = (list(program), outcome)
             raise failure_class(outcome.signature)(outcome.message)
 
+    for _, program in reversed(seeds):  # decorators apply inside out: the corpus runs in its listed order
+        explored = example(program)(explored)
+    if seeds:
+        progress(f"seed corpus first: {len(seeds)} programs (every control operation in every request phase)")
     explored = hypothesis_settings(profile, limit_examples)(explored)
     if seed is not None:
         explored = hypothesis_seed(seed)(explored)

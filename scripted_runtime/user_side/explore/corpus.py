@@ -1,0 +1,67 @@
+"""The seed corpus: explicit programs every search runs first (harness process).
+
+A bounded random search draws some program shapes rarely: a retract pause
+in the iteration right after a prefill, a weight update with
+``flush_cache`` while an in-place pause holds a decoding request, an abort
+in mid-decode on pp=4. Each is one control operation landing in one request
+phase, so the corpus is that grid, written down once: every operation
+sequence of ``OPERATIONS`` applied in every phase of ``phases(topology)``.
+It is built from the operations and the scheduler's request phases, not
+from any particular bug, and Hypothesis runs it in its ``explicit`` phase
+(``@example``) before it generates anything.
+
+A corpus program that fails is reported unshrunk: it is short already.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+from scripted_runtime.user_side.explore import actions as A
+
+# Iterations that bring a request into decoding (a PP iteration is one
+# microbatch slot: a request advances once per round of 4 slots).
+DECODE_STEPS = {"pp1-overlap": 4, "pp1-normal": 4, "pp4": 12}
+NEW_TOKENS = 12
+
+
+def phases(topology: str) -> Dict[str, List[A.Action]]:
+    """Request phases, each as the program prefix that reaches it."""
+    decode = DECODE_STEPS[topology]
+    return {
+        # posted, not scheduled yet (the operation arrives with it)
+        "queued": [A.Start(8, 1, NEW_TOKENS)],
+        # prefilled in the last iteration: on overlap its result is still in
+        # flight, under PP it is in a slot; not merged into running_batch yet
+        "prefill_ran": [A.Start(8, 1, NEW_TOKENS), A.Steps(1)],
+        # a 3-chunk prompt between chunks (the chunked request holds its row)
+        "mid_chunk": [A.Start(150, 2, NEW_TOKENS), A.Steps(2)],
+        # decoding, locked on the root
+        "decoding": [A.Start(8, 1, NEW_TOKENS), A.Steps(decode)],
+        # decoding on a cached prefix (locked on a non-root node) beside a
+        # request still in its chunks
+        "prefix_hit": [A.Start(100, 3, NEW_TOKENS), A.Steps(decode), A.Start(129, 3, NEW_TOKENS),
+                       A.Steps(decode)],
+        # finished: right after its last token (not pruned yet on some loops), then idle
+        "finished": [A.Start(8, 1, 2), A.Steps(decode)],
+    }
+
+
+# Operation sequences; a pause is always followed by its continue.
+OPERATIONS: Dict[str, List[A.Action]] = {
+    "flush": [A.Flush()],
+    "update": [A.UpdateWeights(flush=True)],
+    "update_no_flush": [A.UpdateWeights(flush=False)],
+    "abort_one": [A.AbortOne(0)],
+    "abort_all": [A.AbortAll()],
+    "pause_in_place": [A.Pause("in_place"), A.Steps(2), A.Continue()],
+    "pause_retract": [A.Pause("retract"), A.Steps(2), A.Continue()],
+    "update_in_place_pause": [A.Pause("in_place"), A.UpdateWeights(flush=True), A.Continue()],
+    "update_retract_pause": [A.Pause("retract"), A.UpdateWeights(flush=True), A.Continue()],
+}
+
+
+def programs(topology: str) -> List[Tuple[str, List[A.Action]]]:
+    """``(name, program)`` for every phase x operation sequence."""
+    return [(f"{phase}+{op}", prefix + ops)
+            for phase, prefix in phases(topology).items()
+            for op, ops in OPERATIONS.items()]
