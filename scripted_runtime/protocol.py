@@ -85,3 +85,5 @@ class ScriptDone:
 class SchedulerCrashed:
     traceback: str
     script_stack: Optional[Tuple[Tuple[str, int, str], ...]] = None  # where the script stood
+    # it died in the reset before the script: what the previous script left behind broke it
+    in_reset: bool = False

@@ -298,3 +298,16 @@ def test_state_scan_sees_every_place_and_tells_live_from_finished():
     assert not state.any_live(only_finished) and not state.nothing_held(only_finished)
     empty = NS(running_batch=None, waiting_queue=[])
     assert state.nothing_held(empty) and not state.any_live(empty)
+
+
+def test_reset_fingerprint_diff_names_each_part_left_behind():
+    from scripted_runtime.scheduler_side import reset_fingerprint as fp
+
+    fresh = {"rows": tuple(range(12)), "paused": False, "ratio": 0.7}
+    assert fp.diff(fresh, dict(fresh)) == []
+    reordered = {**fresh, "rows": (1, 0) + tuple(range(2, 12))}
+    assert fp.diff(fresh, reordered) == ["rows: the same 12 but in another order (first [1, 0, 2, 3, 4, 5], "
+                                         "fresh [0, 1, 2, 3, 4, 5])"]
+    leaked = {**fresh, "rows": tuple(range(1, 12)), "paused": True}
+    assert fp.diff(fresh, leaked) == ["rows: 11 now, 12 on the fresh engine; missing [0]",
+                                      "paused: True now, False on the fresh engine"]

@@ -72,3 +72,35 @@ def test_restart_after_a_crash_then_shutdown_is_fast_and_leaves_nothing():
         assert [p for p in pids if processes.is_running(p)] == []
     finally:
         server.shutdown()
+
+
+def script_leave_a_stuck_admission_ratio(ctx):
+    """A planted fault: the scheduler's admission estimate is replaced by one
+    that its idle check cannot reset, so no reset can restore it."""
+
+    class StuckRatio:
+        init = min = decay = current = 0.05
+
+        def reset(self):
+            pass
+
+        def decay_step(self):
+            pass
+
+    ctx.scheduler.new_token_ratio_tracker = StuckRatio()
+    yield
+
+
+@pytest.mark.crashes_server  # leaves its server unusable on purpose: runs last, then shuts it down
+def test_a_reset_that_leaves_state_behind_is_a_named_reset_error(server_pool):
+    server = server_pool.get("pp1-normal")
+    try:
+        run_ok(server, script_lifecycle)  # the server's first reset has recorded the fresh fingerprint by now
+        run_ok(server, script_leave_a_stuck_admission_ratio)
+        result = server.run(script_lifecycle)
+        assert not result.passed and result.error.startswith("ResetError: the reset did not give back"), \
+            result.summary()
+        assert "new_token_ratio: 0.05 now" in result.error, result.error
+        assert result.steps == 0  # the script never ran on the changed engine
+    finally:
+        server.shutdown()

@@ -26,7 +26,7 @@ import zmq
 
 from hooks import sglang_compat
 from scripted_runtime import protocol
-from scripted_runtime.scheduler_side import contracts, control, script_loader, state
+from scripted_runtime.scheduler_side import contracts, control, reset_fingerprint, script_loader, state
 from scripted_runtime.scheduler_side.context.api import ScriptContext
 from scripted_runtime.scheduler_side.context.requests import BatchRecord, RequestTracker
 from scripted_runtime.scheduler_side.control import ControlLedger
@@ -57,6 +57,8 @@ class Driver:
         self._reset_flush_answer: Any = None
         self.tracker = RequestTracker()
         self.ledger = ControlLedger(lambda: self.step)
+        self._resetting = False  # inside _reset (a crash there is the previous script's leftover)
+        self._fresh_fingerprint = None  # reset_fingerprint.take after this server's first reset
         self.poster = HttpPoster(os.environ[protocol.ENV_HTTP_URL])
         self.inbox: TokenizerInbox = sglang_compat.swap_tokenizer_socket(scheduler, TokenizerInbox)
         self.inbox.arrival_listeners.append(self.ledger.on_arrival)
@@ -113,7 +115,8 @@ class Driver:
     def on_crash(self, tb: str) -> None:
         try:
             self._sock.send_pyobj(protocol.SchedulerCrashed(
-                traceback=tb, script_stack=script_stack(self._script_gen)), flags=zmq.NOBLOCK)
+                traceback=tb, script_stack=script_stack(self._script_gen), in_reset=self._resetting),
+                flags=zmq.NOBLOCK)
             time.sleep(0.2)  # let the frame leave before the process dies
         except zmq.ZMQError:
             pass
@@ -293,7 +296,22 @@ class Driver:
             yield
             steps += 1
             turned += 1
+        self._check_fingerprint()
         return steps
+
+    def _check_fingerprint(self) -> None:
+        """The first reset of this server's life records what a fresh engine
+        looks like; every later one must give the same back
+        (``reset_fingerprint``), or it is a ResetError naming what was left."""
+        now = reset_fingerprint.take(self.scheduler)
+        if self._fresh_fingerprint is None:
+            self._fresh_fingerprint = now
+            return
+        left = reset_fingerprint.diff(self._fresh_fingerprint, now)
+        if left:
+            raise ResetError("the reset did not give back the engine a fresh server has (an earlier script "
+                             "changed what it cannot restore): " + "; ".join(left)
+                             + f"; state: {state.describe(self.scheduler)}")
 
     def _engine_idle(self) -> bool:
         """Idle by the scheduler's own gate and by the harness's scan, with
@@ -339,10 +357,13 @@ class Driver:
 
         tokenizer_paused = control.pause_posted_last(self.ledger.ops)
         self.ledger.keep_unsettled()  # the reset waits for those
+        self._resetting = True
         try:
             reset_steps = yield from self._reset(started + cmd.timeout_s, tokenizer_paused=tokenizer_paused)
         except ResetError as exc:
             return done(False, f"ResetError: {exc}", traceback.format_exc())
+        finally:
+            self._resetting = False
         reset_s = time.monotonic() - started
         self.io_s = 0.0
         self.ledger.clear()

@@ -15,6 +15,7 @@ class ScriptResult:
     error: Optional[str] = None  # one line
     traceback: Optional[str] = None
     crashed: bool = False  # the scheduler died during the script
+    crashed_in_reset: bool = False  # ... in the reset before it: what the previous script left broke it
     control_log: List[Dict[str, Any]] = field(default_factory=list)
     value: Any = None
     violation: Optional[Dict[str, Any]] = None  # the invariant that failed the script
@@ -32,6 +33,9 @@ class ScriptResult:
         line = f"{verdict} {self.script}: {self.steps} steps in {self.duration_s:.2f}s"
         if self.error:
             line += f"\n  {self.error}"
+        if self.crashed_in_reset:
+            line += ("\n  (it died in the engine reset, before this script's first step: what the script "
+                     "before it left behind broke the scheduler; run this one on a fresh server)")
         if not self.passed and self.timeline:
             line += "\n  last steps (>> marks the violation):\n" + "\n".join(
                 "    " + l for l in self.timeline.splitlines())

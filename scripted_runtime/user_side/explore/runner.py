@@ -199,14 +199,9 @@ class ExampleRunner:
         restart_s = self.ensure_server()
         source = A.to_source(program)
         t0 = time.monotonic()
-        result = self.server.run(INTERPRETER, source.text, timeout=self.example_timeout_s,
-                                 trace=trace, invariants=self.invariants)
-        if not result.passed and (result.error or "").startswith("ResetError"):
-            # The engine did not come back between programs: not this program's
-            # doing. Start afresh and run it once more.
-            self._restart(f"reset failed ({result.error[:120]}), so this program is retried")
-            result = self.server.run(INTERPRETER, source.text, timeout=self.example_timeout_s,
-                                     trace=trace, invariants=self.invariants)
+        result = self._run_fresh_if_reset_failed(
+            lambda: self.server.run(INTERPRETER, source.text, timeout=self.example_timeout_s,
+                                    trace=trace, invariants=self.invariants))
         wall = time.monotonic() - t0
         value = result.value if isinstance(result.value, dict) else {}
         return Outcome(
@@ -222,8 +217,27 @@ class ExampleRunner:
 
     def run_file(self, path: str, *, trace: Any = False) -> ScriptResult:
         self.ensure_server()
-        return self.server.run(f"{path}:{A.PROGRAM_FUNCTION}", timeout=self.example_timeout_s, trace=trace,
-                               invariants=self.invariants)
+        return self._run_fresh_if_reset_failed(
+            lambda: self.server.run(f"{path}:{A.PROGRAM_FUNCTION}", timeout=self.example_timeout_s,
+                                    trace=trace, invariants=self.invariants))
+
+    def _run_fresh_if_reset_failed(self, run: Callable[[], ScriptResult]) -> ScriptResult:
+        """``run()``, once more on a fresh server when the engine reset
+        before it failed (a ResetError: the engine did not come back) or
+        killed the scheduler (what the program before left behind, a leaked
+        row say, tripped SGLang's own idle checks): neither is this
+        program's doing."""
+        result = run()
+        if result.passed:
+            return result
+        if (result.error or "").startswith("ResetError"):
+            self._restart(f"reset failed ({result.error[:120]}), so this program is retried")
+            return run()
+        if result.crashed_in_reset:
+            self._restart(f"the scheduler died in the reset before this program ({(result.error or '')[:120]}): "
+                          "the program before it left the engine broken; this one is retried")
+            return run()
+        return result
 
     def close(self) -> None:
         if self.server is not None and self._own_server:
