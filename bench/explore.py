@@ -2,6 +2,7 @@
 does its time go?
 
     .venv/bin/python bench/explore.py [--topologies pp1-overlap,pp1-normal,pp4] [--seconds 40] [--repeat 3]
+                                      [--out bench-found] [--patch SPEC]
 
 On one server per topology, runs ``--repeat`` explorations of ``--seconds``
 each (dev profile, fixed seeds 1..repeat, invariants on, no step trace: what
@@ -10,6 +11,13 @@ min..max against the targets (pp1 >= 100/min, pp4 >= 30/min), with the
 median share of the time spent in scheduler steps, HTTP (posts and arrival
 waits), engine resets, the harness <-> scheduler round trip, and Hypothesis
 (generation and bookkeeping). Server start is excluded and reported apart.
+
+The search runs without the seed corpus (the throughput of generated
+programs) and without shrinking, but no failure it meets is lost: the first
+program of every failure signature is written to ``--out`` the moment it is
+met (``bench-found/`` by default), its header naming the topology, run, seed
+and position in the run, and the summary lists each one. ``--patch`` plants
+a fault (a mutant) in the server, to see that.
 """
 from __future__ import annotations
 
@@ -25,7 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from stats import machine_line, md_table, meets, min_max  # noqa: E402
 
-from scripted_runtime.user_side.explore import search  # noqa: E402
+from scripted_runtime.user_side.explore import search, writer  # noqa: E402
 from scripted_runtime.user_side.explore.runner import ExampleRunner  # noqa: E402
 
 TARGETS = {"pp1-overlap": 100, "pp1-normal": 100, "pp4": 30}
@@ -34,28 +42,42 @@ PARTS = {"steps": "steps", "HTTP": "HTTP", "resets": "resets", "harness IPC": "I
          "generation+shrinking": "Hypothesis"}
 
 
-def measure(topology: str, seconds: float, repeat: int) -> dict:
+def measure(topology: str, seconds: float, repeat: int, *, out_dir: Path = Path("bench-found"),
+            patches=(), server=None) -> dict:
+    """``server``: a running server to use (started with ``patches``) instead of a new one."""
     print(f"[bench] {topology}: starting server...", file=sys.stderr, flush=True)
     t0 = time.monotonic()
+
+    def progress(line: str) -> None:
+        print(f"[bench] {topology}: {line}", file=sys.stderr, flush=True)
+
     # The explorer's own progress lines (a restart and its reason above all:
     # a restart costs a server start and shows as a low programs/min).
-    runner = ExampleRunner(topology=topology,
-                           progress=lambda line: print(f"[bench] {topology}: {line}", file=sys.stderr, flush=True))
+    runner = ExampleRunner(topology=topology, patches=list(patches), progress=progress, server=server)
     runner.ensure_server()
     start_s = time.monotonic() - t0
+    version = str(runner.info.get("sglang_version") or "?")
     rates, steps_per, shares, failures = [], [], {p: [] for p in PARTS.values()}, []
     try:
         for i in range(repeat):
+            def keep(program, outcome, position, known_name, run=i + 1):
+                note = f"; known SGLang bug {known_name}" if known_name else ""
+                path = writer.write_scenario(
+                    out_dir, program, outcome, topology=topology, sglang_version=version, seed=run,
+                    profile="dev", patches=list(patches), shrunk=False, found_by="`bench/explore.py`",
+                    found_after=f"program {position} of bench run {run}/{repeat} (seed {run}){note}")
+                failures.append(f"run {run} (seed {run}), program {position}: {outcome.signature}"
+                                f"{note} -> {path}")
+                return str(path)
+
             result = search.search(runner, profile=search.PROFILES["dev"], seed=i + 1, max_time_s=seconds,
-                                   shrink_time_s=0)
+                                   shrink_time_s=0, corpus=False, keep=keep, progress=progress)
             st = result.stats
             rates.append(st.per_minute)
             steps_per.append(st.steps / max(1, st.examples))
             parts = st.time_split()
             for key, p in PARTS.items():
                 shares[p].append(100.0 * parts[key] / max(st.wall_s, 1e-9))
-            if st.failures:
-                failures.append(st.failures)
             print(f"[bench] {topology}: run {i + 1}/{repeat}: {st.examples} programs in {st.wall_s:.0f}s = "
                   f"{st.per_minute:.0f}/min, {steps_per[-1]:.1f} steps each, {st.restarts} server restarts so far; "
                   + ", ".join(f"{p} {shares[p][-1]:.0f}%" for p in PARTS.values()), file=sys.stderr, flush=True)
@@ -70,13 +92,17 @@ def main() -> None:
     ap.add_argument("--topologies", default="pp1-overlap,pp1-normal,pp4")
     ap.add_argument("--seconds", type=float, default=40.0)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default="bench-found", help="where every failing program met is written")
+    ap.add_argument("--patch", action="append", default=[], metavar="SPEC",
+                    help="plant a fault: a mutant (hooks/mutants.py) or MODULE:NAME, in every scheduler rank")
     args = ap.parse_args()
-    rows = {t: measure(t, args.seconds, args.repeat) for t in args.topologies.split(",")}
+    rows = {t: measure(t, args.seconds, args.repeat, out_dir=Path(args.out), patches=args.patch)
+            for t in args.topologies.split(",")}
     print(f"\nexploration throughput, {args.repeat} x {args.seconds:.0f}s per topology ({machine_line()}):\n")
     print(table(rows))
     for t, r in rows.items():
-        if r["failures"]:
-            print(f"note: {t} found failures during the bench: {r['failures']}")
+        for line in r["failures"]:
+            print(f"failure kept: {t}, {line}")
 
 
 def table(rows: dict) -> str:

@@ -1,5 +1,19 @@
-"""Shared helpers for tests that run scripts on the real scheduler."""
+"""Shared helpers for tests that run scripts on the real scheduler, and for
+loading the benchmarks (``bench/*.py`` are scripts, not a package)."""
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_bench(name: str):
+    """``bench/NAME.py`` as a module."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_ok(server, script, *args, **kwargs):

@@ -6,7 +6,6 @@ the real SGLang (slow lane: SGLang's own harness takes 60 s to shut down)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 import subprocess
 import sys
@@ -15,14 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import load_bench
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_bench(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 stats = load_bench("stats")

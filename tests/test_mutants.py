@@ -7,6 +7,7 @@ replaying with ``--patch``). (The full kill table is the ``slow`` lane:
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,8 @@ import pytest
 
 from scripted_runtime.user_side import mutate
 from scripted_runtime.user_side.explore import explorer
+from scripted_runtime.user_side.explore.runner import signature_of
+from tests.helpers import load_bench
 
 pytestmark = pytest.mark.sglang
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,30 +62,62 @@ def team_module(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _explore(topology, patch, out_dir, **budget):
+# One built-in mutant per topology, each caught by a different check.
+PER_TOPOLOGY = [
+    pytest.param(("pp1-overlap", "mut_chunk_alloc_ignores_held_row", "invariant slot_ownership"), id="pp1-overlap"),
+    pytest.param(("pp4", "mut_pp_drain_first_slot_only", "invariant idle_gate"), id="pp4", marks=pytest.mark.pp4),
+]
+
+
+@pytest.fixture(scope="module")
+def mutant_server(request):
+    """A server with one built-in mutant in every rank, shared by this module's tests."""
+    from scripted_runtime import ScriptedServer
+
+    topology, mutant, check = request.param
+    server = ScriptedServer.start(topology=topology, patches=[mutant])
+    server.mutant, server.check = mutant, check
+    yield server
+    server.shutdown()
+
+
+@pytest.mark.parametrize("mutant_server", PER_TOPOLOGY, indirect=True)
+def test_a_builtin_mutant_is_killed(mutant_server, tmp_path):
     """A short search with every check but the output oracle (whose reference
     warm-up would cost a pp4 server ~20 s; none of these mutants needs it)."""
     from scripted_runtime.scheduler_side.invariants import NAMES
 
-    budget = {"max_examples": 40, "max_time_s": 40.0, **budget}
-    return explorer.explore(topology=topology, profile="ci", patches=[patch], shrink_time_s=5.0,
-                            out_dir=out_dir, check_determinism=False, progress=lambda line: None,
-                            invariants=[n for n in NAMES if n != "greedy_output"], **budget)
-
-
-# One built-in mutant per topology, each caught by a different check.
-PER_TOPOLOGY = [
-    pytest.param("pp1-overlap", "mut_chunk_alloc_ignores_held_row", "invariant slot_ownership", id="pp1-overlap"),
-    pytest.param("pp4", "mut_pp_drain_first_slot_only", "invariant idle_gate", id="pp4", marks=pytest.mark.pp4),
-]
-
-
-@pytest.mark.parametrize("topology,mutant,check", PER_TOPOLOGY)
-def test_a_builtin_mutant_is_killed(topology, mutant, check, tmp_path):
-    report = _explore(topology, mutant, tmp_path / "found")
+    topology, mutant = mutant_server.topology, mutant_server.mutant
+    report = explorer.explore(topology=topology, profile="ci", patches=[mutant], server=mutant_server,
+                              max_examples=40, max_time_s=40.0, shrink_time_s=5.0, out_dir=tmp_path / "found",
+                              check_determinism=False, progress=lambda line: None,
+                              invariants=[n for n in NAMES if n != "greedy_output"])
     assert report.failed, f"{mutant} survived {report.stats.examples} programs on {topology}"
-    assert mutate.caught_by(report.signature) == check, report.signature
+    assert mutate.caught_by(report.signature) == mutant_server.check, report.signature
     assert f"--patch {mutant}" in Path(report.scenario_path).read_text()
+    # every failure met was kept as found, before shrinking, and that file replays it too
+    kept = report.kept[report.signature]
+    assert "as it was first found (not shrunk)" in Path(kept).read_text()
+    assert signature_of(mutant_server.run(f"{kept}:program")) == report.signature
+
+
+@pytest.mark.parametrize("mutant_server", PER_TOPOLOGY[:1], indirect=True)
+def test_bench_explore_keeps_every_failure_it_meets(mutant_server, tmp_path):
+    """bench/explore.py searches with shrinking off; a failure it meets (here
+    a planted one, the mutant) is written at once, with its run, seed and
+    position, and that file replays it."""
+    bench = load_bench("explore")
+    rows = bench.measure(mutant_server.topology, 10.0, 1, out_dir=tmp_path, patches=[mutant_server.mutant],
+                         server=mutant_server)
+    assert rows["failures"], "the planted mutant was not met in 10 s"
+    line = rows["failures"][0]
+    m = re.match(r"run 1 \(seed 1\), program (\d+): (\S+) -> (\S+)$", line)
+    assert m, line
+    position, signature, path = m.groups()
+    text = Path(path).read_text()
+    assert f"program {position} of bench run 1/1 (seed 1)" in text and "Found by `bench/explore.py`" in text
+    assert f"--patch {mutant_server.mutant}" in text
+    assert signature_of(mutant_server.run(f"{path}:program")) == signature
 
 
 def test_mutate_command_prints_the_table_and_writes_json(team_module, tmp_path):

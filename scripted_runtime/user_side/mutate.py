@@ -100,6 +100,7 @@ def run_table(*, topologies: Sequence[str], mutants: Sequence[str], profile: str
                 max_time_s=max_time_s, shrink_time_s=shrink_time_s,
                 out_dir=Path(out_dir) / topology / mutant.replace(":", "_").strip("()"),
                 patches=patches, check_determinism=False, start_timeout_s=start_timeout_s, corpus=corpus,
+                found_by=f"`scripted-runtime mutate` ({mutant} on {topology})",
                 progress=lambda line: progress(f"{label} {line}"))
         except ServerStartError as exc:
             first = next((ln for ln in str(exc).splitlines() if ln.strip()), "")

@@ -32,6 +32,8 @@ class ExploreReport:
     first_failure_s: Optional[float] = None  # server ready to the first failure (the oracle's warm-up included)
     # registered SGLang bugs met: name -> signature, programs run by then, the program's file
     known: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    # every failure signature met -> its first program as found, written the moment it was met
+    kept: Dict[str, str] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -52,9 +54,11 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
             sglang_spec: Optional[str] = None, start_timeout_s: float = 300.0,
             log_dir: Optional[Path] = None, invariants: Any = True, example_timeout_s: float = 120.0,
             known_bugs: Optional[Sequence[Any]] = None, stop_at_known: bool = False, corpus: bool = True,
-            progress: Callable[[str], None] = print) -> ExploreReport:
+            found_by: str = "`scripted-runtime explore`", progress: Callable[[str], None] = print) -> ExploreReport:
     """``known_bugs``: the registry to match failures against (default the
-    built-in one; ``()``: every failure is new)."""
+    built-in one; ``()``: every failure is new). Every failure met is kept
+    (``OUT/kept/``, as found) the moment it is met; a new one is then also
+    shrunk and written to ``OUT``."""
     prof = search_mod.PROFILES[profile]
     revert_fixes = list(revert_fixes)
     patches = list(patches)
@@ -69,24 +73,32 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
         progress(f"exploring {topology} with the {profile} profile: up to "
                  f"{max_examples or prof.max_examples} programs / {max_time_s or prof.max_time_s:.0f}s"
                  + (f", seed {seed}" if seed is not None else ""))
+        run_label = (f"seed {seed}" if seed is not None else
+                     ("derandomized" if prof.derandomize else "random seed"))
+
+        def keep(program, outcome, position, known_name):
+            # Never lost: the first program of every failure, as found, written at once.
+            note = f"; known SGLang bug {known_name}" if known_name else ""
+            return str(writer.write_scenario(
+                Path(out_dir) / "kept", program, outcome, topology=topology, sglang_version=version,
+                seed=seed, profile=profile, revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
+                found_after=f"program {position} of the run ({profile} profile, {run_label}){note}",
+                invariants=invariants, shrunk=False, found_by=found_by))
+
         result = search_mod.search(runner, profile=prof, seed=seed, max_examples=max_examples,
                                    max_time_s=max_time_s, shrink_time_s=shrink_time_s,
                                    stop_file=stop_file, progress=progress, stop_at_known=stop_at_known,
-                                   corpus=corpus,
+                                   corpus=corpus, keep=keep,
                                    known_bugs=known_bugs_mod.REGISTRY if known_bugs is None else known_bugs)
         stats = result.stats
         stats.start_s = start_s
         stats.sglang_version = version
         report = ExploreReport(stats=stats, seed=result.seed)
         trace_dir = Path(out_dir) / "traces" / time.strftime("%Y%m%d-%H%M%S")
+        report.kept = dict(result.kept)
         for name, (program, outcome, after) in result.known.items():
-            # Never lost: the first program that hit it, as found (not shrunk).
-            path = writer.write_scenario(
-                Path(out_dir), program, outcome, topology=topology, sglang_version=version, seed=result.seed,
-                profile=profile, revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
-                found_after=f"program {after} of the run; known SGLang bug {name} (not shrunk)",
-                invariants=invariants)
-            report.known[name] = {"signature": outcome.signature, "after_programs": after, "scenario": str(path)}
+            report.known[name] = {"signature": outcome.signature, "after_programs": after,
+                                  "scenario": result.kept.get(outcome.signature)}
         if result.program is not None:
             outcome = result.outcome
             report.signature = outcome.signature
@@ -144,6 +156,8 @@ def print_report(report: ExploreReport, *, profile: str, out=print) -> None:
         bug = known_bugs_mod.by_name(name)
         out(f"known: {name}: {met['signature']} (first after {met['after_programs']} programs; "
             f"reported upstream: {bug.report}; program: {met['scenario']})")
+    for signature, path in report.kept.items():
+        out(f"kept (as found): {signature}: {path}")
     if report.failed:
         out(f"FAILURE: {report.signature}")
         out(f"  found {report.found_s:.1f}s after a cold start; shrunk program:")

@@ -90,20 +90,29 @@ class SearchResult:
     longest_passing: Optional[list] = None  # for the determinism check when nothing failed
     # known SGLang bug name -> (the first program that hit it, its outcome, programs run by then)
     known: Dict[str, Tuple[list, Outcome, int]] = field(default_factory=dict)
+    # failure signature -> the file ``keep`` wrote for its first program, as found
+    kept: Dict[str, str] = field(default_factory=dict)
 
 
 def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = None,
            max_examples: Optional[int] = None, max_time_s: Optional[float] = None,
            shrink_time_s: Optional[float] = None, stop_file: Optional[str] = None,
            known_bugs: Sequence[known_bugs_mod.KnownBug] = known_bugs_mod.REGISTRY, stop_at_known: bool = False,
-           corpus: bool = True, progress: Callable[[str], None] = lambda line: None) -> SearchResult:
+           corpus: bool = True, keep: Optional[Callable[[list, Outcome, int, str], Optional[str]]] = None,
+           progress: Callable[[str], None] = lambda line: None) -> SearchResult:
     """Search until a new failure (shrunk, returned) or the budget is spent.
     A failure that is a registered SGLang bug (``known_bugs``; pass ``()`` to
     treat every failure as new) is counted as ``known: NAME``, its first
     program kept, and the search goes on, unless ``stop_at_known``.
 
     ``corpus``: run the seed corpus (``corpus.py``) first, outside the time
-    budget (it is a fixed, bounded set) and the example count."""
+    budget (it is a fixed, bounded set) and the example count.
+
+    ``keep(program, outcome, position, known_name)``: called for the first
+    program of every failure signature the moment it is met (before any
+    shrinking, known bugs included), so no failure is lost whatever happens
+    to the search after; returns the path it wrote (kept in
+    ``result.kept``)."""
     topology = runner.topology
     stats = Stats(topology=topology)
     limit_examples = max_examples or profile.max_examples
@@ -116,6 +125,19 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
     first: Dict[str, object] = {}
     longest: List[object] = [None, -1]
     met_known: Dict[str, Tuple[list, Outcome, int]] = {}
+    kept: Dict[str, str] = {}
+
+    def keep_first(program: list, outcome: Outcome, known_name: str = "") -> None:
+        if keep is None or outcome.signature in kept:
+            return
+        try:
+            path = keep(list(program), outcome, stats.examples, known_name)
+        except OSError as exc:  # a full disk must not end the search; say it loudly
+            progress(f"could NOT keep the failing program ({outcome.signature}): {exc}")
+            return
+        if path:
+            kept[outcome.signature] = path
+            progress(f"kept: program {stats.examples} of the run ({outcome.signature}) -> {path}")
     version = str(runner.info.get("sglang_version") or "") or None
     t0 = time.monotonic()
     last_note = [t0]
@@ -156,6 +178,8 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
                                       message=outcome.message, registry=known_bugs) \
                 if outcome.failed and not stop_at_known else None
             stats.add(outcome, shrinking="at" in first, known=bug.name if bug else "")
+            if outcome.failed:
+                keep_first(program, outcome, bug.name if bug else "")
             if bug is not None:
                 if bug.name not in met_known:
                     met_known[bug.name] = (list(program), outcome, stats.examples)
@@ -192,7 +216,7 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
     explored = hypothesis_settings(profile, limit_examples)(explored)
     if seed is not None:
         explored = hypothesis_seed(seed)(explored)
-    result = SearchResult(stats=stats, seed=seed, known=met_known)
+    result = SearchResult(stats=stats, seed=seed, known=met_known, kept=kept)
     try:
         explored()
     except ProgramFailed as exc:

@@ -24,18 +24,26 @@ def replay_command(path: str, *, topology: str, revert_fixes: Sequence[str] = ()
 def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topology: str,
                    sglang_version: str, seed: Optional[int], profile: str,
                    revert_fixes: Sequence[str] = (), sglang_spec: Optional[str] = None,
-                   found_after: str = "", invariants: bool = True, patches: Sequence[str] = ()) -> Path:
+                   found_after: str = "", invariants: bool = True, patches: Sequence[str] = (),
+                   shrunk: bool = True, found_by: str = "`scripted-runtime explore`") -> Path:
+    """``shrunk``: the program is Hypothesis's shrunk form (else as first
+    found). ``found_by``: the command that met it, for the header."""
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^A-Za-z0-9]+", "_", outcome.signature).strip("_").lower()[:40]
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = out_dir / f"found_{topology.replace('-', '_')}_{slug}_{stamp}.py"
+    base = f"found_{topology.replace('-', '_')}_{slug}_{stamp}"
+    path = out_dir / f"{base}.py"
+    n = 1
+    while path.exists():  # two failures written in the same second: never overwrite one
+        n += 1
+        path = out_dir / f"{base}_{n}.py"
     where = (f"action {outcome.failing_action + 1}" if outcome.failing_action is not None
              else "the end-state checks")
     build = f"SGLang {sglang_version}" + (f" with fixes reverted: {', '.join(revert_fixes)}" if revert_fixes else "")
     build += f" with patches: {', '.join(patches)}" if patches else ""
     build += "" if invariants else " (invariants off)"
     lines: List[str] = [
-        f"Found by `scripted-runtime explore` ({profile} profile, seed {seed if seed is not None else 'derandomized'})",
+        f"Found by {found_by} ({profile} profile, seed {seed if seed is not None else 'derandomized'})",
         f"on {build}, topology {topology}{(', ' + found_after) if found_after else ''}.",
         "",
         f"Failure: {outcome.signature}",
@@ -46,7 +54,8 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topol
         "Replay:",
         f"  {replay_command(str(path), topology=topology, revert_fixes=revert_fixes, sglang=sglang_spec, invariants=invariants, patches=patches)}",
         "",
-        "The program, shrunk by Hypothesis (one `yield` = one scheduler iteration):",
+        ("The program, shrunk by Hypothesis" if shrunk else "The program as it was first found (not shrunk)")
+        + " (one `yield` = one scheduler iteration):",
     ]
     lines += [f"  {i + 1}. {a.describe()}" for i, a in enumerate(program)]
     mark: Dict[int, str] = {}
