@@ -107,7 +107,8 @@ def _fake_explore(outcomes):
             raise what
         stats = SimpleNamespace(examples=42)
         return SimpleNamespace(failed=what is not None, signature=what, stats=stats, first_failure_s=3.5,
-                               found_after_examples=7, scenario_path="f.py" if what else None)
+                               found_after_examples=7, scenario_path="f.py" if what else None,
+                               replay_matches=True if what else None)
 
     return explore, calls
 
@@ -126,8 +127,8 @@ def test_run_table_runs_the_baseline_first_then_each_applicable_mutant(user_pack
     assert all(det is False for _, _, det in calls)
     status = {(r.topology, r.mutant): r for r in rows}
     killed = status[("pp1-normal", "teampkg.mutants:planted")]
-    assert (killed.status, killed.caught_by, killed.seconds_to_kill, killed.programs) == (
-        "killed", "invariant pool_accounting", 3.5, 7)
+    assert (killed.status, killed.caught_by, killed.seconds_to_kill, killed.programs, killed.replays) == (
+        "killed", "invariant pool_accounting", 3.5, 7, True)
     assert killed.expected == "invariant pool_accounting"
     assert status[("pp1-normal", "pr27446")].status == "survived"
     assert status[("pp1-normal", "pr27446")].programs == 42
@@ -138,6 +139,9 @@ def test_run_table_runs_the_baseline_first_then_each_applicable_mutant(user_pack
     assert (s["mutant_runs"], s["killed"], s["median_seconds_to_kill"]) == (3, 2, 3.5)
     table = mutate.format_table(rows)
     assert "killed 2 of 3 mutant runs (67%)" in table and "VOID" not in table
+    assert " | replays | " in table.splitlines()[0]
+    planted_line = next(l for l in table.splitlines() if "teampkg.mutants:planted" in l)
+    assert "| yes " in planted_line
 
 
 def test_a_baseline_failure_voids_the_table():
