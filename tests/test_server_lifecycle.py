@@ -104,3 +104,39 @@ def test_a_reset_that_leaves_state_behind_is_a_named_reset_error(server_pool):
         assert result.steps == 0  # the script never ran on the changed engine
     finally:
         server.shutdown()
+
+
+def test_a_standby_server_replaces_a_crashed_one_at_once_and_nothing_is_left():
+    """The explorer's standby (``--standby on``): a second server of the
+    same configuration starts in the background; when a program kills the
+    live one (a mutant that crashes the scheduler in SGLang's own idle
+    check), the next program runs on the standby at once, a new standby
+    starts, and closing the runner leaves no process of any of them."""
+    from scripted_runtime.scheduler_side.invariants import NAMES
+    from scripted_runtime.user_side.explore import actions as A
+    from scripted_runtime.user_side.explore.runner import ExampleRunner
+
+    runner = ExampleRunner(topology="pp1-normal", patches=["mut_chunk_alloc_ignores_held_row"], standby="on",
+                           invariants=[n for n in NAMES if n != "greedy_output"])
+    servers = []
+    try:
+        runner.ensure_server()
+        servers.append(runner.server)
+        deadline = time.monotonic() + 180
+        while not runner._standby.ready:
+            assert time.monotonic() < deadline, "the standby did not come up in 180 s"
+            assert runner._standby.error is None, runner._standby.error
+            time.sleep(0.5)
+        crash = runner.run([A.Start(150, 2, 4), A.Steps(2), A.Flush()])
+        assert crash.signature and crash.signature.startswith("SchedulerCrashed"), crash
+        t0 = time.monotonic()
+        after = runner.run([A.Start(8, 1, 2)])
+        took = time.monotonic() - t0
+        assert runner.swaps == 1 and runner.restarts == 1
+        assert after.signature is None, after
+        assert took < 10, f"crash to the next program took {took:.1f}s with a standby ready"
+        servers += [runner.server, runner._standby.server]
+    finally:
+        runner.close()
+    left = [pid for s in servers for pid in s.pids()]
+    assert left == [], f"processes left: {left}"

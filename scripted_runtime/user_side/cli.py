@@ -260,7 +260,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
             sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout,
             invariants=not args.no_invariants, example_timeout_s=args.timeout,
             known_bugs=() if args.no_known_bugs else None, stop_at_known=args.stop_at_known,
-            corpus=not args.no_corpus, progress=progress)
+            corpus=not args.no_corpus, standby=args.standby, progress=progress)
     except ServerStartError as exc:
         print(f"scripted-runtime: server did not start: {exc}", file=sys.stderr)
         _write_json(args.stats_json, {"status": "NO-START", "error": str(exc)})
@@ -463,6 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--no-determinism-check", action="store_true",
                      help="skip replaying a program twice to compare traces")
     exp.add_argument("--stats-json", metavar="FILE", help="also write the statistics and outcome as JSON")
+    exp.add_argument("--standby", choices=["auto", "on", "off"], default="auto",
+                     help="a second server kept ready to swap in when the live one dies: auto (default) from "
+                          "the first crash on, on from the start, off (docs/exploring.md)")
     exp.add_argument("--no-corpus", action="store_true",
                      help="skip the seed corpus (every control operation in every request phase, run first "
                           "outside the time budget; docs/exploring.md)")

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -139,6 +140,7 @@ class ScriptedServer:
         self._trace_dir: Optional[Path] = None
         self.workdir = Path()
         self.log_path = Path()
+        self._abandon = threading.Event()  # set by another thread: stop waiting for ready, kill what started
 
     # --- lifecycle ----------------------------------------------------------
     @classmethod
@@ -163,6 +165,23 @@ class ScriptedServer:
         self.shutdown()
         self._launch()
         return self
+
+    def sibling(self) -> "ScriptedServer":
+        """A new, not yet started server of the same configuration (build,
+        topology, engine arguments, fix toggles, patches); ``launch()`` starts it."""
+        return ScriptedServer(device=self.device, topology=self.topology, engine_kwargs=dict(self.engine_kwargs),
+                              start_timeout_s=self.start_timeout_s, log_dir=self._log_dir,
+                              revert_fixes=self.revert_fixes, patches=self.patches)
+
+    def launch(self) -> "ScriptedServer":
+        """Start this (not yet started) server; blocks until it is ready."""
+        self._launch()
+        return self
+
+    def abandon(self) -> None:
+        """From another thread: a ``launch()`` in progress stops waiting
+        (ServerStartError) and kills what it started."""
+        self._abandon.set()
 
     def _launch(self) -> None:
         t0 = time.monotonic()
@@ -237,6 +256,8 @@ class ScriptedServer:
     def _wait_for_ready(self, t0: float) -> protocol.Ready:
         deadline = t0 + self.start_timeout_s
         while time.monotonic() < deadline:
+            if self._abandon.is_set():
+                raise ServerStartError("start abandoned (a standby no longer needed)")
             if self._sock.poll(int(POLL_S * 1000) * 4):
                 msg = self._sock.recv_pyobj()
                 if isinstance(msg, protocol.Ready):

@@ -3,6 +3,7 @@ write a failure out as a scenario, check that the file replays it and that
 the program replays deterministically, print the statistics."""
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,8 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
             sglang_spec: Optional[str] = None, start_timeout_s: float = 300.0,
             log_dir: Optional[Path] = None, invariants: Any = True, example_timeout_s: float = 120.0,
             known_bugs: Optional[Sequence[Any]] = None, stop_at_known: bool = False, corpus: bool = True,
-            found_by: str = "`scripted-runtime explore`", progress: Callable[[str], None] = print) -> ExploreReport:
+            found_by: str = "`scripted-runtime explore`", standby: str = "auto",
+            progress: Callable[[str], None] = print) -> ExploreReport:
     """``known_bugs``: the registry to match failures against (default the
     built-in one; ``()``: every failure is new). Every failure met is kept
     (``OUT/kept/``, as found) the moment it is met; a new one is then also
@@ -65,7 +67,7 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
     runner = ExampleRunner(topology=topology, device=device, revert_fixes=revert_fixes, patches=patches,
                            engine_overrides=engine_overrides, server=server, progress=progress,
                            start_timeout_s=start_timeout_s, log_dir=log_dir, invariants=invariants,
-                           example_timeout_s=example_timeout_s)
+                           example_timeout_s=example_timeout_s, standby=standby)
     try:
         start_s = runner.ensure_server()
         warm_s = runner.warm_s  # the output oracle's references, computed before the first program
@@ -73,8 +75,9 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
         progress(f"exploring {topology} with the {profile} profile: up to "
                  f"{max_examples or prof.max_examples} programs / {max_time_s or prof.max_time_s:.0f}s"
                  + (f", seed {seed}" if seed is not None else ""))
-        run_label = (f"seed {seed}" if seed is not None else
-                     ("derandomized" if prof.derandomize else "random seed"))
+        if seed is None and not prof.derandomize:
+            seed = random.randrange(2**31)  # chosen here, so the kept files name it too
+        run_label = f"seed {seed}" if seed is not None else "derandomized"
 
         def keep(program, outcome, position, known_name):
             # Never lost: the first program of every failure, as found, written at once.

@@ -33,7 +33,7 @@ def explore_argv(args: argparse.Namespace, **override) -> List[str]:
     argv = ["explore", "--pp", str(values["pp"]), "--overlap" if values["overlap"] else "--no-overlap",
             "--device", values["device"], "--profile", values["profile"], "--out", values["out"],
             "--timeout", str(values["timeout"]), "--start-timeout", str(values["start_timeout"]),
-            "-n", str(values["workers"])]
+            "-n", str(values["workers"]), "--standby", values.get("standby") or "auto"]
     for flag, key in (("--max-examples", "max_examples"), ("--max-time", "max_time"),
                       ("--shrink-time", "shrink_time"), ("--seed", "seed"), ("--stats-json", "stats_json"),
                       ("--stop-file", "stop_file"), ("--worker-label", "worker_label"),

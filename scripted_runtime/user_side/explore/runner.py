@@ -11,16 +11,18 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
 from scripted_runtime import protocol
 from scripted_runtime.user_side.explore import actions as A
 from scripted_runtime.user_side.explore.determinism import RID
 from scripted_runtime.user_side.result import ScriptResult, violation_signature
+from scripted_runtime.user_side.standby import Standby
 
 INTERPRETER = protocol.ScriptTarget(qualname="run_source", module="scripted_runtime.scheduler_side.explore.interpreter")
 WARM_REFERENCES = protocol.ScriptTarget(qualname="warm", module="scripted_runtime.scheduler_side.output_oracle")
 EXAMPLE_TIMEOUT_S = 120.0
+STANDBY_MODES = ("auto", "on", "off")
 
 
 @dataclass
@@ -98,7 +100,16 @@ class ExampleRunner:
                  engine_overrides: Optional[Dict[str, Any]] = None, log_dir: Optional[Path] = None,
                  server: Any = None, start_timeout_s: float = 300.0,
                  example_timeout_s: float = EXAMPLE_TIMEOUT_S, invariants: Any = True,
-                 progress=None) -> None:
+                 standby: str = "auto", progress=None) -> None:
+        """``standby``: keep a second server ready to swap in when the live
+        one dies (``standby.py``): ``auto`` from the first restart on (a run
+        that never crashes pays nothing), ``on`` from the start, ``off``.
+        Only for a server this runner owns."""
+        if standby not in STANDBY_MODES:
+            raise ValueError(f"standby must be one of {', '.join(STANDBY_MODES)}, got {standby!r}")
+        self.standby_mode = standby if server is None else "off"
+        self._standby: Optional[Standby] = None
+        self.swaps = 0  # restarts served by the standby
         self.invariants = invariants
         self.topology = topology
         self.device = device
@@ -144,6 +155,8 @@ class ExampleRunner:
             self.progress(f"server ready in {self.start_s:.1f}s (sglang {self.info.get('sglang_version')}, "
                           f"loop {self.info.get('loop_kind')})")
             self._warm_references()
+            if self.standby_mode == "on":
+                self._start_standby()
             return self.start_s
         if not self.server.alive:
             self._restart("scheduler died")
@@ -172,8 +185,7 @@ class ExampleRunner:
             self.warm_s = time.monotonic() - t0
 
     def _run_warm(self, prompts, max_new_tokens: int, t0: float) -> None:
-        result = self.server.run(WARM_REFERENCES, prompts, max_new_tokens,
-                                 timeout=self.example_timeout_s * 4, trace=False, invariants=False)
+        result = self._warm_on(self.server, prompts, max_new_tokens)
         if result.passed:
             self.progress(f"output oracle: {result.value} reference outputs computed in "
                           f"{time.monotonic() - t0:.1f}s")
@@ -188,12 +200,45 @@ class ExampleRunner:
                           f"(restart {self.restarts})")
             self.server.restart()
 
+    def _warm_on(self, server: Any, prompts, max_new_tokens: int) -> ScriptResult:
+        return server.run(WARM_REFERENCES, prompts, max_new_tokens,
+                          timeout=self.example_timeout_s * 4, trace=False, invariants=False)
+
+    def _prepare_standby(self, server: Any) -> None:
+        """In the standby's thread: the references the live server computed
+        (when they could be), so a swap costs no warm-up."""
+        from scripted_runtime.user_side.explore import strategies
+
+        if not self.oracle_on or self._warm_failed:
+            return
+        prompts = [[token] * n for n in strategies.PROMPT_LENGTHS for token in strategies.PROMPT_TOKENS]
+        result = self._warm_on(server, prompts, strategies.MAX_NEW_TOKENS)
+        if not result.passed:
+            raise RuntimeError(f"the standby's reference warm-up failed: {result.error}")
+        server.warmed = True
+
+    def _start_standby(self) -> None:
+        if self._standby is None and self.standby_mode != "off" and self._own_server:
+            self._standby = Standby(self.server, prepare=self._prepare_standby, progress=self.progress)
+
     def _restart(self, why: str) -> None:
         self.restarts += 1
-        self.progress(f"{why}; restarting the {self.topology} server (restart {self.restarts})")
-        self.server.restart()
-        self._warmed = False
-        self._warm_references()
+        standby, self._standby = self._standby, None
+        fresh = standby.take(timeout_s=self.start_timeout_s) if standby is not None else None
+        if fresh is not None:
+            self.swaps += 1
+            self.progress(f"{why}; swapping in the standby {self.topology} server (restart {self.restarts}, "
+                          f"swap {self.swaps})")
+            self.server.shutdown()
+            self.server = fresh
+            self._warmed = bool(getattr(fresh, "warmed", False))
+        else:
+            self.progress(f"{why}; restarting the {self.topology} server (restart {self.restarts})")
+            self.server.restart()
+            self._warmed = False
+        if not self._warmed:
+            self._warm_references()
+        self._start_standby()  # the next crash swaps too
 
     def run(self, program: Sequence[A.Action], *, trace: Any = False) -> Outcome:
         restart_s = self.ensure_server()
@@ -240,6 +285,9 @@ class ExampleRunner:
         return result
 
     def close(self) -> None:
+        if self._standby is not None:
+            self._standby.close()
+            self._standby = None
         if self.server is not None and self._own_server:
             self.server.shutdown()
             self.server = None
