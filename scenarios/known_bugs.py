@@ -87,3 +87,37 @@ def pp_retract_chunk_duplicate_token(ctx):
     yield from explore.flush_cache(ctx)
     ctx.pause_generation("retract")
     return (yield from explore.end_state_checks(ctx, reqs))
+
+
+def pp_retract_chunk_two_slots(ctx):
+    """A retract pause while a chunked prompt's last chunk is in flight must
+    leave every request in one place: each finishes once, and no KV it still
+    uses is ever on the allocator's free list.
+
+    On 0.5.23 at pp=4: the 64-token prompt of token 3 shares the 64-token
+    chunk budget with the 8-token one, so its prefill is split over slots 0
+    and 1; the retract (step 6) takes it while its last chunk is in flight in
+    slot 1. It is recomputed from the waiting queue in slot 0 *and* adopted
+    by slot 1 as a decode (step 8: ``mb0:E[...]`` and ``mb1:D[...]`` hold the
+    same request); one of the two frees KV the other still decodes on:
+    invariant slot_ownership at step 13, before the double release of
+    ``pp_retract_chunk_double_release`` kills the scheduler (the next reset
+    dies in ``release_kv_cache``). Same cause
+    (docs/upstream/pp-retract-chunk-double-release.md, "Third symptom"). The
+    program is the one ``scripted-runtime explore --pp 4`` found (dev profile,
+    seed 7, program 792 of the run; shrinking met crashes and kept all 11
+    actions), kept as it was written.
+    """
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    reqs = [ctx.start_req(input_ids=[1] * 8, max_new_tokens=3, ignore_eos=True, temperature=0.0)]
+    explore.abort_one(ctx, reqs, 0)
+    yield from explore.flush_cache(ctx)
+    ctx.continue_generation()
+    reqs.append(ctx.start_req(input_ids=[1] * 8, max_new_tokens=1, ignore_eos=True, temperature=0.0))
+    reqs.append(ctx.start_req(input_ids=[3] * 64, max_new_tokens=10, ignore_eos=True, temperature=0.0))
+    ctx.continue_generation()
+    reqs.append(ctx.start_req(input_ids=[1] * 63, max_new_tokens=6, ignore_eos=True, temperature=0.0))
+    yield from ctx.steps(6)
+    ctx.pause_generation("retract")
+    return (yield from explore.end_state_checks(ctx, reqs))

@@ -38,11 +38,9 @@ class KnownBug:
     scenario: str  # PATH:FUNCTION, relative to the repository root
     report: str  # the drafted upstream report, relative to the repository root
     variants: Tuple[Dict[str, Any], ...] = ({},)  # keyword arguments the scenario is run with, one run each
-
-    @property
-    def crashes_scheduler(self) -> bool:
-        """Its scenario kills the scheduler (the server then needs a restart)."""
-        return self.signature.lstrip("^").startswith("SchedulerCrashed")
+    # its scenario leaves the server dead or unusable (the next reset dies): the
+    # suite runs it after everything else and shuts that server down
+    breaks_server: bool = False
 
     def matches(self, signature: Optional[str], *, topology: str, sglang_version: Optional[str],
                 message: str = "") -> bool:
@@ -94,6 +92,7 @@ REGISTRY: Tuple[KnownBug, ...] = (
         verified_on=("0.5.23",),
         scenario="scenarios/known_bugs.py:pp_retract_chunk_double_release",
         report="docs/upstream/pp-retract-chunk-double-release.md",
+        breaks_server=True,
     ),
     KnownBug(
         name="pp_retract_chunk_duplicate_token",
@@ -107,6 +106,21 @@ REGISTRY: Tuple[KnownBug, ...] = (
         verified_on=("0.5.23",),
         scenario="scenarios/known_bugs.py:pp_retract_chunk_duplicate_token",
         report="docs/upstream/pp-retract-chunk-double-release.md",
+    ),
+    KnownBug(
+        name="pp_retract_chunk_two_slots",
+        title="the same retract under PP, seen before the crash: the chunked request is held by two slots' "
+              "batches (recompute and adopted decode) and decodes on KV that is on the free list",
+        signature=r"InvariantViolation\[slot_ownership\]",
+        # a live request's KV on the free list while it is held by two PP slots' batches
+        message=r"KV indices .* of live request \S+ \(row \d+\) are in the allocator's free list .*"
+                r"owners: \S+: row \d+ in \S*mbs\[\d+\]\S*mbs\[\d+\]",
+        topologies=("pp4",),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:pp_retract_chunk_two_slots",
+        report="docs/upstream/pp-retract-chunk-double-release.md",
+        breaks_server=True,
     ),
 )
 

@@ -210,3 +210,55 @@ def test_a_failing_corpus_program_is_the_reported_failure():
     result = search.search(fake, profile=search.PROFILES["ci"], max_examples=5, known_bugs=())
     assert result.program == target and result.outcome.signature == "InvariantViolation[slot_ownership]"
     assert result.found_after_examples == [p for _, p in corpus.programs("pp4")].index(target) + 1
+
+
+class _FakeServer:
+    """launch() blocks until abandoned (or ``fail``s); records shutdown."""
+
+    def __init__(self, fail=None, launch_s=None):
+        import threading
+
+        self.fail, self.launch_s, self.shut = fail, launch_s, False
+        self._abandon = threading.Event()
+
+    def sibling(self):
+        return _FakeServer(self.fail, self.launch_s)
+
+    def launch(self):
+        if self.fail:
+            raise self.fail
+        if self._abandon.wait(self.launch_s):
+            raise RuntimeError("abandoned")
+        return self
+
+    def abandon(self):
+        self._abandon.set()
+
+    def shutdown(self):
+        self.shut = True
+
+
+def test_standby_is_ready_then_taken_and_a_failed_or_slow_one_is_stopped():
+    import time
+
+    from scripted_runtime.user_side.standby import Standby
+
+    prepared = []
+    ready = Standby(_FakeServer(launch_s=0.01), prepare=prepared.append)
+    assert ready.take(timeout_s=5) is ready.server and prepared == [ready.server] and ready.ready
+    failed = Standby(_FakeServer(fail=RuntimeError("no port")))
+    assert failed.take(timeout_s=5) is None and failed.server.shut
+    slow = Standby(_FakeServer(launch_s=60))
+    t0 = time.monotonic()
+    assert slow.take(timeout_s=0.2) is None  # not ready in time: abandoned, nothing left
+    assert slow.server.shut and time.monotonic() - t0 < 5
+    starting = Standby(_FakeServer(launch_s=60))
+    t0 = time.monotonic()
+    starting.close()  # mid-start
+    assert starting.server.shut and time.monotonic() - t0 < 5
+
+
+def test_runner_refuses_an_unknown_standby_mode_and_never_stands_by_for_a_server_it_does_not_own():
+    assert runner.ExampleRunner(topology="pp1-normal", server=object(), standby="on").standby_mode == "off"
+    with pytest.raises(ValueError, match="standby must be one of auto, on, off"):
+        runner.ExampleRunner(topology="pp1-normal", standby="always")

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # A scenario that kills the scheduler runs after every other test (conftest):
 # the server it kills is then not restarted for nothing.
 CASES = [pytest.param(bug, kwargs, id=f"{bug.name}-{'-'.join(map(str, kwargs.values())) or 'default'}",
-                      marks=[pytest.mark.crashes_server] if bug.crashes_scheduler else [])
+                      marks=[pytest.mark.crashes_server] if bug.breaks_server else [])
          for bug in known_bugs.REGISTRY for kwargs in bug.variants]
 
 
@@ -33,6 +33,13 @@ def test_known_bug_scenario(server, request, bug, kwargs):
     affected = server.topology in bug.topologies and known_bugs.affects(bug.releases, version)
     path, _, func = bug.scenario.partition(":")
     result = server.run(f"{ROOT / path}:{func}", **kwargs)
+    if result.crashed:
+        assert server.pids() == [], f"{bug.name}: a crashed server must leave no process behind"
+    if bug.breaks_server and not result.passed:
+        # dead, or alive with an engine the next reset dies on: not the pool's
+        # server for any later test (these run last: crashes_server)
+        server.shutdown()
+        assert server.pids() == [], f"{bug.name}: processes left after its server was shut down"
     if not affected:
         assert result.passed, f"{bug.name}'s scenario must pass where the bug does not apply: {result.error}"
         return
