@@ -262,3 +262,31 @@ def test_runner_refuses_an_unknown_standby_mode_and_never_stands_by_for_a_server
     assert runner.ExampleRunner(topology="pp1-normal", server=object(), standby="on").standby_mode == "off"
     with pytest.raises(ValueError, match="standby must be one of auto, on, off"):
         runner.ExampleRunner(topology="pp1-normal", standby="always")
+
+
+def test_a_program_that_leaves_an_engine_the_reset_cannot_restore_is_the_failing_one():
+    """The reset is run right after a passing program; if it dies there, the
+    failure is that program's (else the next program would be blamed and then
+    pass on a fresh server: the failure lost)."""
+    from scripted_runtime.user_side.result import ScriptResult
+
+    class Server:
+        alive, info = True, {"sglang_version": "0.0.test"}
+
+        def __init__(self, settle_crashes):
+            self.settle_crashes, self.targets = settle_crashes, []
+
+        def run(self, target, *args, **kwargs):
+            self.targets.append(target)
+            if target == runner.SETTLE and self.settle_crashes:
+                return ScriptResult(script="nothing", passed=False, crashed=True, crashed_in_reset=True,
+                                    error="SchedulerCrashed: AssertionError: freed twice", traceback="tb")
+            return ScriptResult(script="program", passed=True, steps=7)
+
+    clean = Server(settle_crashes=False)
+    out = runner.ExampleRunner(topology="pp1-normal", server=clean, invariants=False).run([A.Start(8, 1, 2)])
+    assert out.signature is None and clean.targets == [runner.INTERPRETER, runner.SETTLE]
+    broken = Server(settle_crashes=True)
+    out = runner.ExampleRunner(topology="pp1-normal", server=broken, invariants=False).run([A.Start(8, 1, 2)])
+    assert out.signature == "SchedulerCrashed: AssertionError: freed twice" and out.steps == 7
+    assert out.failing_action is None  # after the program's last action: the end

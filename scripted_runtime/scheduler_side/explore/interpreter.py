@@ -18,6 +18,15 @@ PROGRAM_FILENAME = "<explored program>"
 PROGRAM_FUNCTION = "program"
 
 
+def nothing(ctx):
+    """A script that does nothing. The explorer runs it right after a program
+    that passed: the engine reset before it then tells whether the program
+    left an engine that a reset can restore (the next program pays no more
+    for it: its own reset then finds a clean engine)."""
+    return None
+    yield  # a generator, as every script
+
+
 def run_source(ctx, source: str):
     code = compile(source, PROGRAM_FILENAME, "exec")
     # Tracebacks then show the program's lines.

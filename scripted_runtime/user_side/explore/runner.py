@@ -7,6 +7,7 @@ or killed server is restarted before the next program.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from scripted_runtime.user_side.result import ScriptResult, violation_signature
 from scripted_runtime.user_side.standby import Standby
 
 INTERPRETER = protocol.ScriptTarget(qualname="run_source", module="scripted_runtime.scheduler_side.explore.interpreter")
+SETTLE = protocol.ScriptTarget(qualname="nothing", module="scripted_runtime.scheduler_side.explore.interpreter")
 WARM_REFERENCES = protocol.ScriptTarget(qualname="warm", module="scripted_runtime.scheduler_side.output_oracle")
 EXAMPLE_TIMEOUT_S = 120.0
 STANDBY_MODES = ("auto", "on", "off")
@@ -244,9 +246,9 @@ class ExampleRunner:
         restart_s = self.ensure_server()
         source = A.to_source(program)
         t0 = time.monotonic()
-        result = self._run_fresh_if_reset_failed(
+        result = self._settled(self._run_fresh_if_reset_failed(
             lambda: self.server.run(INTERPRETER, source.text, timeout=self.example_timeout_s,
-                                    trace=trace, invariants=self.invariants))
+                                    trace=trace, invariants=self.invariants)))
         wall = time.monotonic() - t0
         value = result.value if isinstance(result.value, dict) else {}
         return Outcome(
@@ -262,9 +264,28 @@ class ExampleRunner:
 
     def run_file(self, path: str, *, trace: Any = False) -> ScriptResult:
         self.ensure_server()
-        return self._run_fresh_if_reset_failed(
+        return self._settled(self._run_fresh_if_reset_failed(
             lambda: self.server.run(f"{path}:{A.PROGRAM_FUNCTION}", timeout=self.example_timeout_s,
-                                    trace=trace, invariants=self.invariants))
+                                    trace=trace, invariants=self.invariants)))
+
+    def _settled(self, result: ScriptResult) -> ScriptResult:
+        """A program that passed must leave an engine the reset can restore:
+        the reset is run right away (before an empty script), and if it dies
+        or fails, that is this program's failure, not the next one's (which
+        would otherwise be blamed, and then pass on a fresh server: the
+        failure lost)."""
+        if not result.passed:
+            return result
+        probe = self.server.run(SETTLE, timeout=self.example_timeout_s, trace=False, invariants=self.invariants)
+        if probe.passed:
+            return result
+        self.progress(f"a program passed, then the engine reset after it failed ({(probe.error or '')[:120]}): "
+                      "counted as that program's failure")
+        return dataclasses.replace(
+            result, passed=False, error=probe.error, crashed=probe.crashed, crashed_in_reset=False,
+            script_stack=None,
+            traceback=("The program passed; the engine reset right after it failed, so the program left an "
+                       "engine the reset cannot restore:\n" + (probe.traceback or "")))
 
     def _run_fresh_if_reset_failed(self, run: Callable[[], ScriptResult]) -> ScriptResult:
         """``run()``, once more on a fresh server when the engine reset
