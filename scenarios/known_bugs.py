@@ -100,16 +100,28 @@ def pp_retract_chunk_two_slots(ctx):
     slot 1. It is recomputed from the waiting queue in slot 0 *and* adopted
     by slot 1 as a decode (step 8: ``mb0:E[...]`` and ``mb1:D[...]`` hold the
     same request); one of the two frees KV the other still decodes on:
-    invariant slot_ownership at step 13, before the double release of
-    ``pp_retract_chunk_double_release`` kills the scheduler (the next reset
-    dies in ``release_kv_cache``). Same cause
+    invariant slot_ownership at step 13 in the explorer's run, before the
+    double release of ``pp_retract_chunk_double_release`` kills the scheduler
+    (the next reset dies in ``release_kv_cache``). Same cause
     (docs/upstream/pp-retract-chunk-double-release.md, "Third symptom"). The
     program is the one ``scripted-runtime explore --pp 4`` found (dev profile,
     seed 7, program 792 of the run; shrinking met crashes and kept all 11
-    actions), kept as it was written.
+    actions), kept as it was written, after loading the weights the
+    explorer's programs ran with (its output oracle loads them first).
+    Run this way on a fresh server, the step trace is the explorer's up to
+    its failing step, but the scheduler reaches the double release (the
+    crash) before the invariant sees the freed KV; which of the two comes
+    first was not pinned down, so the registry entry accepts either.
     """
+    from scripted_runtime.scheduler_side import state
     from scripted_runtime.scheduler_side.explore import program as explore
 
+    op = ctx.update_weights_from_disk(flush_cache=True, await_arrival=True)
+    yield from op.wait(max_steps=20 * ctx.pp_loop_size)
+    assert op.success, op
+    # the program started at PP slot 0 (as every script does): come round to it again
+    yield from ctx.wait_until(lambda: state.pp_slot(ctx.scheduler) in (None, 0), max_steps=ctx.pp_loop_size,
+                              what="PP slot 0")
     reqs = [ctx.start_req(input_ids=[1] * 8, max_new_tokens=3, ignore_eos=True, temperature=0.0)]
     explore.abort_one(ctx, reqs, 0)
     yield from explore.flush_cache(ctx)
