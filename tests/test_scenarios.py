@@ -70,7 +70,7 @@ def test_explorer_finds_pr27446_without_being_told_the_window(pp4_without_pr2744
     from scripted_runtime.user_side.explore import explorer
 
     report = explorer.explore(topology="pp4", profile="ci", server=pp4_without_pr27446, out_dir=tmp_path,
-                              revert_fixes=["pr27446"], shrink_time_s=30,
+                              revert_fixes=["pr27446"], shrink_time_s=5,
                               invariants=[n for n in NAMES if n != "greedy_output"],
                               progress=lambda line: print(f"[explore] {line}"))
     assert report.signature == "InvariantViolation[idle_gate]", report.stats.summary()
