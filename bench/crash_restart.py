@@ -37,16 +37,6 @@ def crash_now(ctx):
         yield
 
 
-def _wait_standby(runner, timeout_s: float = 600.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while runner._standby is not None and not runner._standby.ready:
-        if runner._standby.error is not None:
-            raise RuntimeError(f"standby failed: {runner._standby.error}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"standby not ready within {timeout_s:.0f}s")
-        time.sleep(0.5)
-
-
 def measure(topology: str, standby: str, repeat: int) -> dict:
     from proctree import rss_mib
 
@@ -61,9 +51,11 @@ def measure(topology: str, standby: str, repeat: int) -> dict:
     try:
         runner.ensure_server()
         for i in range(repeat):
-            _wait_standby(runner)
-            if runner._standby is not None:
-                standby_mib.append(rss_mib(runner._standby.server.pids()))
+            standby = runner.standby
+            if standby is not None:
+                if not standby.wait_ready(600):
+                    raise RuntimeError(f"standby not ready within 600 s: {standby.error or 'still starting'}")
+                standby_mib.append(rss_mib(standby.server.pids()))
             crashed = runner.server.run(CRASH.get(topology, SABOTAGE), timeout=120)
             if not crashed.crashed:
                 raise RuntimeError(f"the crash scenario did not crash the scheduler: {crashed.summary()}")

@@ -62,10 +62,10 @@ def measure(topology: str, seconds: float, repeat: int, *, out_dir: Path = Path(
         for i in range(repeat):
             def keep(program, outcome, position, known_name, run=i + 1):
                 note = f"; known SGLang bug {known_name}" if known_name else ""
-                path = writer.write_scenario(
-                    out_dir, program, outcome, topology=topology, sglang_version=version, seed=run,
-                    profile="dev", patches=list(patches), shrunk=False, found_by="`bench/explore.py`",
-                    found_after=f"program {position} of bench run {run}/{repeat} (seed {run}){note}")
+                path = writer.write_kept(
+                    out_dir, program, outcome, position=position, run=f"bench run {run}/{repeat} (seed {run})",
+                    known_name=known_name, topology=topology, sglang_version=version, seed=run, profile="dev",
+                    patches=list(patches), found_by="`bench/explore.py`")
                 failures.append(f"run {run} (seed {run}), program {position}: {outcome.signature}"
                                 f"{note} -> {path}")
                 return str(path)

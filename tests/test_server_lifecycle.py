@@ -108,11 +108,8 @@ def test_after_a_crash_a_standby_takes_over_at_once_then_shutdown_is_fast_and_le
     try:
         runner.ensure_server()
         servers.append(runner.server)
-        deadline = time.monotonic() + 180
-        while not runner._standby.ready:
-            assert time.monotonic() < deadline, "the standby did not come up in 180 s"
-            assert runner._standby.error is None, runner._standby.error
-            time.sleep(0.5)
+        assert runner.standby.wait_ready(180), \
+            f"the standby did not come up in 180 s: {runner.standby.error or 'still starting'}"
         crashed = runner.server.run(script_sabotage)
         assert crashed.crashed and "sabotaged by the test" in crashed.traceback
         t0 = time.monotonic()
@@ -122,7 +119,7 @@ def test_after_a_crash_a_standby_takes_over_at_once_then_shutdown_is_fast_and_le
         assert after.signature is None, after
         assert took < 10, f"crash to the next program took {took:.1f}s with a standby ready"
         server = runner.server
-        servers += [server, runner._standby.server]
+        servers += [server, runner.standby.server]
         pids = server.pids()
         names = {pid: _cmdline(pid) for pid in pids}
         # SGLang renames its ranks (setproctitle), which wipes the environment

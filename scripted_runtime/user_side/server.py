@@ -381,7 +381,7 @@ class ScriptedServer:
                 if isinstance(msg, protocol.SchedulerCrashed):
                     crashed = self._with_trace(self._crashed(name, msg.traceback, t0), trace_path)
                     crashed.script_stack = list(msg.script_stack) if msg.script_stack else None
-                    crashed.crashed_in_reset = bool(getattr(msg, "in_reset", False))
+                    crashed.crashed_in_reset = msg.in_reset
                     return crashed
             crash = self._crash_file_text()
             if crash is not None or (self._proc is not None and self._proc.poll() is not None):

@@ -45,6 +45,12 @@ class Standby:
     def ready(self) -> bool:
         return not self._thread.is_alive() and self.error is None
 
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the start (and ``prepare``) to end;
+        whether it is ready (else still starting, or ``error`` says why not)."""
+        self._thread.join(timeout_s)
+        return self.ready
+
     def take(self, timeout_s: float) -> Optional[Any]:
         """The standby server, waiting up to ``timeout_s`` for it to be
         ready; None (and nothing left running) if it failed or is not ready

@@ -81,12 +81,11 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
 
         def keep(program, outcome, position, known_name):
             # Never lost: the first program of every failure, as found, written at once.
-            note = f"; known SGLang bug {known_name}" if known_name else ""
-            return str(writer.write_scenario(
-                Path(out_dir) / "kept", program, outcome, topology=topology, sglang_version=version,
+            return str(writer.write_kept(
+                Path(out_dir) / "kept", program, outcome, position=position, known_name=known_name,
+                run=f"the run ({profile} profile, {run_label})", topology=topology, sglang_version=version,
                 seed=seed, profile=profile, revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
-                found_after=f"program {position} of the run ({profile} profile, {run_label}){note}",
-                invariants=invariants, shrunk=False, found_by=found_by))
+                invariants=invariants, found_by=found_by))
 
         result = search_mod.search(runner, profile=prof, seed=seed, max_examples=max_examples,
                                    max_time_s=max_time_s, shrink_time_s=shrink_time_s,

@@ -167,6 +167,11 @@ class ExampleRunner:
             self._warm_references()
         return 0.0
 
+    @property
+    def _needs_references(self) -> bool:
+        """The output oracle is on and computing its references did not fail on this build."""
+        return self.oracle_on and not self._warm_failed
+
     def _warm_references(self) -> None:
         """The output oracle's reference of every prompt a program can
         draw, computed once per server before any program: so no program
@@ -174,20 +179,17 @@ class ExampleRunner:
         It runs with the checks off (they judge programs, not this); on a
         build so broken that it fails (a mutant, a reverted fix), programs
         compute the references they need at their end instead."""
-        from scripted_runtime.user_side.explore import strategies
-
         self._warmed = True  # tried once per server, whatever the outcome
-        if not self.oracle_on or self._warm_failed:
+        if not self._needs_references:
             return
-        prompts = [[token] * n for n in strategies.PROMPT_LENGTHS for token in strategies.PROMPT_TOKENS]
         t0 = time.monotonic()
         try:
-            self._run_warm(prompts, strategies.MAX_NEW_TOKENS, t0)
+            self._run_warm(t0)
         finally:
             self.warm_s = time.monotonic() - t0
 
-    def _run_warm(self, prompts, max_new_tokens: int, t0: float) -> None:
-        result = self._warm_on(self.server, prompts, max_new_tokens)
+    def _run_warm(self, t0: float) -> None:
+        result = self._warm_on(self.server)
         if result.passed:
             self.progress(f"output oracle: {result.value} reference outputs computed in "
                           f"{time.monotonic() - t0:.1f}s")
@@ -202,22 +204,27 @@ class ExampleRunner:
                           f"(restart {self.restarts})")
             self.server.restart()
 
-    def _warm_on(self, server: Any, prompts, max_new_tokens: int) -> ScriptResult:
-        return server.run(WARM_REFERENCES, prompts, max_new_tokens,
+    def _warm_on(self, server: Any) -> ScriptResult:
+        """Compute, on ``server``, the reference of every prompt a program can draw."""
+        from scripted_runtime.user_side.explore import strategies
+
+        prompts = [[token] * n for n in strategies.PROMPT_LENGTHS for token in strategies.PROMPT_TOKENS]
+        return server.run(WARM_REFERENCES, prompts, strategies.MAX_NEW_TOKENS,
                           timeout=self.example_timeout_s * 4, trace=False, invariants=False)
 
     def _prepare_standby(self, server: Any) -> None:
-        """In the standby's thread: the references the live server computed
-        (when they could be), so a swap costs no warm-up."""
-        from scripted_runtime.user_side.explore import strategies
-
-        if not self.oracle_on or self._warm_failed:
+        """In the standby's thread: what ``_warm_references`` does for the
+        live server, so a swap costs no warm-up."""
+        if not self._needs_references:
             return
-        prompts = [[token] * n for n in strategies.PROMPT_LENGTHS for token in strategies.PROMPT_TOKENS]
-        result = self._warm_on(server, prompts, strategies.MAX_NEW_TOKENS)
+        result = self._warm_on(server)
         if not result.passed:
             raise RuntimeError(f"the standby's reference warm-up failed: {result.error}")
-        server.warmed = True
+
+    @property
+    def standby(self) -> Optional[Standby]:
+        """The standby server starting or ready now, if any."""
+        return self._standby
 
     def _start_standby(self) -> None:
         if self._standby is None and self.standby_mode != "off" and self._own_server:
@@ -233,7 +240,7 @@ class ExampleRunner:
                           f"swap {self.swaps})")
             self.server.shutdown()
             self.server = fresh
-            self._warmed = bool(getattr(fresh, "warmed", False))
+            self._warmed = True  # the standby was prepared as _warm_references would have
         else:
             self.progress(f"{why}; restarting the {self.topology} server (restart {self.restarts})")
             self.server.restart()

@@ -65,3 +65,13 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topol
     source = A.to_source(program, docstring="\n".join(lines), mark=mark)
     path.write_text(source.text)
     return path
+
+
+def write_kept(out_dir: Path, program: Sequence[A.Action], outcome, *, position: int, run: str,
+               known_name: str = "", **scenario) -> Path:
+    """The first program of a failure, as found (not shrunk), written the
+    moment it was met: program ``position`` of ``run`` (e.g. "the run (ci
+    profile, seed 7)"). ``scenario``: ``write_scenario``'s other arguments."""
+    note = f"; known SGLang bug {known_name}" if known_name else ""
+    return write_scenario(out_dir, program, outcome, shrunk=False,
+                          found_after=f"program {position} of {run}{note}", **scenario)
