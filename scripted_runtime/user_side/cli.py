@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from scripted_runtime.errors import UsageError
+from scripted_runtime.user_side import scenario_history
 from scripted_runtime.user_side.result import violation_signature
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -63,6 +64,10 @@ def check_script_spec(spec: str) -> str:
     if func.split(".")[0] not in names:
         known = ", ".join(sorted(names)) or "none"
         raise UsageError(f"{where} has no function {func!r} (functions: {known})")
+    try:
+        scenario_history.runs_before(path, func)
+    except scenario_history.HistoryError as exc:
+        raise UsageError(str(exc)) from exc
     return f"{path}:{func}"
 
 
@@ -151,8 +156,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 server = ScriptedServer.start(device=args.device, topology=topology,
                                               start_timeout_s=args.start_timeout,
                                               revert_fixes=reverted, patches=patched, **overrides)
-            result = server.run(spec, timeout=args.timeout, invariants=checked,
-                                trace=args.trace or True)
+            result = _run_with_history(server, spec, timeout=args.timeout, invariants=checked,
+                                       trace=args.trace or True)
             results.append(result)
             outcomes.append(outcome_of(result))
             _report(result)
@@ -162,6 +167,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
                                        "start_s": round(started_s, 1) if outcomes else None,
                                        "outcomes": outcomes})
     return EXIT_PASS if results and all(r.passed for r in results) else EXIT_FAIL
+
+
+def _run_with_history(server, spec: str, **run_kwargs):
+    """Run ``spec``, after the scripts its file lists to run before it
+    (``RUNS_BEFORE``: the history a failure needs), each after the engine
+    reset as always. An earlier script that fails ends it: its result is
+    returned, named as such."""
+    path, _, func = spec.rpartition(":")
+    for earlier in scenario_history.runs_before(path, func):
+        result = server.run(earlier, timeout=run_kwargs["timeout"], invariants=run_kwargs["invariants"],
+                            trace=False)
+        print(f"[scripted-runtime] ran {earlier} first (RUNS_BEFORE of {func}): "
+              f"{'PASS' if result.passed else 'FAIL'}", file=sys.stderr, flush=True)
+        if not result.passed:
+            print(f"scripted-runtime: {earlier}, which {spec} lists to run before it, failed; "
+                  f"{func} was not run", file=sys.stderr)
+            return result
+    return server.run(spec, **run_kwargs)
 
 
 def _report(result) -> None:
@@ -260,7 +283,8 @@ def _cmd_explore(args: argparse.Namespace) -> int:
             sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout,
             invariants=not args.no_invariants, example_timeout_s=args.timeout,
             known_bugs=() if args.no_known_bugs else None, stop_at_known=args.stop_at_known,
-            corpus=not args.no_corpus, standby=args.standby, progress=progress)
+            corpus=not args.no_corpus, standby=args.standby,
+            fresh_replay=not args.same_server_replay, progress=progress)
     except ServerStartError as exc:
         print(f"scripted-runtime: server did not start: {exc}", file=sys.stderr)
         _write_json(args.stats_json, {"status": "NO-START", "error": str(exc)})
@@ -466,6 +490,10 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--standby", choices=["auto", "on", "off"], default="auto",
                      help="a second server kept ready to swap in when the live one dies: auto (default) from "
                           "the first crash on, on from the start, off (docs/exploring.md)")
+    exp.add_argument("--same-server-replay", action="store_true",
+                     help="replay the written failure on the explorer's own server only; by default it is "
+                          "replayed on a fresh server and, if it passes there, the history it needs is "
+                          "replayed and shrunk (docs/exploring.md)")
     exp.add_argument("--no-corpus", action="store_true",
                      help="skip the seed corpus (every control operation in every request phase, run first "
                           "outside the time budget; docs/exploring.md)")

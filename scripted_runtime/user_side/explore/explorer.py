@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from scripted_runtime import known_bugs as known_bugs_mod
-from scripted_runtime.user_side.explore import determinism, search as search_mod, writer
+from scripted_runtime.user_side.explore import determinism, history as history_mod, search as search_mod, writer
 from scripted_runtime.user_side.explore.runner import ExampleRunner, signature_of
 from scripted_runtime.user_side.explore.stats import Stats
 
@@ -23,8 +23,15 @@ class ExploreReport:
     seed: Optional[int] = None
     signature: Optional[str] = None
     scenario_path: Optional[str] = None
-    replay_verdict: Optional[str] = None  # the written file, run once
+    replay_verdict: Optional[str] = None  # the written file, run on a fresh server (else the explorer's)
     replay_matches: Optional[bool] = None
+    replayed_fresh: bool = False  # the replay above ran on a fresh server (the explorer owned its server)
+    # the failure needs earlier programs on its server (history.recover): its verdict, and the
+    # file that runs them first (then ``scenario_path``); the first written file is ``standalone_path``
+    history_verdict: Optional[str] = None
+    standalone_path: Optional[str] = None
+    nondeterministic: bool = False
+    kept_traces: Dict[str, str] = field(default_factory=dict)  # what each trace shows -> its path
     determinism_ok: Optional[bool] = None
     determinism_verdict: Optional[str] = None
     program_lines: List[str] = field(default_factory=list)
@@ -55,12 +62,18 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
             sglang_spec: Optional[str] = None, start_timeout_s: float = 300.0,
             log_dir: Optional[Path] = None, invariants: Any = True, example_timeout_s: float = 120.0,
             known_bugs: Optional[Sequence[Any]] = None, stop_at_known: bool = False, corpus: bool = True,
-            found_by: str = "`scripted-runtime explore`", standby: str = "auto",
+            found_by: str = "`scripted-runtime explore`", standby: str = "auto", fresh_replay: bool = True,
             progress: Callable[[str], None] = print) -> ExploreReport:
     """``known_bugs``: the registry to match failures against (default the
     built-in one; ``()``: every failure is new). Every failure met is kept
     (``OUT/kept/``, as found) the moment it is met; a new one is then also
-    shrunk and written to ``OUT``."""
+    shrunk and written to ``OUT``.
+
+    ``fresh_replay``: the written file is replayed on a fresh server (the
+    standby, started when the failure is found, else a restart); if it does
+    not fail there, the server's history is replayed and shrunk
+    (``history.recover``). Only with a server of its own (``server`` None):
+    a passed-in server is replayed on as it is, and the report says so."""
     prof = search_mod.PROFILES[profile]
     revert_fixes = list(revert_fixes)
     patches = list(patches)
@@ -91,6 +104,10 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
                                    max_time_s=max_time_s, shrink_time_s=shrink_time_s,
                                    stop_file=stop_file, progress=progress, stop_at_known=stop_at_known,
                                    corpus=corpus, keep=keep,
+                                   on_found=runner.start_standby if fresh_replay and runner.owns_server
+                                   else (lambda: None),
+                                   check_alone=lambda program, outcome: _alone_after_crash(
+                                       runner, program, outcome) if fresh_replay else None,
                                    known_bugs=known_bugs_mod.REGISTRY if known_bugs is None else known_bugs)
         stats = result.stats
         stats.start_s = start_s
@@ -114,35 +131,130 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
             path = writer.write_scenario(Path(out_dir), result.program, outcome, topology=topology,
                                          sglang_version=version, seed=result.seed, profile=profile,
                                          revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
-                                         found_after=found_after, invariants=invariants)
+                                         found_after=found_after, invariants=invariants,
+                                         shrunk=not result.needs_history)
             trace_dir = Path(out_dir) / "traces" / path.stem
             report.scenario_path = str(path)
-            progress(f"wrote {path} ({len(result.program)} actions, shrunk from "
-                     f"{len(result.first_program or result.program)})")
+            budget_s = prof.shrink_time_s if shrink_time_s is None else shrink_time_s
+
+            def write(program, earlier, note, failed=outcome):
+                return writer.write_scenario(
+                    Path(out_dir), program, failed, topology=topology, sglang_version=version, seed=result.seed,
+                    profile=profile, revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
+                    found_after=found_after, invariants=invariants, earlier=earlier, history_note=note)
+
+            progress(f"wrote {path} ({len(result.program)} actions, "
+                     + ("as first found: it needs its history)" if result.needs_history else
+                        f"shrunk from {len(result.first_program or result.program)})"))
+            trace_dir.mkdir(parents=True, exist_ok=True)
+            if result.needs_history:
+                # It passed alone on a fresh server already (right after its crash): straight to its history.
+                report.replayed_fresh = True
+                _recover_history(runner, report, result, budget_s=budget_s, trace_dir=trace_dir, write=write,
+                                 fresh_note="it passed alone on a fresh server right after it crashed",
+                                 kept_traces={}, progress=progress)
+                progress(report.replay_verdict)
+                return _finish(report, runner)
             # Run the written file, then the program as explored: the first
             # shows the file reproduces the failure, the pair is the
             # determinism check (same program text, two runs, same trace?).
-            trace_dir.mkdir(parents=True, exist_ok=True)
             file_trace = trace_dir / "replay-of-written-file.jsonl"
             sig = signature_of(runner.run_file(str(path), trace=file_trace))
             report.replay_matches = sig == outcome.signature
-            report.replay_verdict = (f"the written file replays it: {sig}" if report.replay_matches else
-                                     f"the written file did NOT reproduce it: got {sig or 'PASS'}")
-            progress(report.replay_verdict)
+            report.replay_verdict = (f"the written file replays it on the explorer's server: {sig}"
+                                     if report.replay_matches else
+                                     f"the written file did NOT reproduce it on the explorer's server: "
+                                     f"got {sig or 'PASS'}")
             if check_determinism:
                 again_trace = trace_dir / "replay-of-program.jsonl"
                 again = runner.run(result.program, trace=again_trace)
                 report.determinism_ok, report.determinism_verdict = determinism.check_traces(
                     (sig, str(file_trace)), (again.signature, str(again_trace)), topology=topology)
+            if fresh_replay and runner.owns_server:
+                _replay_fresh(runner, report, result, path, trace_dir, budget_s=budget_s, same_trace=file_trace,
+                              same_sig=sig, write=write, progress=progress)
+            elif fresh_replay:
+                report.replay_verdict += " (not a fresh one: the server was passed in, so it is replayed on as is)"
+            progress(report.replay_verdict)
         elif check_determinism and result.longest_passing:
             report.determinism_ok, report.determinism_verdict = determinism.check(
                 runner, result.longest_passing, trace_dir=trace_dir, label="longest")
-        if report.determinism_verdict:
-            progress(report.determinism_verdict)
-        stats.restarts = runner.restarts
-        return report
+        return _finish(report, runner, progress)
     finally:
         runner.close()
+
+
+def _finish(report: ExploreReport, runner: ExampleRunner, progress=lambda line: None) -> ExploreReport:
+    if report.determinism_verdict:
+        progress(report.determinism_verdict)
+    report.stats.restarts = runner.restarts
+    return report
+
+
+def _alone_after_crash(runner: ExampleRunner, program, outcome) -> Optional[bool]:
+    """Right after a first failure that killed the scheduler, the next
+    server is fresh anyway: run the program alone on it. Whether it failed
+    the same way; None when the server is alive (finding out would cost a
+    restart; the written file's fresh replay does it later) or not owned."""
+    if not runner.owns_server or runner.server is None or runner.server.alive:
+        return None
+    return runner.run(program).signature == outcome.signature
+
+
+def _replay_fresh(runner: ExampleRunner, report: ExploreReport, result, path: Path, trace_dir: Path, *,
+                  budget_s: float, same_trace: Path, same_sig: Optional[str], write, progress) -> None:
+    """Replay the written file on a fresh server. If it does not fail there,
+    recover the history it needs (``history.recover``) and write that as the
+    scenario, or call the failure nondeterministic, keeping both traces."""
+    outcome = result.outcome
+    runner.fresh_server("replaying the written file on a fresh server")
+    fresh_trace = trace_dir / "replay-on-fresh-server.jsonl"
+    sig = signature_of(runner.run_file(str(path), trace=fresh_trace))
+    report.replayed_fresh = True
+    if sig == outcome.signature:
+        report.replay_matches = True
+        report.replay_verdict = f"the written file replays it on a fresh server: {sig}"
+        return
+    _recover_history(runner, report, result, budget_s=budget_s, trace_dir=trace_dir, write=write,
+                     fresh_note=f"the written file got {sig or 'PASS'} on a fresh server",
+                     kept_traces={f"the written file on the explorer's server ({same_sig or 'PASS'})": str(same_trace),
+                                  f"the written file on a fresh server ({sig or 'PASS'})": str(fresh_trace)},
+                     progress=progress)
+
+
+def _recover_history(runner: ExampleRunner, report: ExploreReport, result, *, budget_s: float, trace_dir: Path,
+                     write, fresh_note: str, kept_traces: Dict[str, str], progress) -> None:
+    """The failure does not come back alone on a fresh server: replay and
+    shrink its server's history (``history.recover``), write the file that
+    runs what it needs first and check it on a fresh server; or, if the
+    history does not bring it back either, call it nondeterministic and
+    keep the traces of the runs."""
+    outcome = result.outcome
+    first = result.first_outcome or outcome
+    # the search runs programs only; a scenario file run before it is not inlined
+    earlier = [e for e in runner.history_before(first) if not isinstance(e, str)]
+    recovery = history_mod.recover(runner, earlier=earlier, program=result.first_program or result.program,
+                                   shrunk=result.program, signature=outcome.signature,
+                                   budget_s=budget_s, trace_dir=trace_dir, progress=progress)
+    report.history_verdict = recovery.verdict
+    if not recovery.reproduced:
+        report.nondeterministic = True
+        report.replay_matches = False
+        report.replay_verdict = f"NOT reproduced: {fresh_note}, and {recovery.verdict}"
+        report.kept_traces = {**kept_traces, **recovery.traces}
+        return
+    note = (f"shrunk from {recovery.history_len} by delta debugging on {recovery.trials} fresh servers"
+            + ("" if recovery.shrink_complete else "; the budget ran out before the shrink ended"))
+    history_path = write(recovery.program, recovery.earlier, note, recovery.outcome or outcome)
+    report.standalone_path, report.scenario_path = report.scenario_path, str(history_path)
+    report.program_lines = [a.describe() for a in recovery.program]
+    progress(f"wrote {history_path} ({len(recovery.earlier)} earlier programs, then {len(recovery.program)} "
+             "actions)")
+    runner.fresh_server("replaying the history file on a fresh server")
+    got = signature_of(runner.run_file(str(history_path), trace=trace_dir / "replay-of-history-file.jsonl"))
+    report.replay_matches = got == outcome.signature
+    report.replay_verdict = (f"the history file replays it on a fresh server: {got}" if report.replay_matches
+                             else f"the history file did NOT reproduce it on a fresh server: got {got or 'PASS'}")
 
 
 def print_report(report: ExploreReport, *, profile: str, out=print) -> None:
@@ -166,4 +278,10 @@ def print_report(report: ExploreReport, *, profile: str, out=print) -> None:
         for i, line in enumerate(report.program_lines, 1):
             out(f"    {i}. {line}")
         out(f"  scenario: {report.scenario_path}")
+        if report.history_verdict:
+            out(f"  {report.history_verdict}")
+        if report.standalone_path:
+            out(f"  (the failing program alone, which passes on a fresh server: {report.standalone_path})")
         out(f"  {report.replay_verdict}")
+        for what, trace in report.kept_traces.items():
+            out(f"  trace kept: {what}: {trace}")

@@ -12,9 +12,10 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from scripted_runtime import protocol
+from scripted_runtime.user_side import scenario_history
 from scripted_runtime.user_side.explore import actions as A
 from scripted_runtime.user_side.explore.determinism import RID
 from scripted_runtime.user_side.result import ScriptResult, violation_signature
@@ -46,6 +47,10 @@ class Outcome:
     outputs_compared: int = 0  # greedy requests the output oracle compared with their reference
     failing_action: Optional[int] = None  # index into the program; None: end checks or unknown
     failing_step: Optional[int] = None
+    # where it ran: the server (its ``server_id``) and how many programs that server ran before it
+    # (``ExampleRunner.history_before``)
+    server_id: str = ""
+    history_index: int = 0
 
     @property
     def failed(self) -> bool:
@@ -128,6 +133,10 @@ class ExampleRunner:
         self.warm_s = 0.0  # seconds the last reference warm-up took (after server ready, before programs)
         self.restarts = 0
         self.start_s: Optional[float] = None
+        # What each server ran since it started, by ``server_id``: programs (action lists) and
+        # scenario files ("PATH:FUNC"), each after the engine reset and followed by the settle probe.
+        # The reference warm-up is not listed: every fresh server runs it before anything else.
+        self.histories: Dict[str, List[Any]] = {}
         self.progress = progress or (lambda line: None)
 
     @property
@@ -226,6 +235,15 @@ class ExampleRunner:
         """The standby server starting or ready now, if any."""
         return self._standby
 
+    @property
+    def owns_server(self) -> bool:
+        return self._own_server
+
+    def start_standby(self) -> None:
+        """Start the standby now (unless ``--standby off``), because a fresh
+        server will be wanted soon (the found failure's fresh replay)."""
+        self._start_standby()
+
     def _start_standby(self) -> None:
         if self._standby is None and self.standby_mode != "off" and self._own_server:
             self._standby = Standby(self.server, prepare=self._prepare_standby, progress=self.progress)
@@ -249,6 +267,37 @@ class ExampleRunner:
             self._warm_references()
         self._start_standby()  # the next crash swaps too
 
+    @property
+    def history(self) -> List[Any]:
+        """What the live server ran since it started (see ``histories``)."""
+        return self.histories.setdefault(self._server_key(), []) if self.server is not None else []
+
+    def _server_key(self) -> str:
+        """The live server's identity (a new one at each start and restart)."""
+        return str(getattr(self.server, "server_id", None) or id(self.server))
+
+    def history_before(self, outcome: "Outcome") -> List[Any]:
+        """What ran on ``outcome``'s server before it, oldest first."""
+        return list(self.histories.get(outcome.server_id, [])[:outcome.history_index])
+
+    def _record(self, entry: Any) -> tuple:
+        """Add ``entry`` to the history of the server it ran on (the live
+        one: a dead server is replaced only before the next run); returns
+        (server_id, its index there)."""
+        history = self.history
+        history.append(entry)
+        return self._server_key(), len(history) - 1
+
+    def fresh_server(self, why: str) -> None:
+        """Make the live server a fresh one (nothing run on it since its
+        start and warm-up), restarting or swapping in the standby if it ran
+        anything. Only for a server this runner owns."""
+        if not self._own_server:
+            raise RuntimeError("fresh_server needs a server the runner owns (it was passed one)")
+        self.ensure_server()
+        if self.history:
+            self._restart(why)
+
     def run(self, program: Sequence[A.Action], *, trace: Any = False) -> Outcome:
         restart_s = self.ensure_server()
         source = A.to_source(program)
@@ -257,6 +306,7 @@ class ExampleRunner:
             lambda: self.server.run(INTERPRETER, source.text, timeout=self.example_timeout_s,
                                     trace=trace, invariants=self.invariants)))
         wall = time.monotonic() - t0
+        server_id, index = self._record(tuple(program))
         value = result.value if isinstance(result.value, dict) else {}
         return Outcome(
             signature=signature_of(result),
@@ -266,14 +316,24 @@ class ExampleRunner:
             windows=result.windows or {}, coverage=value.get("coverage", {}),
             outputs_compared=int((value.get("end") or {}).get("outputs_compared", 0) or 0),
             failing_action=failing_position(result, source) if not result.passed else None,
-            failing_step=_failing_step(result),
+            failing_step=_failing_step(result), server_id=server_id, history_index=index,
         )
 
-    def run_file(self, path: str, *, trace: Any = False) -> ScriptResult:
+    def run_file(self, path: str, *, trace: Any = False, function: str = A.PROGRAM_FUNCTION) -> ScriptResult:
+        """Run scenario ``path:function`` as ``scripted-runtime run`` does:
+        first the scripts its file lists to run before it (``RUNS_BEFORE``,
+        a history the failure needs), each after the engine reset."""
         self.ensure_server()
-        return self._settled(self._run_fresh_if_reset_failed(
-            lambda: self.server.run(f"{path}:{A.PROGRAM_FUNCTION}", timeout=self.example_timeout_s,
-                                    trace=trace, invariants=self.invariants)))
+        specs = [*scenario_history.runs_before(path, function), f"{path}:{function}"]
+        for i, spec in enumerate(specs):
+            last = i == len(specs) - 1
+            result = self._settled(self._run_fresh_if_reset_failed(
+                lambda: self.server.run(spec, timeout=self.example_timeout_s, trace=trace if last else False,
+                                        invariants=self.invariants)))
+            self._record(spec)
+            if not result.passed and not last:
+                return result  # an earlier script failed: that is the outcome
+        return result
 
     def _settled(self, result: ScriptResult) -> ScriptResult:
         """A program that passed must leave an engine the reset can restore:

@@ -86,12 +86,16 @@ class SearchResult:
     outcome: Optional[Outcome] = None
     seed: Optional[int] = None
     first_program: Optional[list] = None  # the failing program as first found
+    first_outcome: Optional[Outcome] = None  # its outcome (which server, after what: runner.history_before)
     found_after_examples: Optional[int] = None
     longest_passing: Optional[list] = None  # for the determinism check when nothing failed
     # known SGLang bug name -> (the first program that hit it, its outcome, programs run by then)
     known: Dict[str, Tuple[list, Outcome, int]] = field(default_factory=dict)
     # failure signature -> the file ``keep`` wrote for its first program, as found
     kept: Dict[str, str] = field(default_factory=dict)
+    # the first failing program passed alone on a fresh server (``check_alone``): it needs what its
+    # server ran before it, so it was not shrunk here (``history.recover`` does that)
+    needs_history: bool = False
 
 
 def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = None,
@@ -99,6 +103,8 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
            shrink_time_s: Optional[float] = None, stop_file: Optional[str] = None,
            known_bugs: Sequence[known_bugs_mod.KnownBug] = known_bugs_mod.REGISTRY, stop_at_known: bool = False,
            corpus: bool = True, keep: Optional[Callable[[list, Outcome, int, str], Optional[str]]] = None,
+           on_found: Callable[[], None] = lambda: None,
+           check_alone: Callable[[list, Outcome], Optional[bool]] = lambda program, outcome: None,
            progress: Callable[[str], None] = lambda line: None) -> SearchResult:
     """Search until a new failure (shrunk, returned) or the budget is spent.
     A failure that is a registered SGLang bug (``known_bugs``; pass ``()`` to
@@ -112,7 +118,12 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
     program of every failure signature the moment it is met (before any
     shrinking, known bugs included), so no failure is lost whatever happens
     to the search after; returns the path it wrote (kept in
-    ``result.kept``)."""
+    ``result.kept``). ``on_found()``: called once, when the first new
+    failure is met (before its shrinking). ``check_alone(program,
+    outcome)``: then, whether that program fails the same way alone on a
+    fresh server (None: not checked); False ends the search unshrunk
+    (``result.needs_history``): shrinking it on a server whose state it
+    needs would shrink the wrong thing."""
     topology = runner.topology
     stats = Stats(topology=topology)
     limit_examples = max_examples or profile.max_examples
@@ -147,6 +158,8 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
 
     def budget_left(key: Tuple) -> bool:
         now = time.monotonic()
+        if first.get("needs_history"):
+            return False
         if "at" in first:
             return now - first["at"] < shrink_s
         if stop_file and os.path.exists(stop_file):
@@ -192,12 +205,17 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
                 longest[:] = [list(program), outcome.steps]
             if outcome.failed and "at" not in first:
                 first.update(at=time.monotonic(), signature=outcome.signature, program=list(program),
-                             examples=stats.examples)
+                             examples=stats.examples, outcome=outcome)
                 stats.first_failure_s = ran_at + outcome.wall_s - t0
                 if stop_file:
                     open(stop_file, "a").close()
                 progress(f"FOUND {outcome.signature} after {stats.examples} programs in "
                          f"{stats.first_failure_s:.1f}s; shrinking (up to {shrink_s:.0f}s)")
+                on_found()
+                if check_alone(list(program), outcome) is False:
+                    first["needs_history"] = True
+                    progress("it passes alone on a fresh server: it needs what its server ran before it, so "
+                             "it is not shrunk here (the history is replayed and shrunk instead)")
             note()
         else:
             stats.cached += 1
@@ -223,6 +241,8 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
         program, outcome = last_failing[exc.signature]
         result.program, result.outcome = program, outcome
         result.first_program = first.get("program")
+        result.first_outcome = first.get("outcome")
+        result.needs_history = bool(first.get("needs_history"))
         result.found_after_examples = first.get("examples")
     stats.wall_s = time.monotonic() - t0
     result.longest_passing = longest[0]

@@ -25,9 +25,13 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topol
                    sglang_version: str, seed: Optional[int], profile: str,
                    revert_fixes: Sequence[str] = (), sglang_spec: Optional[str] = None,
                    found_after: str = "", invariants: bool = True, patches: Sequence[str] = (),
-                   shrunk: bool = True, found_by: str = "`scripted-runtime explore`") -> Path:
+                   shrunk: bool = True, found_by: str = "`scripted-runtime explore`",
+                   earlier: Sequence[Sequence[A.Action]] = (), history_note: str = "") -> Path:
     """``shrunk``: the program is Hypothesis's shrunk form (else as first
-    found). ``found_by``: the command that met it, for the header."""
+    found). ``found_by``: the command that met it, for the header.
+    ``earlier``: programs the failure needs to have run before it on the
+    same server (``history.recover``); the file then lists them in
+    ``RUNS_BEFORE``, so every replay runs them first."""
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^A-Za-z0-9]+", "_", outcome.signature).strip("_").lower()[:40]
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -54,16 +58,38 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topol
         "Replay:",
         f"  {replay_command(str(path), topology=topology, revert_fixes=revert_fixes, sglang=sglang_spec, invariants=invariants, patches=patches)}",
         "",
-        ("The program, shrunk by Hypothesis" if shrunk else "The program as it was first found (not shrunk)")
-        + " (one `yield` = one scheduler iteration):",
     ]
+    if earlier:
+        lines += [
+            f"It needs a history: on a fresh server it fails only after {len(earlier)} earlier program"
+            f"{'s' if len(earlier) > 1 else ''}",
+            f"ran on the same server ({history_note}).",
+            "RUNS_BEFORE, at the end of this file, lists them: `scripted-runtime run` and the explorer run",
+            "them first, in order, each after the usual engine reset, then `program`. What they leave",
+            "behind that the reset does not clear is the lead.",
+            "",
+        ]
+        for k, prior in enumerate(earlier, 1):
+            lines.append(f"earlier_{k}:")
+            lines += [f"  {i + 1}. {a.describe()}" for i, a in enumerate(prior)] or ["  (no actions)"]
+        lines.append("")
+    lines.append(("The failing program, shrunk after them on fresh servers" if shrunk and earlier else
+                  "The program, shrunk by Hypothesis" if shrunk else "The program as it was first found (not shrunk)")
+                 + " (one `yield` = one scheduler iteration):")
     lines += [f"  {i + 1}. {a.describe()}" for i, a in enumerate(program)]
     mark: Dict[int, str] = {}
     key = outcome.failing_action if outcome.failing_action is not None else -1
     step = f" (step {outcome.failing_step})" if outcome.failing_step is not None else ""
     mark[key] = f"FAILS here{step}: {outcome.signature}"
-    source = A.to_source(program, docstring="\n".join(lines), mark=mark)
-    path.write_text(source.text)
+    text = A.to_source(program, docstring="\n".join(lines), mark=mark).text
+    for k, prior in enumerate(earlier, 1):
+        prior_text = A.to_source(prior, function=f"earlier_{k}").text
+        text += "\n\n" + prior_text[prior_text.index(f"def earlier_{k}("):]
+    if earlier:
+        names = ", ".join(repr(f"earlier_{k}") for k in range(1, len(earlier) + 1))
+        text += ("\n\n# Run, in order and each after the engine reset, on the same server before `program`.\n"
+                 f"RUNS_BEFORE = {{{A.PROGRAM_FUNCTION!r}: [{names}]}}\n")
+    path.write_text(text)
     return path
 
 

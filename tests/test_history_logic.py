@@ -1,0 +1,127 @@
+"""Server-history recovery's pure parts: delta debugging, ``RUNS_BEFORE``
+files (written, parsed, followed by ``scripted-runtime run``). No server."""
+from __future__ import annotations
+
+import ast
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripted_runtime.user_side import scenario_history
+from scripted_runtime.user_side.explore import actions as A, writer
+from scripted_runtime.user_side.explore.history import ddmin
+from scripted_runtime.user_side.explore.runner import Outcome
+from scripted_runtime.user_side.result import ScriptResult
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Asked:
+    """A ``fails`` predicate that records what it was asked."""
+
+    def __init__(self, needed):
+        self.needed = set(needed)
+        self.asked = []
+
+    def __call__(self, sub):
+        self.asked.append(tuple(sub))
+        return self.needed <= set(sub)
+
+
+@pytest.mark.parametrize("needed", [{7}, {0}, {15}, {3, 11}, {2, 3, 4}])
+def test_ddmin_finds_exactly_the_needed_items_in_order(needed):
+    fails = Asked(needed)
+    assert ddmin(list(range(16)), fails) == sorted(needed)
+    assert len(fails.asked) == len(set(fails.asked))  # no subset asked twice
+
+
+def test_ddmin_single_culprit_takes_logarithmic_trials():
+    fails = Asked({37})
+    ddmin(list(range(64)), fails)
+    assert len(fails.asked) <= 2 * 6 + 2
+
+
+def test_ddmin_tries_nothing_first_and_returns_it_when_that_fails():
+    fails = Asked(set())
+    assert ddmin(list(range(5)), fails) == []
+    assert fails.asked == [()]
+
+
+def test_ddmin_stops_at_the_deadline_with_the_smallest_failing_so_far():
+    ticks = itertools.count()
+    fails = Asked({5})
+    got = ddmin(list(range(16)), fails, deadline=3, clock=lambda: next(ticks))
+    assert 5 in got and len(got) < 16 and fails(got)
+    assert len(fails.asked) <= 3
+
+
+def _outcome():
+    return Outcome(signature="SchedulerCrashed: AssertionError: boom", message="AssertionError: boom",
+                   failing_action=0, failing_step=1)
+
+
+def test_a_history_file_lists_its_earlier_programs_and_every_replay_follows_them(tmp_path):
+    earlier = [[A.Pause("retract"), A.Continue()], [A.Steps(2)]]
+    path = writer.write_scenario(tmp_path, [A.Start(8, 1, 1)], _outcome(), topology="pp1-normal",
+                                 sglang_version="0.5.23", seed=None, profile="ci", earlier=earlier,
+                                 history_note="shrunk from 5 by delta debugging on 6 fresh servers")
+    text = path.read_text()
+    tree = ast.parse(text)
+    functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert functions == ["program", "earlier_1", "earlier_2"]
+    assert "It needs a history" in text and "shrunk from 5" in text and "pause_generation" in text
+    assert scenario_history.runs_before(str(path), "program") == [f"{path}:earlier_1", f"{path}:earlier_2"]
+    assert scenario_history.runs_before(str(path), "earlier_1") == []
+    # the written program still maps its lines to actions (the failing mark is on it)
+    assert "# <-- FAILS here" in text.split("def earlier_1")[0]
+
+
+def test_a_file_without_history_runs_nothing_before(tmp_path):
+    path = writer.write_scenario(tmp_path, [A.Start(8, 1, 1)], _outcome(), topology="pp1-normal",
+                                 sglang_version="0.5.23", seed=None, profile="ci")
+    assert "RUNS_BEFORE" not in path.read_text()
+    assert scenario_history.runs_before(str(path), "program") == []
+
+
+@pytest.mark.parametrize("literal, words", [
+    ("RUNS_BEFORE = {'program': ['missing']}", "does not define: missing"),
+    ("RUNS_BEFORE = {'program': 'earlier'}", "must map a function name to a list"),
+    ("RUNS_BEFORE = dict(program=['earlier'])", "must be a literal"),
+])
+def test_a_bad_runs_before_is_a_one_line_usage_error(tmp_path, literal, words):
+    path = tmp_path / "s.py"
+    path.write_text("def earlier(ctx):\n    yield\n\n\ndef program(ctx):\n    yield\n\n\n" + literal + "\n")
+    with pytest.raises(scenario_history.HistoryError, match=words):
+        scenario_history.runs_before(str(path), "program")
+    proc = subprocess.run([sys.executable, "-m", "scripted_runtime.user_side.cli", "run", f"{path}:program"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+class FakeServer:
+    """Records the scripts ``_run_with_history`` runs; ``failing`` ones fail."""
+
+    def __init__(self, failing=()):
+        self.ran, self.failing = [], set(failing)
+
+    def run(self, spec, **kwargs):
+        self.ran.append(spec)
+        ok = spec.rpartition(":")[2] not in self.failing
+        return ScriptResult(script=spec, passed=ok, steps=1, error=None if ok else "AssertionError: no")
+
+
+def test_run_follows_runs_before_and_stops_at_an_earlier_failure(tmp_path):
+    from scripted_runtime.user_side.cli import _run_with_history
+
+    path = tmp_path / "s.py"
+    path.write_text("def a(ctx):\n    yield\n\n\ndef b(ctx):\n    yield\n\n\ndef program(ctx):\n    yield\n\n\n"
+                    "RUNS_BEFORE = {'program': ['a', 'b']}\n")
+    server = FakeServer()
+    assert _run_with_history(server, f"{path}:program", timeout=5, invariants=True, trace=False).passed
+    assert server.ran == [f"{path}:a", f"{path}:b", f"{path}:program"]
+    server = FakeServer(failing={"a"})
+    result = _run_with_history(server, f"{path}:program", timeout=5, invariants=True, trace=False)
+    assert not result.passed and server.ran == [f"{path}:a"]
