@@ -125,3 +125,53 @@ def test_run_follows_runs_before_and_stops_at_an_earlier_failure(tmp_path):
     server = FakeServer(failing={"a"})
     result = _run_with_history(server, f"{path}:program", timeout=5, invariants=True, trace=False)
     assert not result.passed and server.ran == [f"{path}:a"]
+
+
+class FakeRunner:
+    """Programs of actions; after a program that pauses, any later program
+    that starts a request fails (``flaky``: it never fails again)."""
+
+    SIGNATURE = "SchedulerCrashed: AssertionError: planted"
+
+    def __init__(self, flaky=False):
+        self.flaky, self.armed, self.fresh, self.runs = flaky, False, 0, []
+
+    def fresh_server(self, why):
+        self.fresh += 1
+        self.armed = False
+
+    def run(self, program, trace=False):
+        self.runs.append(program)
+        if trace:
+            Path(trace).write_text("{}\n")
+        fails = self.armed and any(isinstance(a, A.Start) for a in program) and not self.flaky
+        self.armed = self.armed or any(isinstance(a, A.Pause) for a in program)
+        return Outcome(signature=self.SIGNATURE if fails else None, failing_action=0 if fails else None)
+
+
+EARLIER = [[A.Start(8, 1, 1)], [A.Flush()], [A.Pause("retract"), A.Continue()], [A.Steps(3)], [A.Flush()]]
+FAILING = [A.Steps(2), A.Start(8, 2, 1), A.Flush()]
+
+
+def test_recover_shrinks_the_history_then_the_program_each_trial_on_a_fresh_server(tmp_path):
+    from scripted_runtime.user_side.explore import history
+
+    runner = FakeRunner()
+    got = history.recover(runner, earlier=EARLIER, program=FAILING, shrunk=None, signature=FakeRunner.SIGNATURE,
+                          budget_s=60, trace_dir=tmp_path)
+    assert got.reproduced and got.shrink_complete
+    assert got.earlier == [EARLIER[2]] and got.program == [FAILING[1]]
+    assert got.trials == runner.fresh and got.outcome.failing_action == 0
+    assert got.verdict.startswith("needs history:") and "1 of the 5 programs" in got.verdict
+
+
+def test_recover_calls_a_failure_the_history_does_not_bring_back_nondeterministic(tmp_path):
+    from scripted_runtime.user_side.explore import history
+
+    runner = FakeRunner(flaky=True)
+    got = history.recover(runner, earlier=EARLIER, program=FAILING, shrunk=None, signature=FakeRunner.SIGNATURE,
+                          budget_s=60, trace_dir=tmp_path)
+    assert not got.reproduced and got.trials == 1
+    assert got.verdict.startswith("NONDETERMINISTIC") and "after the 5 programs" in got.verdict
+    (what, trace), = got.traces.items()
+    assert "it passed" in what and Path(trace).exists()
