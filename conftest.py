@@ -26,6 +26,9 @@ import pytest
 from scripted_runtime.user_side.engine_config import TOPOLOGIES
 
 TOPOLOGY_MARKS = {"pp4": [pytest.mark.pp4]}
+# `explore` run by a test (in a subprocess too) neither replays nor keeps failures in a
+# database of the checkout; the failure-database tests pass theirs explicitly.
+os.environ["SCRIPTED_RUNTIME_DATABASE"] = "none"
 
 
 def pytest_addoption(parser):

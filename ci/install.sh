@@ -10,12 +10,22 @@ if [ ! -x .venv/bin/python ]; then
   echo "[install] creating .venv with $($PY --version)"
   "$PY" -m venv .venv
 fi
+# The shared failure database's test starts a real redis-server on 127.0.0.1.
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[install] installing redis-server with apt-get (the shared failure database's test)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } >/dev/null 2>&1 \
+      || echo "[install] could not install redis-server: tests/test_failure_db.py's Redis test will be skipped"
+  else
+    echo "[install] redis-server is missing and apt-get cannot run as root here: the Redis test will be skipped"
+  fi
+fi
 if .venv/bin/python - "$SGLANG_SPEC" <<'PYEOF' 2>/dev/null
 import importlib.metadata as m, sys
 spec = sys.argv[1]
 want = spec.split("==", 1)[1] if "==" in spec else None
 have = m.version("sglang")
-m.version("scripted-runtime"); m.version("pytest-xdist"); m.version("hypothesis")
+m.version("scripted-runtime"); m.version("pytest-xdist"); m.version("hypothesis"); m.version("redis")
 # The console script must point where pyproject.toml says (a checkout whose
 # modules moved keeps a stale entry point otherwise).
 try:

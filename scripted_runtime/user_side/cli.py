@@ -256,6 +256,9 @@ def _cmd_explore(args: argparse.Namespace) -> int:
         patched = _check_patches(args.patch)
         if args.workers < 1:
             raise UsageError(f"-n must be >= 1, got {args.workers}")
+        from scripted_runtime.user_side.explore import failure_db
+
+        failure_db.open_database(args.database, read_only=args.database_read_only)  # a bad one: exit 2 now
     except (UsageError, ValueError) as exc:
         print(f"scripted-runtime: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -269,7 +272,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
         return parallel.run_workers(args)
     from pathlib import Path
 
-    from scripted_runtime.user_side.explore import explorer
+    from scripted_runtime.user_side.explore import explorer, failure_db
 
     def progress(line: str) -> None:
         print(f"[explore {args.worker_label or topology}] {line}", file=sys.stderr, flush=True)
@@ -284,10 +287,14 @@ def _cmd_explore(args: argparse.Namespace) -> int:
             invariants=not args.no_invariants, example_timeout_s=args.timeout,
             known_bugs=() if args.no_known_bugs else None, stop_at_known=args.stop_at_known,
             corpus=not args.no_corpus, standby=args.standby,
-            fresh_replay=not args.same_server_replay, progress=progress)
+            fresh_replay=not args.same_server_replay, database=args.database,
+            database_read_only=args.database_read_only, progress=progress)
     except ServerStartError as exc:
         print(f"scripted-runtime: server did not start: {exc}", file=sys.stderr)
         _write_json(args.stats_json, {"status": "NO-START", "error": str(exc)})
+        return EXIT_USAGE
+    except failure_db.DatabaseError as exc:
+        print(f"scripted-runtime: {exc}", file=sys.stderr)
         return EXIT_USAGE
     explorer.print_report(report, profile=args.profile)
     _write_json(args.stats_json, {"status": "RAN", **report.as_dict()})
@@ -490,6 +497,12 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--standby", choices=["auto", "on", "off"], default="auto",
                      help="a second server kept ready to swap in when the live one dies: auto (default) from "
                           "the first crash on, on from the start, off (docs/exploring.md)")
+    exp.add_argument("--database", metavar="SPEC", default=None,
+                     help="the failure database: stored failing programs run first, new ones are saved. A "
+                          "directory (default: $SCRIPTED_RUNTIME_DATABASE or .scripted-runtime/failures), "
+                          "redis://HOST:PORT[/DB] (shared), or none (docs/exploring.md)")
+    exp.add_argument("--database-read-only", action="store_true",
+                     help="replay the database's failures first but save nothing (pull-request runs)")
     exp.add_argument("--same-server-replay", action="store_true",
                      help="replay the written failure on the explorer's own server only; by default it is "
                           "replayed on a fresh server and, if it passes there, the history it needs is "

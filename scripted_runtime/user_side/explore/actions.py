@@ -17,6 +17,9 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 from scripted_runtime.scheduler_side.explore.interpreter import PROGRAM_FUNCTION
 
 CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
+# Bump when an action's meaning or fields change: stored failing programs
+# (``failure_db``) are keyed by it, so an old program is never replayed as a new one.
+GRAMMAR_VERSION = 1
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from scripted_runtime import known_bugs as known_bugs_mod
-from scripted_runtime.user_side.explore import determinism, history as history_mod, search as search_mod, writer
+from scripted_runtime.user_side.explore import determinism, failure_db, history as history_mod, search as search_mod, writer
 from scripted_runtime.user_side.explore.runner import ExampleRunner, signature_of
 from scripted_runtime.user_side.explore.stats import Stats
 
@@ -63,6 +63,7 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
             log_dir: Optional[Path] = None, invariants: Any = True, example_timeout_s: float = 120.0,
             known_bugs: Optional[Sequence[Any]] = None, stop_at_known: bool = False, corpus: bool = True,
             found_by: str = "`scripted-runtime explore`", standby: str = "auto", fresh_replay: bool = True,
+            database: Optional[str] = "none", database_read_only: bool = False,
             progress: Callable[[str], None] = print) -> ExploreReport:
     """``known_bugs``: the registry to match failures against (default the
     built-in one; ``()``: every failure is new). Every failure met is kept
@@ -73,7 +74,14 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
     standby, started when the failure is found, else a restart); if it does
     not fail there, the server's history is replayed and shrunk
     (``history.recover``). Only with a server of its own (``server`` None):
-    a passed-in server is replayed on as it is, and the report says so."""
+    a passed-in server is replayed on as it is, and the report says so.
+
+    ``database``: the failure database (``failure_db.open_database``: a
+    directory, ``redis://HOST:PORT``, ``none``; None: the local default):
+    its programs for this build and topology run first, new failures are
+    saved to it (unless ``database_read_only``). The command's default is
+    the local directory; this function's is ``none``."""
+    db = failure_db.open_database(database, read_only=database_read_only)
     prof = search_mod.PROFILES[profile]
     revert_fixes = list(revert_fixes)
     patches = list(patches)
@@ -100,7 +108,10 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
                 seed=seed, profile=profile, revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
                 invariants=invariants, found_by=found_by))
 
-        result = search_mod.search(runner, profile=prof, seed=seed, max_examples=max_examples,
+        store = failure_db.FailureStore(db, failure_db.key(
+            sglang_version=version, topology=topology, patches=patches, revert_fixes=revert_fixes,
+            engine_overrides=engine_overrides)) if db is not None else None
+        result = search_mod.search(runner, profile=prof, store=store, seed=seed, max_examples=max_examples,
                                    max_time_s=max_time_s, shrink_time_s=shrink_time_s,
                                    stop_file=stop_file, progress=progress, stop_at_known=stop_at_known,
                                    corpus=corpus, keep=keep,
@@ -121,6 +132,8 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
         if result.program is not None:
             outcome = result.outcome
             report.signature = outcome.signature
+            if store is not None:
+                store.save(result.program)
             # the oracle's reference warm-up runs between server ready and the search
             report.first_failure_s = (stats.first_failure_s or 0) + warm_s
             report.found_s = report.first_failure_s + start_s

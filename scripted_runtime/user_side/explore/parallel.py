@@ -56,6 +56,10 @@ def explore_argv(args: argparse.Namespace, **override) -> List[str]:
         argv.append("--no-known-bugs")
     if values.get("no_corpus"):
         argv.append("--no-corpus")
+    if values.get("database") is not None:
+        argv += ["--database", values["database"]]
+    if values.get("database_read_only"):
+        argv.append("--database-read-only")
     if values.get("same_server_replay"):
         argv.append("--same-server-replay")
     return argv

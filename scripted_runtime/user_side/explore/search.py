@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from scripted_runtime import known_bugs as known_bugs_mod
-from scripted_runtime.user_side.explore import corpus as corpus_mod, strategies
+from scripted_runtime.user_side.explore import corpus as corpus_mod, failure_db, strategies
 from scripted_runtime.user_side.explore.runner import ExampleRunner, Outcome
 from scripted_runtime.user_side.explore.stats import Stats
 
@@ -105,6 +105,7 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
            corpus: bool = True, keep: Optional[Callable[[list, Outcome, int, str], Optional[str]]] = None,
            on_found: Callable[[], None] = lambda: None,
            check_alone: Callable[[list, Outcome], Optional[bool]] = lambda program, outcome: None,
+           store: Optional[failure_db.FailureStore] = None,
            progress: Callable[[str], None] = lambda line: None) -> SearchResult:
     """Search until a new failure (shrunk, returned) or the budget is spent.
     A failure that is a registered SGLang bug (``known_bugs``; pass ``()`` to
@@ -123,7 +124,12 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
     outcome)``: then, whether that program fails the same way alone on a
     fresh server (None: not checked); False ends the search unshrunk
     (``result.needs_history``): shrinking it on a server whose state it
-    needs would shrink the wrong thing."""
+    needs would shrink the wrong thing.
+
+    ``store``: the failure database (``failure_db``): its programs run
+    first (before the corpus, outside the budget); one that passes now is
+    deleted from it, and the first program of every new failure is saved
+    (the explorer saves the shrunk one too)."""
     topology = runner.topology
     stats = Stats(topology=topology)
     limit_examples = max_examples or profile.max_examples
@@ -137,6 +143,7 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
     longest: List[object] = [None, -1]
     met_known: Dict[str, Tuple[list, Outcome, int]] = {}
     kept: Dict[str, str] = {}
+    saved: set = set()  # failure signatures whose first program went to the failure database
 
     def keep_first(program: list, outcome: Outcome, known_name: str = "") -> None:
         if keep is None or outcome.signature in kept:
@@ -154,6 +161,11 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
     last_note = [t0]
 
     seeds = corpus_mod.programs(topology) if corpus else []
+    stored = store.programs() if store is not None else []
+    stored_keys = {tuple(program) for program in stored}
+    if stored:
+        progress(f"failure database: {len(stored)} stored failing programs first")
+    seeds = [("stored", program) for program in stored] + [s for s in seeds if tuple(s[1]) not in stored_keys]
     seed_keys = {tuple(program) for _, program in seeds}
 
     def budget_left(key: Tuple) -> bool:
@@ -193,6 +205,12 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
             stats.add(outcome, shrinking="at" in first, known=bug.name if bug else "")
             if outcome.failed:
                 keep_first(program, outcome, bug.name if bug else "")
+            if store is not None and key in stored_keys and not outcome.failed:
+                store.delete(program)
+                progress("a stored failing program passes now: removed from the failure database")
+            elif store is not None and outcome.failed and bug is None and outcome.signature not in saved:
+                saved.add(outcome.signature)
+                store.save(program)
             if bug is not None:
                 if bug.name not in met_known:
                     met_known[bug.name] = (list(program), outcome, stats.examples)
@@ -229,8 +247,9 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
 
     for _, program in reversed(seeds):  # decorators apply inside out: the corpus runs in its listed order
         explored = example(program)(explored)
-    if seeds:
-        progress(f"seed corpus first: {len(seeds)} programs (every control operation in every request phase)")
+    if len(seeds) > len(stored):
+        progress(f"seed corpus first: {len(seeds) - len(stored)} programs (every control operation in every "
+                 "request phase)")
     explored = hypothesis_settings(profile, limit_examples)(explored)
     if seed is not None:
         explored = hypothesis_seed(seed)(explored)
