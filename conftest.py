@@ -1,10 +1,13 @@
-"""pytest wiring for the harness's own tests.
+"""pytest wiring specific to the harness's own tests. The servers, the
+``scripted_server`` fixture and the ``scripted_runtime`` marker come from the
+package's pytest plugin (``scripted_runtime/pytest_plugin.py``,
+docs/pytest-plugin.md), as in any project that installs it.
 
 Options:
-  --device cpu|cuda        where the SGLang servers run (default cpu)
+  --device cpu|cuda        short for --scripted-runtime-device (default cpu)
   --topology NAME[,NAME]   restrict server tests to these topologies
                            (pp1-overlap, pp1-normal, pp4; default: all)
-  --server-log-dir DIR     keep the server logs there
+  --server-log-dir DIR     short for --scripted-runtime-log-dir
   (tests marked ``crashes_server`` run after all the others)
   -m slow                  run the slow lane (tests marked ``slow``; skipped otherwise)
   --ab                     also run the cross-release A/B lane (tests marked ``ab``:
@@ -12,14 +15,13 @@ Options:
                            ~10 GB and ~8 min each the first time)
 
 Fixtures:
-  server_pool  session-wide: one live server per topology, restarted if dead
+  server_pool  the plugin's session pool: one live server per configuration
   server       parametrized over the topologies; a test using it runs once per
                topology (pp4 runs carry the ``pp4`` marker)
 """
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -33,11 +35,24 @@ os.environ["SCRIPTED_RUNTIME_DATABASE"] = "none"
 
 def pytest_addoption(parser):
     group = parser.getgroup("scripted-runtime")
-    group.addoption("--device", default=os.environ.get("SCRIPTED_RUNTIME_TEST_DEVICE", "cpu"),
-                    choices=["cpu", "cuda"], help="device for the SGLang servers")
+    group.addoption("--device", default=None, choices=["cpu", "cuda"],
+                    help="short for --scripted-runtime-device (the plugin's option)")
     group.addoption("--topology", default="", help="comma-separated topologies to test (default: all)")
-    group.addoption("--server-log-dir", default="", help="directory for server logs")
+    group.addoption("--server-log-dir", default="", help="short for --scripted-runtime-log-dir")
     group.addoption("--ab", action="store_true", help="run the cross-release A/B lane (tests marked ab)")
+
+
+def pytest_configure(config):
+    # The servers come from the package's pytest plugin (scripted_runtime/pytest_plugin.py),
+    # loaded through its pytest11 entry point, as in any other project.
+    if not (config.pluginmanager.has_plugin("scripted_runtime")
+            or config.pluginmanager.has_plugin("scripted_runtime.pytest_plugin")):
+        raise pytest.UsageError("the scripted_runtime pytest plugin is not installed (its pytest11 entry point): "
+                                "run bash ci/install.sh")
+    if config.getoption("--device"):
+        config.option.scripted_runtime_device = config.getoption("--device")
+    if config.getoption("--server-log-dir"):
+        config.option.scripted_runtime_log_dir = config.getoption("--server-log-dir")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -45,7 +60,7 @@ def pytest_collection_modifyitems(config, items):
     unknown = wanted - set(TOPOLOGIES)
     if unknown:
         raise pytest.UsageError(f"--topology: unknown {sorted(unknown)}; known: {sorted(TOPOLOGIES)}")
-    device = config.getoption("--device")
+    device = config.getoption("--scripted-runtime-device")
     skip_gpu = pytest.mark.skip(reason="gpu test: run with --device cuda on a GPU runner")
     skip_ab = pytest.mark.skip(reason="cross-release A/B lane: run with --ab (builds ~10 GB per release)")
     run_ab = config.getoption("--ab")
@@ -74,14 +89,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def server_pool(request):
-    from scripted_runtime.user_side.pool import ServerPool
-
-    log_dir = request.config.getoption("--server-log-dir") or None
-    pool = ServerPool(device=request.config.getoption("--device"),
-                      log_dir=Path(log_dir) if log_dir else None)
-    yield pool
-    pool.shutdown_all()
+def server_pool(scripted_runtime_pool):
+    """The plugin's session pool: one live server per configuration."""
+    return scripted_runtime_pool
 
 
 @pytest.fixture(params=[pytest.param(t, marks=TOPOLOGY_MARKS.get(t, [])) for t in TOPOLOGIES])

@@ -35,6 +35,9 @@ try:
     have_ep = [e.value for e in m.entry_points(group="console_scripts") if e.name == "scripted-runtime"]
     if have_ep != [wanted_ep]:
         sys.exit(1)
+    plugin = [e.value for e in m.entry_points(group="pytest11") if e.name == "scripted_runtime"]
+    if plugin != ["scripted_runtime.pytest_plugin"]:
+        sys.exit(1)
 except ImportError:  # Python 3.10: no tomllib; the version checks above suffice
     pass
 sys.exit(0 if want is None or have == want else 1)

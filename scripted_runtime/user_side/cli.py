@@ -552,7 +552,47 @@ def build_parser() -> argparse.ArgumentParser:
     draw.add_argument("-o", "--output", required=True, help="OUT.svg, OUT.html or OUT.png (PNG needs Pillow)")
     draw.add_argument("--steps", help="only steps A:B (inclusive)")
     draw.set_defaults(func=_cmd_trace_render)
+
+    envs_p = sub.add_parser("envs", help="list or prune the cached build environments (~10 GB each)")
+    envs_sub = envs_p.add_subparsers(dest="envs_command", required=True)
+    envs_sub.add_parser("list", help="spec, size, last use and path of each").set_defaults(func=_cmd_envs_list)
+    prune = envs_sub.add_parser("prune", help="remove environments (never one in use)")
+    prune.add_argument("--keep", type=int, metavar="N", help="keep the N most recently used")
+    prune.add_argument("--older-than", type=float, metavar="DAYS", help="remove those unused for over DAYS days")
+    prune.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
+    prune.set_defaults(func=_cmd_envs_prune)
     return parser
+
+
+def _cmd_envs_list(args: argparse.Namespace) -> int:
+    from scripted_runtime.user_side.builds import env_cache
+
+    print(env_cache.table(env_cache.entries()))
+    return EXIT_PASS
+
+
+def _cmd_envs_prune(args: argparse.Namespace) -> int:
+    from scripted_runtime.user_side.builds import env_cache
+
+    items = env_cache.entries()
+    try:
+        chosen = env_cache.plan_prune(items, keep=args.keep, older_than_days=args.older_than)
+    except ValueError as exc:
+        print(f"scripted-runtime: envs prune: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for e in items:
+        if e.in_use and e not in chosen:
+            print(f"keeping {e.path}: in use ({e.in_use})")
+    if not chosen:
+        print("nothing to remove")
+        return EXIT_PASS
+    verb = "would remove" if args.dry_run else "removing"
+    for e in chosen:
+        print(f"{verb} {e.path} ({e.requirement}, {e.size_gb:.1f} GB, last used {e.age_days:.0f} d ago)")
+    if not args.dry_run:
+        freed = env_cache.remove(chosen)
+        print(f"freed {freed:.1f} GB")
+    return EXIT_PASS
 
 
 def main(argv: Optional[List[str]] = None) -> int:

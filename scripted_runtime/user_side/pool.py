@@ -1,12 +1,20 @@
-"""One live server per topology, started on first use and restarted when dead."""
+"""One live server per configuration (topology, engine arguments, reverted
+fixes, patches), started on first use and restarted when dead."""
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 from scripted_runtime.user_side.server import ScriptedServer
+
+
+def config_key(topology: str, engine_overrides: Optional[Dict[str, Any]] = None, revert_fixes: Iterable[str] = (),
+               patches: Iterable[str] = ()) -> Tuple:
+    return (topology, json.dumps(engine_overrides or {}, sort_keys=True, default=str), tuple(revert_fixes),
+            tuple(patches))
 
 
 class ServerPool:
@@ -14,21 +22,29 @@ class ServerPool:
         self.device = device
         self.log_dir = log_dir
         self.engine_overrides = engine_overrides
-        self.servers: Dict[str, ScriptedServer] = {}
+        self.servers: Dict[Tuple, ScriptedServer] = {}
 
-    def get(self, topology: str) -> ScriptedServer:
-        server = self.servers.get(topology)
+    def get(self, topology: str, *, engine_overrides: Optional[Dict[str, Any]] = None,
+            revert_fixes: Iterable[str] = (), patches: Iterable[str] = ()) -> ScriptedServer:
+        """The live server of this configuration (the pool's engine
+        arguments updated with ``engine_overrides``)."""
+        overrides = {**self.engine_overrides, **(engine_overrides or {})}
+        revert_fixes, patches = list(revert_fixes), list(patches)
+        key = config_key(topology, overrides, revert_fixes, patches)
+        server = self.servers.get(key)
         if server is not None and server.alive:
             return server
         t0 = time.monotonic()
-        print(f"\n[scripted-runtime] starting {topology} server on {self.device}...", file=sys.stderr, flush=True)
+        what = topology + "".join(f" --revert-fix {f}" for f in revert_fixes) + "".join(
+            f" --patch {p}" for p in patches) + "".join(f" {k}={v}" for k, v in (engine_overrides or {}).items())
+        print(f"\n[scripted-runtime] starting {what} server on {self.device}...", file=sys.stderr, flush=True)
         if server is not None:
             server.restart()
         else:
-            server = ScriptedServer.start(device=self.device, topology=topology,
-                                          log_dir=self.log_dir, **self.engine_overrides)
-            self.servers[topology] = server
-        print(f"[scripted-runtime] {topology} ready in {time.monotonic() - t0:.1f}s", file=sys.stderr, flush=True)
+            server = ScriptedServer.start(device=self.device, topology=topology, log_dir=self.log_dir,
+                                          revert_fixes=revert_fixes, patches=patches, **overrides)
+            self.servers[key] = server
+        print(f"[scripted-runtime] {what} ready in {time.monotonic() - t0:.1f}s", file=sys.stderr, flush=True)
         return server
 
     def shutdown_all(self) -> None:

@@ -31,6 +31,7 @@ from scripted_runtime.user_side import settings
 from scripted_runtime.user_side.builds import constraints
 
 ENV_CACHE_VAR = "SCRIPTED_RUNTIME_ENV_CACHE"
+LAST_USED = ".last-used"  # touched on every use of an environment
 READY = "READY"
 BUILD_TIMEOUT_S = 40 * 60
 MIN_FREE_VAR = "SCRIPTED_RUNTIME_ENV_MIN_FREE_GB"
@@ -182,6 +183,7 @@ def ensure_env(requirement: str, *, progress: Callable[[str], None] = None,
     if info:
         progress(f"reusing {env} (sglang {info.get('sglang_version')})")
         ensure_harness_requirements(env, progress=progress)
+        _stamp(env)
         return python_of(env)
     env.parent.mkdir(parents=True, exist_ok=True)
     with open(env.parent / f".{env.name}.lock", "w") as lock:
@@ -189,8 +191,19 @@ def ensure_env(requirement: str, *, progress: Callable[[str], None] = None,
         info = ready_info(env)
         if info:  # built by the process we waited for
             progress(f"reusing {env} (sglang {info.get('sglang_version')})")
+            _stamp(env)
             return python_of(env)
-        return _build(requirement, env, progress=progress, python=python, timeout_s=timeout_s)
+        python_path = _build(requirement, env, progress=progress, python=python, timeout_s=timeout_s)
+        _stamp(env)
+        return python_path
+
+
+def _stamp(env: Path) -> None:
+    """Record that ``env`` was just used (``envs list`` shows it; ``envs prune`` keeps the recent)."""
+    try:
+        (env / LAST_USED).touch()
+    except OSError:
+        pass  # a read-only cache is still usable; only pruning order suffers
 
 
 def min_free_gb() -> float:

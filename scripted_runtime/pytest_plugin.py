@@ -1,0 +1,173 @@
+"""The pytest plugin (registered as ``pytest11`` entry point
+``scripted_runtime``): loaded by every pytest run in an environment where
+the package is installed, with no conftest.py to copy.
+
+In a test file::
+
+    import pytest
+
+    @pytest.mark.scripted_runtime(pp=1, overlap=False, sglang_args={"chunked_prefill_size": 32})
+    def test_row_reuse(scripted_server):
+        result = scripted_server.run("my_scenarios.py:row_reuse")
+        assert result.passed, result.summary()
+
+* ``scripted_server``: the live server of the test's configuration (the
+  closest ``scripted_runtime`` marker; without one, pp=1 with overlap).
+  One server per configuration per session, and so per xdist worker; a
+  dead one is restarted. ``run`` is ``ScriptedServer.run``, recorded for
+  the failure report.
+* The marker: ``pp`` (1 or 4), ``overlap`` (pp=1), ``sglang_args`` (extra
+  SGLang ``ServerArgs`` fields), ``revert_fixes`` (fix toggles),
+  ``patches`` (built-in or ``MODULE:ATTR`` / ``PATH.py:ATTR``).
+* Options: ``--scripted-runtime-device``, ``--scripted-runtime-revert-fix``
+  and ``--scripted-runtime-patch`` (the build under test, for every
+  server: SGLang itself is the one installed in the environment),
+  ``--scripted-runtime-traces failed|all|none`` and
+  ``--scripted-runtime-trace-dir``.
+* A failing test's report has a ``scripted-runtime`` section: each run's
+  summary, the timeline tail of a failing run and its trace's path.
+
+docs/pytest-plugin.md has the guide.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+MARKER = "scripted_runtime"
+MARKER_ARGS = ("pp", "overlap", "sglang_args", "revert_fixes", "patches")
+TRACE_MODES = ("failed", "all", "none")
+_RESULTS = pytest.StashKey[List[Any]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("scripted-runtime", "scripted-runtime (the SGLang scheduler harness)")
+    group.addoption("--scripted-runtime-device", default=os.environ.get("SCRIPTED_RUNTIME_TEST_DEVICE", "cpu"),
+                    choices=["cpu", "cuda"], help="device of the scripted_server fixture's servers (default cpu)")
+    group.addoption("--scripted-runtime-revert-fix", action="append", default=[], metavar="NAME",
+                    help="undo this SGLang fix in every server (repeatable; see docs/mutants.md)")
+    group.addoption("--scripted-runtime-patch", action="append", default=[], metavar="SPEC",
+                    help="apply this patch in every server (repeatable): NAME, MODULE:ATTR or PATH.py:ATTR")
+    group.addoption("--scripted-runtime-traces", default="failed", choices=TRACE_MODES,
+                    help="step traces to keep: of failing runs (default), all, or none recorded")
+    group.addoption("--scripted-runtime-trace-dir", default="", metavar="DIR",
+                    help="where traces go (default: a directory under pytest's basetemp)")
+    group.addoption("--scripted-runtime-log-dir", default="", metavar="DIR", help="where server logs go")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{MARKER}(pp=1, overlap=True, sglang_args=None, revert_fixes=(), patches=()): the "
+        "configuration of the scripted_server fixture's server (scripted-runtime)")
+
+
+def marker_config(marker: Optional[pytest.Mark], *, revert_fixes=(), patches=()) -> Dict[str, Any]:
+    """The server configuration a ``scripted_runtime`` marker asks for
+    (plus the command line's build options); a bad one is a UsageError."""
+    from scripted_runtime.user_side import engine_config
+
+    kwargs = dict(marker.kwargs) if marker is not None else {}
+    if marker is not None and marker.args:
+        raise pytest.UsageError(f"@pytest.mark.{MARKER} takes keyword arguments only ({', '.join(MARKER_ARGS)})")
+    unknown = sorted(set(kwargs) - set(MARKER_ARGS))
+    if unknown:
+        raise pytest.UsageError(f"@pytest.mark.{MARKER}: unknown argument(s) {', '.join(unknown)}; "
+                                f"known: {', '.join(MARKER_ARGS)}")
+    try:
+        topology = engine_config.topology_for(int(kwargs.get("pp", 1)), bool(kwargs.get("overlap", True)))
+    except ValueError as exc:
+        raise pytest.UsageError(f"@pytest.mark.{MARKER}: {exc}") from exc
+    return {"topology": topology, "engine_overrides": dict(kwargs.get("sglang_args") or {}),
+            "revert_fixes": [*revert_fixes, *kwargs.get("revert_fixes", ())],
+            "patches": [*patches, *kwargs.get("patches", ())]}
+
+
+@pytest.fixture(scope="session")
+def scripted_runtime_pool(request):
+    """The session's servers, one per configuration (per xdist worker)."""
+    from scripted_runtime.user_side.pool import ServerPool
+
+    log_dir = request.config.getoption("--scripted-runtime-log-dir")
+    pool = ServerPool(device=request.config.getoption("--scripted-runtime-device"),
+                      log_dir=Path(log_dir) if log_dir else None)
+    yield pool
+    pool.shutdown_all()
+
+
+class RecordingServer:
+    """A test's view of its server: ``run`` records every result (for the
+    failure report) and writes traces where the options say; everything
+    else is the ``ScriptedServer``'s."""
+
+    def __init__(self, server: Any, results: List[Any], trace_dir: Optional[Path]) -> None:
+        self._server, self._results, self._trace_dir = server, results, trace_dir
+
+    def run(self, script: Any, *args: Any, **kwargs: Any) -> Any:
+        if "trace" not in kwargs:
+            if self._trace_dir is None:
+                kwargs["trace"] = False
+            else:
+                n = len(self._results) + 1
+                name = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(getattr(script, "__name__", script)))[-60:]
+                kwargs["trace"] = self._trace_dir / f"{n:02d}-{name}.jsonl"
+        result = self._server.run(script, *args, **kwargs)
+        self._results.append(result)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server, name)
+
+
+@pytest.fixture
+def scripted_server(request, scripted_runtime_pool, tmp_path_factory):
+    """The live server of this test's ``scripted_runtime`` marker."""
+    config = request.config
+    cfg = marker_config(request.node.get_closest_marker(MARKER),
+                        revert_fixes=config.getoption("--scripted-runtime-revert-fix"),
+                        patches=config.getoption("--scripted-runtime-patch"))
+    server = scripted_runtime_pool.get(cfg["topology"], engine_overrides=cfg["engine_overrides"],
+                                       revert_fixes=cfg["revert_fixes"], patches=cfg["patches"])
+    mode = config.getoption("--scripted-runtime-traces")
+    trace_dir = None
+    if mode != "none":
+        base = config.getoption("--scripted-runtime-trace-dir")
+        root = Path(base) if base else tmp_path_factory.getbasetemp() / "scripted-runtime-traces"
+        trace_dir = root / re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.nodeid)[-120:]
+        trace_dir.mkdir(parents=True, exist_ok=True)
+    results: List[Any] = []
+    request.node.stash[_RESULTS] = results
+    yield RecordingServer(server, results, trace_dir)
+    if mode == "failed":  # keep only failing runs' traces
+        for result in results:
+            if result.passed and result.trace_path and os.path.exists(result.trace_path):
+                os.remove(result.trace_path)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    outcome = yield
+    report = outcome.get_result()
+    results = item.stash.get(_RESULTS, None)
+    if report.when != "call" or not report.failed or not results:
+        return
+    report.sections.append(("scripted-runtime", failure_section(results)))
+
+
+def failure_section(results: List[Any]) -> str:
+    """What a failing test's report shows: each run's summary, then the
+    timeline tail and trace of every failing one."""
+    lines = [f"{len(results)} script run(s) on the scripted server:"]
+    lines += ["  " + r.summary().splitlines()[0] for r in results]
+    for r in results:
+        if r.passed:
+            continue
+        lines.append("")
+        lines += r.summary().splitlines()  # the error and the timeline tail
+        lines.append(f"trace: {r.trace_path or 'not recorded (--scripted-runtime-traces none)'}")
+        if r.trace_path:
+            lines.append(f"  render it: scripted-runtime trace render {r.trace_path} -o trace.svg")
+    return "\n".join(lines)
