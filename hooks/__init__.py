@@ -46,3 +46,7 @@ def activate() -> None:
         post_import.when_imported(sglang_compat.SCHEDULER_MODULE, fix_toggles.install_requested)
     if patches.requested():
         post_import.when_imported(sglang_compat.SCHEDULER_MODULE, patches.install_requested)
+    from scripted_runtime import extensions
+
+    if extensions.requested():
+        post_import.when_imported(sglang_compat.SCHEDULER_MODULE, extensions.install_requested)

@@ -18,7 +18,9 @@ In a test file::
   the failure report.
 * The marker: ``pp`` (1 or 4), ``overlap`` (pp=1), ``sglang_args`` (extra
   SGLang ``ServerArgs`` fields), ``revert_fixes`` (fix toggles),
-  ``patches`` (built-in or ``MODULE:ATTR`` / ``PATH.py:ATTR``).
+  ``patches`` (built-in or ``MODULE:ATTR`` / ``PATH.py:ATTR``),
+  ``extensions`` (modules of your own windows, invariants and explorer
+  actions: docs/extensions.md).
 * Options: ``--scripted-runtime-device``, ``--scripted-runtime-revert-fix``
   and ``--scripted-runtime-patch`` (the build under test, for every
   server: SGLang itself is the one installed in the environment),
@@ -39,7 +41,7 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 MARKER = "scripted_runtime"
-MARKER_ARGS = ("pp", "overlap", "sglang_args", "revert_fixes", "patches")
+MARKER_ARGS = ("pp", "overlap", "sglang_args", "revert_fixes", "patches", "extensions")
 TRACE_MODES = ("failed", "all", "none")
 _RESULTS = pytest.StashKey[List[Any]]()
 
@@ -52,6 +54,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="undo this SGLang fix in every server (repeatable; see docs/mutants.md)")
     group.addoption("--scripted-runtime-patch", action="append", default=[], metavar="SPEC",
                     help="apply this patch in every server (repeatable): NAME, MODULE:ATTR or PATH.py:ATTR")
+    group.addoption("--scripted-runtime-extension", action="append", default=[], metavar="MODULE|PATH.py",
+                    help="load your windows, invariants and explorer actions in every server (repeatable)")
     group.addoption("--scripted-runtime-traces", default="failed", choices=TRACE_MODES,
                     help="step traces to keep: of failing runs (default), all, or none recorded")
     group.addoption("--scripted-runtime-trace-dir", default="", metavar="DIR",
@@ -61,11 +65,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", f"{MARKER}(pp=1, overlap=True, sglang_args=None, revert_fixes=(), patches=()): the "
+        "markers", f"{MARKER}(pp=1, overlap=True, sglang_args=None, revert_fixes=(), patches=(), extensions=()): the "
         "configuration of the scripted_server fixture's server (scripted-runtime)")
 
 
-def marker_config(marker: Optional[pytest.Mark], *, revert_fixes=(), patches=()) -> Dict[str, Any]:
+def marker_config(marker: Optional[pytest.Mark], *, revert_fixes=(), patches=(), extensions=()) -> Dict[str, Any]:
     """The server configuration a ``scripted_runtime`` marker asks for
     (plus the command line's build options); a bad one is a UsageError."""
     from scripted_runtime.user_side import engine_config
@@ -83,7 +87,8 @@ def marker_config(marker: Optional[pytest.Mark], *, revert_fixes=(), patches=())
         raise pytest.UsageError(f"@pytest.mark.{MARKER}: {exc}") from exc
     return {"topology": topology, "engine_overrides": dict(kwargs.get("sglang_args") or {}),
             "revert_fixes": [*revert_fixes, *kwargs.get("revert_fixes", ())],
-            "patches": [*patches, *kwargs.get("patches", ())]}
+            "patches": [*patches, *kwargs.get("patches", ())],
+            "extensions": [*extensions, *kwargs.get("extensions", ())]}
 
 
 @pytest.fixture(scope="session")
@@ -112,7 +117,8 @@ class RecordingServer:
                 kwargs["trace"] = False
             else:
                 n = len(self._results) + 1
-                name = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(getattr(script, "__name__", script)))[-60:]
+                spec = str(getattr(script, "__name__", script))
+                name = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.rpartition(":")[2] or spec)[-60:]
                 kwargs["trace"] = self._trace_dir / f"{n:02d}-{name}.jsonl"
         result = self._server.run(script, *args, **kwargs)
         self._results.append(result)
@@ -128,9 +134,11 @@ def scripted_server(request, scripted_runtime_pool, tmp_path_factory):
     config = request.config
     cfg = marker_config(request.node.get_closest_marker(MARKER),
                         revert_fixes=config.getoption("--scripted-runtime-revert-fix"),
-                        patches=config.getoption("--scripted-runtime-patch"))
+                        patches=config.getoption("--scripted-runtime-patch"),
+                        extensions=config.getoption("--scripted-runtime-extension"))
     server = scripted_runtime_pool.get(cfg["topology"], engine_overrides=cfg["engine_overrides"],
-                                       revert_fixes=cfg["revert_fixes"], patches=cfg["patches"])
+                                       revert_fixes=cfg["revert_fixes"], patches=cfg["patches"],
+                                       extensions=cfg["extensions"])
     mode = config.getoption("--scripted-runtime-traces")
     trace_dir = None
     if mode != "none":
@@ -166,8 +174,9 @@ def failure_section(results: List[Any]) -> str:
         if r.passed:
             continue
         lines.append("")
-        lines += r.summary().splitlines()  # the error and the timeline tail
-        lines.append(f"trace: {r.trace_path or 'not recorded (--scripted-runtime-traces none)'}")
-        if r.trace_path:
+        lines += r.summary().splitlines()  # the error, the timeline tail and the trace's path
+        if not r.trace_path:
+            lines.append("trace: not recorded (--scripted-runtime-traces none)")
+        else:
             lines.append(f"  render it: scripted-runtime trace render {r.trace_path} -o trace.svg")
     return "\n".join(lines)

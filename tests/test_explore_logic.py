@@ -140,6 +140,8 @@ def test_phases_of_a_scheduler_state():
     s = FakeScheduler(idle=True)
     s.running_batch = None
     assert phases_of(s) == ["idle"]
+    s.running_batch = FakeBatch([])  # what an idle SGLang scheduler holds: an empty running batch
+    assert phases_of(s) == ["idle"]
     s = FakeScheduler(reqs=[FakeReq("a", row=1, allocated=4)])
     assert phases_of(s) == ["decode"]
     s.last_batch = FakeBatch([FakeReq("b", row=2, allocated=4)], mode="extend")

@@ -42,7 +42,9 @@ def _earlier_programs(path: str):
             for n in tree.body if isinstance(n, ast.FunctionDef)}
 
 
+@pytest.mark.slow
 def test_a_failure_needing_an_earlier_program_is_found_history_shrunk_and_replays_fresh(tmp_path):
+    """A 25 s shrink budget (about 2 minutes in all: each trial is a server start)."""
     report, lines = _explore(tmp_path, shrink_time_s=25)
     log = "\n".join(lines)
     assert report.failed and SIGNATURE_WORDS in report.signature, log

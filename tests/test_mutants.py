@@ -130,6 +130,7 @@ def test_mutate_command_prints_the_table_and_writes_json(team_module, tmp_path):
         [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--topology", "pp1-normal",
          "--patch", "teamkit.mutants:in_place_pause_ignored",
          "--max-examples", "5", "--max-time", "30", "--shrink-time", "3", "--out", str(tmp_path / "found"),
+         "--same-server-replay",  # the fresh-server replay is explore's (tests/test_history.py); saves a start
          "--json", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -140,7 +141,7 @@ def test_mutate_command_prints_the_table_and_writes_json(team_module, tmp_path):
     team = rows["teamkit.mutants:in_place_pause_ignored"]
     assert team["status"] == "killed", team
     assert team["caught_by"].startswith(("contract ", "invariant ")), team  # a check, not a crash
-    # its written file, run on the same server after the reset, fails the same way (the reset
+    # its written file, run on the same server after the reset (--same-server-replay), fails the same way (the reset
     # undoes the tokenizer's pause the failing program left, though the scheduler never paused)
     assert team["replays"] is True, team
     # the kill's program replays with the team's mutant applied again

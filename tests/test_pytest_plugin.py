@@ -69,7 +69,7 @@ def test_marker_and_command_line_build_options_combine():
                                         patches=["mut_x"]).mark
     cfg = pytest_plugin.marker_config(mark, revert_fixes=["pr27446"], patches=["mine.py:P"])
     assert cfg == {"topology": "pp1-normal", "engine_overrides": {"chunked_prefill_size": 32},
-                   "revert_fixes": ["pr27446"], "patches": ["mine.py:P", "mut_x"]}
+                   "revert_fixes": ["pr27446"], "patches": ["mine.py:P", "mut_x"], "extensions": []}
     assert pytest_plugin.marker_config(None)["topology"] == "pp1-overlap"
 
 
@@ -81,20 +81,20 @@ def _foreign_project(pytester, pp, topology):
                                          str(pytester.path / "tmp"), timeout=900)
 
 
-def _check_run(result, topology):
+def _check_run(result):
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
     # the failing test's report: the plugin's section with the run, its error and its trace
     assert "scripted-runtime" in out and "FAIL " in out and "expects_five_tokens" in out
     assert "got 3 tokens" in out
-    assert "trace: " in out and ".jsonl" in out and "trace render" in out
-    assert f"starting {topology} server" in result.stderr.str() or "ready in" in out + result.stderr.str()
+    assert "trace: " in out and "expects_five_tokens.jsonl" in out and "trace render" in out
+    # the passing test asserted its server's topology (the marker's) inside the foreign run
 
 
 @pytest.mark.sglang
 def test_a_foreign_project_uses_the_marker_and_fixture_at_pp1(pytester):
     result = _foreign_project(pytester, 1, "pp1-normal")
-    _check_run(result, "pp1-normal")
+    _check_run(result)
     # traces: only the failing run's is kept (the default, --scripted-runtime-traces failed)
     traces = sorted(p.name for p in (pytester.path / "tmp" / "scripted-runtime-traces").rglob("*.jsonl"))
     assert len(traces) == 1 and "expects_five_tokens" in traces[0], traces
@@ -104,4 +104,4 @@ def test_a_foreign_project_uses_the_marker_and_fixture_at_pp1(pytester):
 @pytest.mark.pp4
 @pytest.mark.slow
 def test_a_foreign_project_uses_the_marker_and_fixture_at_pp4(pytester):
-    _check_run(_foreign_project(pytester, 4, "pp4"), "pp4")
+    _check_run(_foreign_project(pytester, 4, "pp4"))

@@ -25,7 +25,7 @@ from typing import Any, Generator, Optional
 import zmq
 
 from hooks import sglang_compat
-from scripted_runtime import protocol
+from scripted_runtime import extensions, protocol
 from scripted_runtime.scheduler_side import contracts, control, reset_fingerprint, script_loader, state
 from scripted_runtime.scheduler_side.context.api import ScriptContext
 from scripted_runtime.scheduler_side.context.requests import BatchRecord, RequestTracker
@@ -183,6 +183,7 @@ class Driver:
             "pid": os.getpid(),
             "iterations_to_ready": self.iteration,
             "engine_stats": state.engine_stats(self.scheduler),
+            "extensions": extensions.summary(),
         }
 
     def _drain_warmup(self) -> Generator[None, None, None]:

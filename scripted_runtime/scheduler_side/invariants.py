@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from hooks import sglang_compat
+from scripted_runtime import extensions
 from scripted_runtime.scheduler_side import contracts, state
 from scripted_runtime.scheduler_side.context import radix
 
@@ -385,11 +386,17 @@ CHECKS: Dict[str, Check] = {
 }
 
 
+def all_names() -> Tuple[str, ...]:
+    """The built-in checks, then the loaded extension invariants (``scripted_runtime/extensions.py``)."""
+    return NAMES + tuple(extensions.invariants())
+
+
 def validate_names(names: Iterable[str]) -> Tuple[str, ...]:
     names = tuple(names)
-    unknown = [n for n in names if n not in NAMES]
+    known = all_names()
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(f"unknown invariant(s) {unknown}; known: {', '.join(NAMES)}")
+        raise ValueError(f"unknown invariant(s) {unknown}; known: {', '.join(known)}")
     return names
 
 
@@ -404,7 +411,7 @@ class InvariantChecker:
 
     @property
     def enabled(self) -> List[str]:
-        return [n for n in NAMES if n not in self.disabled]
+        return [n for n in all_names() if n not in self.disabled]
 
     def is_enabled(self, name: str) -> bool:
         return name not in self.disabled
@@ -416,7 +423,7 @@ class InvariantChecker:
     @property
     def per_iteration(self) -> bool:
         """Whether anything is checked after each iteration."""
-        return any(n not in self.disabled for n in INVARIANT_NAMES + CONTRACT_NAMES)
+        return any(n not in self.disabled for n in INVARIANT_NAMES + CONTRACT_NAMES + tuple(extensions.invariants()))
 
     def check(self, view: StateView, *, step: int = 0, batch_log: Optional[List[Any]] = None,
               tracked: Optional[Dict[str, Any]] = None) -> Optional[Violation]:
@@ -432,4 +439,9 @@ class InvariantChecker:
             if broken is not None:
                 name, message, reqs = broken
                 return Violation(name, message, view.owner_info(reqs))
+        for name, ext in extensions.invariants().items():
+            if name not in self.disabled:
+                message = ext.check(view)
+                if message:
+                    return Violation(name, str(message))
         return None

@@ -171,6 +171,9 @@ WINDOWS: Dict[str, Window] = {
 }
 
 
+BUILTIN = frozenset(WINDOWS)  # extension windows (scripted_runtime/extensions.py) are added to WINDOWS
+
+
 def get(name: str) -> Window:
     try:
         return WINDOWS[name]

@@ -114,12 +114,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         specs = [check_script_spec(s) for s in args.scenario]
         topology = engine_config.topology_for(args.pp, args.overlap)
         overrides = engine_config.parse_engine_args(args.sglang_arg or [])
+        loaded = _extensions(args.extension)
         skipped = invariants.validate_names(args.skip_invariant or [])
         from hooks import fix_toggles
 
         reverted = fix_toggles.validate(args.revert_fix or [])
         patched = _check_patches(args.patch)
-        checked = False if args.no_invariants else [n for n in invariants.NAMES if n not in skipped]
+        checked = False if args.no_invariants else [n for n in invariants.all_names() if n not in skipped]
         if args.trace and len(specs) > 1:
             raise UsageError("--trace FILE takes one scenario; with several, traces go to the server's trace dir")
     except (UsageError, ValueError) as exc:
@@ -136,7 +137,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         server = ScriptedServer.start(device=args.device, topology=topology,
                                       start_timeout_s=args.start_timeout, revert_fixes=reverted,
-                                      patches=patched, **overrides)
+                                      patches=patched, extensions=loaded, **overrides)
     except ServerStartError as exc:
         usage = isinstance(exc, EngineArgumentError)
         print(f"scripted-runtime: {'' if usage else 'server did not start: '}{exc}", file=sys.stderr)
@@ -149,13 +150,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"[scripted-runtime] server ready in {started_s:.1f}s "
               f"(sglang {server.info.get('sglang_version')}, loop {server.info.get('loop_kind')})",
               file=sys.stderr, flush=True)
+        _print_extensions(server.info)
         for spec in specs:
             if not server.alive:
                 print(f"[scripted-runtime] scheduler dead; restarting for {spec}", file=sys.stderr, flush=True)
                 server.shutdown()
                 server = ScriptedServer.start(device=args.device, topology=topology,
-                                              start_timeout_s=args.start_timeout,
-                                              revert_fixes=reverted, patches=patched, **overrides)
+                                              start_timeout_s=args.start_timeout, revert_fixes=reverted,
+                                              patches=patched, extensions=loaded, **overrides)
             result = _run_with_history(server, spec, timeout=args.timeout, invariants=checked,
                                        trace=args.trace or True)
             results.append(result)
@@ -185,6 +187,14 @@ def _run_with_history(server, spec: str, **run_kwargs):
                   f"{func} was not run", file=sys.stderr)
             return result
     return server.run(spec, **run_kwargs)
+
+
+def _print_extensions(info: dict, out=None) -> None:
+    """What the scheduler loaded from ``--extension`` (as its rank reports it)."""
+    loaded = info.get("extensions") or {}
+    if any(loaded.values()):
+        print("extensions loaded in the scheduler: " + "; ".join(
+            f"{kind} {', '.join(names)}" for kind, names in loaded.items() if names), file=out or sys.stdout)
 
 
 def _report(result) -> None:
@@ -254,6 +264,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
 
         reverted = fix_toggles.validate(args.revert_fix or [])
         patched = _check_patches(args.patch)
+        _extensions(args.extension)
         if args.workers < 1:
             raise UsageError(f"-n must be >= 1, got {args.workers}")
         from scripted_runtime.user_side.explore import failure_db
@@ -287,7 +298,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
             invariants=not args.no_invariants, example_timeout_s=args.timeout,
             known_bugs=() if args.no_known_bugs else None, stop_at_known=args.stop_at_known,
             corpus=not args.no_corpus, standby=args.standby,
-            fresh_replay=not args.same_server_replay, database=args.database,
+            fresh_replay=not args.same_server_replay, database=args.database, extensions=args.extension or [],
             database_read_only=args.database_read_only, progress=progress)
     except ServerStartError as exc:
         print(f"scripted-runtime: server did not start: {exc}", file=sys.stderr)
@@ -346,6 +357,23 @@ def _add_side_options(p: argparse.ArgumentParser) -> None:
                         "a pip requirement such as sglang==0.5.12.post1")
 
 
+def _add_extension_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--extension", action="append", metavar="MODULE|PATH.py",
+                   help="load your own windows, invariants and explorer actions from this module, here and in "
+                        "every scheduler rank (repeatable; docs/extensions.md)")
+
+
+def _extensions(specs) -> List[str]:
+    """``--extension`` values, loaded in this process (their invariants'
+    names are then valid, their actions drawable); an ``ExtensionError``
+    (a ValueError) names what failed."""
+    from scripted_runtime import extensions
+
+    specs = list(specs or [])
+    extensions.activate(spec for spec, _ in (extensions.resolve(s) for s in specs))
+    return specs
+
+
 def _add_patch_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--patch", action="append", metavar="SPEC",
                    help="apply this patch in every scheduler rank (repeatable): a built-in fix toggle or "
@@ -379,7 +407,8 @@ def _cmd_mutate(args: argparse.Namespace) -> int:
     rows = mutate.run_table(topologies=topologies, mutants=specs, profile=args.profile,
                             max_examples=args.max_examples, max_time_s=args.max_time,
                             shrink_time_s=args.shrink_time, out_dir=Path(args.out), device=args.device,
-                            start_timeout_s=args.start_timeout, corpus=not args.no_corpus, progress=progress)
+                            start_timeout_s=args.start_timeout, corpus=not args.no_corpus,
+                            fresh_replay=not args.same_server_replay, progress=progress)
     print(mutate.format_table(rows))
     _write_json(args.json, mutate.as_json(rows))
     return EXIT_FAIL if mutate.void_topologies(rows) else EXIT_PASS
@@ -449,6 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="undo this SGLang fix in-process (repeatable; see hooks/fix_toggles.py): "
                           "pr27446, pr17850, issue14062")
     _add_patch_option(run)
+    _add_extension_option(run)
     run.add_argument("--result-json", metavar="FILE",
                      help="write each scenario's outcome (status, failure signature, steps, time) here")
     run.set_defaults(func=_cmd_run)
@@ -487,6 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--revert-fix", action="append", metavar="NAME",
                      help="undo this SGLang fix in-process (repeatable): pr27446, pr17850, issue14062")
     _add_patch_option(exp)
+    _add_extension_option(exp)
     exp.add_argument("--sglang", metavar="SPEC",
                      help="explore another build: sglang==X (cached environment), a source tree or REPO@REV")
     exp.add_argument("--base-env", metavar="SPEC", default="current",
@@ -538,6 +569,8 @@ def build_parser() -> argparse.ArgumentParser:
     mut.add_argument("--json", metavar="FILE", help="also write the rows and the summary as JSON")
     mut.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     mut.add_argument("--no-corpus", action="store_true", help="explore without the seed corpus (as explore --no-corpus)")
+    mut.add_argument("--same-server-replay", action="store_true",
+                     help="replay each kill's file on the explorer's server, not a fresh one (as explore)")
     mut.add_argument("--start-timeout", type=float, default=300.0, help="server start timeout in seconds")
     mut.set_defaults(func=_cmd_mutate)
 

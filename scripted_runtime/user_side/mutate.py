@@ -79,7 +79,7 @@ def run_table(*, topologies: Sequence[str], mutants: Sequence[str], profile: str
               max_examples: Optional[int] = None, max_time_s: Optional[float] = None,
               shrink_time_s: Optional[float] = 20.0, out_dir: Path = Path("mutate-found"),
               device: str = "cpu", start_timeout_s: float = 300.0, corpus: bool = True,
-              progress: Callable[[str], None] = print,
+              fresh_replay: bool = True, progress: Callable[[str], None] = print,
               explore_fn: Optional[Callable[..., Any]] = None) -> List[KillRow]:
     from scripted_runtime.errors import ServerStartError
     from scripted_runtime.user_side.explore import explorer
@@ -100,6 +100,7 @@ def run_table(*, topologies: Sequence[str], mutants: Sequence[str], profile: str
                 max_time_s=max_time_s, shrink_time_s=shrink_time_s,
                 out_dir=Path(out_dir) / topology / mutant.replace(":", "_").strip("()"),
                 patches=patches, check_determinism=False, start_timeout_s=start_timeout_s, corpus=corpus,
+                fresh_replay=fresh_replay,
                 found_by=f"`scripted-runtime mutate` ({mutant} on {topology})",
                 progress=lambda line: progress(f"{label} {line}"))
         except ServerStartError as exc:

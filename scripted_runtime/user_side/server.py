@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import zmq
 
 from hooks import fix_toggles, patches as patch_specs, sglang_compat
+from scripted_runtime import extensions as extension_points
 from scripted_runtime.user_side import engine_config, processes, workdirs
 from scripted_runtime import protocol
 from scripted_runtime.scheduler_side import invariants as invariant_names
@@ -109,19 +110,23 @@ def invariant_selection(invariants: Union[bool, Iterable[str]]) -> Tuple[str, ..
     if invariants is True:
         return ()
     if invariants is False or invariants is None:
-        return tuple(invariant_names.NAMES)
+        return tuple(invariant_names.all_names())
     wanted = invariant_names.validate_names(invariants)
-    return tuple(n for n in invariant_names.NAMES if n not in wanted)
+    return tuple(n for n in invariant_names.all_names() if n not in wanted)
 
 
 class ScriptedServer:
     def __init__(self, *, device: str, topology: str, engine_kwargs: Dict[str, Any],
                  start_timeout_s: float, log_dir: Optional[Path],
-                 revert_fixes: Iterable[str] = (), patches: Iterable[str] = ()) -> None:
+                 revert_fixes: Iterable[str] = (), patches: Iterable[str] = (),
+                 extensions: Iterable[str] = ()) -> None:
         self.device = device
         self.revert_fixes = fix_toggles.validate(list(revert_fixes))
         self.patches = list(patches)
         self._patch_specs = [patch_specs.check(p) for p in self.patches]
+        self.extensions = list(extensions)
+        self._extension_specs = [extension_points.resolve(e) for e in self.extensions]
+        extension_points.activate(spec for spec, _ in self._extension_specs)  # here too: names, actions
         self.topology = topology
         self.engine_kwargs = engine_kwargs
         self.start_timeout_s = start_timeout_s
@@ -147,17 +152,20 @@ class ScriptedServer:
     def start(cls, *, device: str = "cpu", topology: str = "pp1-overlap",
               start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
               log_dir: Optional[Union[str, Path]] = None, revert_fixes: Iterable[str] = (),
-              patches: Iterable[str] = (), **engine_overrides: Any) -> "ScriptedServer":
+              patches: Iterable[str] = (), extensions: Iterable[str] = (),
+              **engine_overrides: Any) -> "ScriptedServer":
         """Start a server. ``revert_fixes`` names SGLang fixes to undo
         in-process (``hooks/fix_toggles.py``), e.g. ``["pr27446"]``;
         ``patches`` names patches to apply in every scheduler rank: built-in
         fix toggles and mutants (``hooks/mutants.py``), or a user's own as
         ``MODULE:ATTR`` / ``PATH.py:ATTR`` (``hooks/patches.py``). An unknown
-        one is a ValueError before anything starts."""
+        one is a ValueError before anything starts. ``extensions``: modules
+        of windows, invariants and explorer actions
+        (``scripted_runtime/extensions.py``), loaded here and in every rank."""
         kwargs = engine_config.engine_kwargs(device, topology, **engine_overrides)
         server = cls(device=device, topology=topology, engine_kwargs=kwargs,
                      start_timeout_s=start_timeout_s, log_dir=Path(log_dir) if log_dir else None,
-                     revert_fixes=revert_fixes, patches=patches)
+                     revert_fixes=revert_fixes, patches=patches, extensions=extensions)
         server._launch()
         return server
 
@@ -171,7 +179,7 @@ class ScriptedServer:
         topology, engine arguments, fix toggles, patches); ``launch()`` starts it."""
         return ScriptedServer(device=self.device, topology=self.topology, engine_kwargs=dict(self.engine_kwargs),
                               start_timeout_s=self.start_timeout_s, log_dir=self._log_dir,
-                              revert_fixes=self.revert_fixes, patches=self.patches)
+                              revert_fixes=self.revert_fixes, patches=self.patches, extensions=self.extensions)
 
     def launch(self) -> "ScriptedServer":
         """Start this (not yet started) server; blocks until it is ready."""
@@ -223,11 +231,13 @@ class ScriptedServer:
             "SCRIPTED_RUNTIME_EXPECT_WARMUP": "1" if expect_warmup else "0",
             "PYTHONPATH": os.pathsep.join(
                 [str(SITE_DIR), str(REPO_ROOT)] + [r.search_path for r in self._patch_specs if r.search_path]
+                + [where for _, where in self._extension_specs if where]
                 + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
             ),
             "PYTHONUNBUFFERED": "1",
             fix_toggles.ENV_REVERT_FIXES: ",".join(self.revert_fixes),
             patch_specs.ENV_PATCHES: ",".join(r.spec for r in self._patch_specs),
+            extension_points.ENV_EXTENSIONS: ",".join(spec for spec, _ in self._extension_specs),
         })
         if checkpoint is not None:
             env["SCRIPTED_RUNTIME_CHECKPOINT"] = str(checkpoint)

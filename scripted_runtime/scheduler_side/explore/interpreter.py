@@ -42,9 +42,17 @@ def run_source(ctx, source: str):
             key = f"{kind}|{phase}"
             coverage[key] = coverage.get(key, 0) + 1
 
+    def on_extension(kind: str) -> None:
+        paused = program_helpers.tokenizer_paused(ctx, ctx.control_ops)
+        for phase in phases.phases_of(ctx.scheduler, tokenizer_paused=paused):
+            key = f"{kind}|{phase}"
+            coverage[key] = coverage.get(key, 0) + 1
+
     ctx.control_listeners.append(on_control)
+    program_helpers.coverage_sink = on_extension
     try:
         summary = yield from namespace[PROGRAM_FUNCTION](ctx)
     finally:
         ctx.control_listeners.remove(on_control)
+        program_helpers.coverage_sink = None
     return {"end": summary, "coverage": coverage}

@@ -53,7 +53,7 @@ def phases_of(s: Any, *, tokenizer_paused: bool = False) -> List[str]:
         out.append("paused")
     if unpruned:
         out.append("finished_unpruned")
-    if not holders:
+    if not any(h.reqs for h in holders):  # SGLang always keeps a running_batch, empty when idle
         out.append("idle")
     return out
 

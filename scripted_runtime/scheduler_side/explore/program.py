@@ -7,6 +7,8 @@ way on the same build.
 """
 from __future__ import annotations
 
+import inspect
+
 from typing import Any, Dict, List, Optional
 
 from scripted_runtime.scheduler_side import control, output_oracle, state
@@ -148,3 +150,23 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
         "tree_tokens": stats["tree_tokens"],
         "slot": state.pp_slot(ctx.scheduler),
     }
+
+
+# Set by the interpreter for the program it runs: records a coverage-table row and its phases.
+coverage_sink: Optional[Any] = None
+
+
+def extension_action(ctx, reqs, name: str):
+    """``yield from explore.extension_action(ctx, reqs, NAME)``: run the
+    extension action NAME (``scripted_runtime/extensions.py``), loaded in
+    this rank by ``--extension``; counted in the coverage table as
+    ``ext:NAME`` in the phases it started in."""
+    from scripted_runtime import extensions
+
+    ext = extensions.get_action(name)
+    if coverage_sink is not None:
+        coverage_sink(f"ext:{name}")
+    result = ext.run(ctx, reqs)
+    if inspect.isgenerator(result):
+        result = yield from result
+    return result

@@ -97,7 +97,17 @@ class OnWindow:
         return f"when {self.window} opens (within {self.max_steps} steps): {self.op.describe()}"
 
 
-Action = Union[Steps, Start, Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, OnWindow]
+@dataclass(frozen=True)
+class Extension:
+    """An explorer action a user's module registers (``scripted_runtime/extensions.py``)."""
+
+    name: str
+
+    def describe(self) -> str:
+        return f"{self.name} (extension action)"
+
+
+Action = Union[Steps, Start, Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, OnWindow, Extension]
 
 
 def _op_lines(op: Op) -> List[str]:
@@ -165,6 +175,8 @@ def to_source(actions: Sequence[Action], *, docstring: str = "", mark: Optional[
                     f"max_new_tokens={action.max_new_tokens}, ignore_eos=True, temperature=0.0))")
             # The tokenizer holds new requests for the whole pause.
             body = ["if not explore.tokenizer_paused(ctx):", "    " + call] if may_be_paused else [call]
+        elif isinstance(action, Extension):
+            body = [f"yield from explore.extension_action(ctx, reqs, {action.name!r})"]
         elif isinstance(action, OnWindow):
             body = [f"if (yield from ctx.wait_for_window({action.window!r}, max_steps={action.max_steps}, "
                     "required=False)):"] + ["    " + l for l in _op_lines(action.op)]

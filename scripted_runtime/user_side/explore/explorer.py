@@ -63,7 +63,7 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
             log_dir: Optional[Path] = None, invariants: Any = True, example_timeout_s: float = 120.0,
             known_bugs: Optional[Sequence[Any]] = None, stop_at_known: bool = False, corpus: bool = True,
             found_by: str = "`scripted-runtime explore`", standby: str = "auto", fresh_replay: bool = True,
-            database: Optional[str] = "none", database_read_only: bool = False,
+            database: Optional[str] = "none", database_read_only: bool = False, extensions: Iterable[str] = (),
             progress: Callable[[str], None] = print) -> ExploreReport:
     """``known_bugs``: the registry to match failures against (default the
     built-in one; ``()``: every failure is new). Every failure met is kept
@@ -83,9 +83,11 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
     the local directory; this function's is ``none``."""
     db = failure_db.open_database(database, read_only=database_read_only)
     prof = search_mod.PROFILES[profile]
+    extensions = list(extensions)
     revert_fixes = list(revert_fixes)
     patches = list(patches)
     runner = ExampleRunner(topology=topology, device=device, revert_fixes=revert_fixes, patches=patches,
+                           extensions=extensions,
                            engine_overrides=engine_overrides, server=server, progress=progress,
                            start_timeout_s=start_timeout_s, log_dir=log_dir, invariants=invariants,
                            example_timeout_s=example_timeout_s, standby=standby)
@@ -106,7 +108,7 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
                 Path(out_dir) / "kept", program, outcome, position=position, known_name=known_name,
                 run=f"the run ({profile} profile, {run_label})", topology=topology, sglang_version=version,
                 seed=seed, profile=profile, revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
-                invariants=invariants, found_by=found_by))
+                invariants=invariants, found_by=found_by, extensions=extensions))
 
         store = failure_db.FailureStore(db, failure_db.key(
             sglang_version=version, topology=topology, patches=patches, revert_fixes=revert_fixes,
@@ -145,7 +147,7 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
                                          sglang_version=version, seed=result.seed, profile=profile,
                                          revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
                                          found_after=found_after, invariants=invariants,
-                                         shrunk=not result.needs_history)
+                                         shrunk=not result.needs_history, extensions=extensions)
             trace_dir = Path(out_dir) / "traces" / path.stem
             report.scenario_path = str(path)
             budget_s = prof.shrink_time_s if shrink_time_s is None else shrink_time_s
@@ -154,7 +156,8 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
                 return writer.write_scenario(
                     Path(out_dir), program, failed, topology=topology, sglang_version=version, seed=result.seed,
                     profile=profile, revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
-                    found_after=found_after, invariants=invariants, earlier=earlier, history_note=note)
+                    found_after=found_after, invariants=invariants, earlier=earlier, history_note=note,
+                    extensions=extensions)
 
             progress(f"wrote {path} ({len(result.program)} actions, "
                      + ("as first found: it needs its history)" if result.needs_history else

@@ -29,7 +29,7 @@ from scripted_runtime.user_side.explore import actions as A
 DEFAULT_DIR = ".scripted-runtime/failures"
 NONE = "none"
 _TYPES = {cls.__name__: cls for cls in (A.Steps, A.Start, A.Flush, A.UpdateWeights, A.Pause, A.Continue,
-                                         A.AbortOne, A.AbortAll, A.OnWindow)}
+                                         A.AbortOne, A.AbortAll, A.OnWindow, A.Extension)}
 
 
 class DatabaseError(ValueError):

@@ -46,6 +46,8 @@ def explore_argv(args: argparse.Namespace, **override) -> List[str]:
         argv += ["--revert-fix", name]
     for spec in values.get("patch") or []:
         argv += ["--patch", spec]
+    for spec in values.get("extension") or []:
+        argv += ["--extension", spec]
     if values.get("no_determinism_check"):
         argv.append("--no-determinism-check")
     if values.get("no_invariants"):

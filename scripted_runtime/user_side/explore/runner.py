@@ -103,7 +103,7 @@ class ExampleRunner:
     shut down by ``close``)."""
 
     def __init__(self, *, topology: str, device: str = "cpu", revert_fixes: Iterable[str] = (),
-                 patches: Iterable[str] = (),
+                 patches: Iterable[str] = (), extensions: Iterable[str] = (),
                  engine_overrides: Optional[Dict[str, Any]] = None, log_dir: Optional[Path] = None,
                  server: Any = None, start_timeout_s: float = 300.0,
                  example_timeout_s: float = EXAMPLE_TIMEOUT_S, invariants: Any = True,
@@ -122,6 +122,7 @@ class ExampleRunner:
         self.device = device
         self.revert_fixes = list(revert_fixes)
         self.patches = list(patches)
+        self.extensions = list(extensions)
         self.engine_overrides = dict(engine_overrides or {})
         self.log_dir = log_dir
         self.start_timeout_s = start_timeout_s
@@ -160,11 +161,16 @@ class ExampleRunner:
             self.server = ScriptedServer.start(device=self.device, topology=self.topology,
                                                start_timeout_s=self.start_timeout_s,
                                                revert_fixes=self.revert_fixes, patches=self.patches,
+                                               extensions=self.extensions,
                                                log_dir=self.log_dir,
                                                **self.engine_overrides)
             self.start_s = time.monotonic() - t0
             self.progress(f"server ready in {self.start_s:.1f}s (sglang {self.info.get('sglang_version')}, "
                           f"loop {self.info.get('loop_kind')})")
+            loaded = self.info.get("extensions") or {}
+            if any(loaded.values()):
+                self.progress("extensions loaded in the scheduler: " + "; ".join(
+                    f"{kind} {', '.join(names)}" for kind, names in loaded.items() if names))
             self._warm_references()
             if self.standby_mode == "on":
                 self._start_standby()

@@ -135,11 +135,12 @@ class Stats:
     def coverage_table(self) -> str:
         """Control operation x scheduler phase: how many operations were
         processed against a state in that phase ('.' = never)."""
-        width = max(len(op) for op in OPS)
+        extension_rows = tuple(sorted({key.split("|")[0] for key in self.coverage if key.startswith("ext:")}))
+        width = max(len(op) for op in OPS + extension_rows)
         cols = PHASES
         head = "  " + "op".ljust(width) + " | " + " | ".join(c.rjust(max(5, len(c))) for c in cols)
         rows = [head, "  " + "-" * (len(head) - 2)]
-        for op in OPS:
+        for op in OPS + extension_rows:
             cells = []
             for c in cols:
                 n = self.coverage.get(f"{op}|{c}", 0)

@@ -11,6 +11,7 @@ from typing import Tuple
 
 from hypothesis import strategies as st
 
+from scripted_runtime import extensions
 from scripted_runtime.scheduler_side import windows
 from scripted_runtime.user_side.explore import actions as A
 
@@ -51,14 +52,18 @@ def starts() -> st.SearchStrategy:
 
 def action_strategy(topology: str) -> st.SearchStrategy:
     names = windows_for(topology)
-    return st.one_of(
+    choices = [
         st.builds(A.Steps, n=st.integers(1, MAX_STEPS_ACTION[topology])),
         starts(),
         control_ops(),
         st.builds(A.OnWindow, window=st.sampled_from(names),
                   op=control_ops().filter(lambda op: not isinstance(op, A.Continue)),
                   max_steps=st.just(WINDOW_WAIT_STEPS[topology])),
-    )
+    ]
+    loaded = sorted(extensions.actions())
+    if loaded:  # a user's own actions (--extension), drawn like the built-in ones
+        choices.append(st.builds(A.Extension, name=st.sampled_from(loaded)))
+    return st.one_of(*choices)
 
 
 def programs(topology: str, *, max_actions: int = MAX_ACTIONS) -> st.SearchStrategy:

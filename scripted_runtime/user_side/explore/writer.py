@@ -11,11 +11,12 @@ from scripted_runtime.user_side.explore import actions as A
 
 def replay_command(path: str, *, topology: str, revert_fixes: Sequence[str] = (),
                    sglang: Optional[str] = None, invariants: bool = True,
-                   patches: Sequence[str] = ()) -> str:
+                   patches: Sequence[str] = (), extensions: Sequence[str] = ()) -> str:
     opts = {"pp1-overlap": "", "pp1-normal": " --no-overlap", "pp4": " --pp 4"}[topology]
     opts += "" if invariants else " --no-invariants"
     reverts = "".join(f" --revert-fix {f}" for f in revert_fixes)
     reverts += "".join(f" --patch {p}" for p in patches)
+    opts += "".join(f" --extension {e}" for e in extensions)
     if sglang and sglang != "current":
         return f"scripted-runtime bisect-check {path}:{A.PROGRAM_FUNCTION} --sglang {sglang}{opts}"
     return f"scripted-runtime run {path}:{A.PROGRAM_FUNCTION}{opts}{reverts}"
@@ -26,7 +27,8 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topol
                    revert_fixes: Sequence[str] = (), sglang_spec: Optional[str] = None,
                    found_after: str = "", invariants: bool = True, patches: Sequence[str] = (),
                    shrunk: bool = True, found_by: str = "`scripted-runtime explore`",
-                   earlier: Sequence[Sequence[A.Action]] = (), history_note: str = "") -> Path:
+                   earlier: Sequence[Sequence[A.Action]] = (), history_note: str = "",
+                   extensions: Sequence[str] = ()) -> Path:
     """``shrunk``: the program is Hypothesis's shrunk form (else as first
     found). ``found_by``: the command that met it, for the header.
     ``earlier``: programs the failure needs to have run before it on the
@@ -56,7 +58,7 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topol
                                   else "") + " (marked below).",
         "",
         "Replay:",
-        f"  {replay_command(str(path), topology=topology, revert_fixes=revert_fixes, sglang=sglang_spec, invariants=invariants, patches=patches)}",
+        f"  {replay_command(str(path), topology=topology, revert_fixes=revert_fixes, sglang=sglang_spec, invariants=invariants, patches=patches, extensions=extensions)}",
         "",
     ]
     if earlier:
