@@ -49,8 +49,7 @@ from stats import rotated, wall_times  # noqa: E402
 
 from hooks import sglang_compat  # noqa: E402
 from scripted_runtime import protocol  # noqa: E402
-from scripted_runtime.user_side import engine_config, processes  # noqa: E402
-from scripted_runtime.user_side.models import files as model_files  # noqa: E402
+from scripted_runtime.user_side import processes, upstream_run  # noqa: E402
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 600.0
@@ -95,28 +94,13 @@ def checkpoint() -> None:
 
 
 def engine_kwargs(topology: str) -> dict:
-    kwargs = engine_config.engine_kwargs("cpu", topology)
-    kwargs["model_path"] = str(model_files.model_dir(engine_config.DEVICE_MODELS["cpu"]))
-    return kwargs
+    return upstream_run.cpu_engine_kwargs(topology)
 
 
 def sglang_env(kwargs: dict, *, upstream: bool = False) -> dict:
-    """The environment of an SGLang server without our scheduler hook: CPU
-    enablement from hooks/ (sitecustomize), the harness's server env, the OMP
-    binding rule of the release."""
-    env = {**sglang_compat.SERVER_ENV, **os.environ}
-    env.update({
-        protocol.ENV_HOOKS: "1",
-        protocol.ENV_DEVICE: "cpu",
-        "SCRIPTED_RUNTIME_SCHEDULER_HOOK": "0",
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "hooks" / "_site"), str(ROOT), str(BENCH)]),
-        "PYTHONUNBUFFERED": "1",
-        "SGLANG_CPU_OMP_THREADS_BIND": sglang_compat.omp_bind_rule().value(
-            tp_size=kwargs.get("tp_size", 1), pp_size=kwargs.get("pp_size", 1), cores=os.cpu_count() or 1),
-    })
-    if upstream:
-        env["SCRIPTED_RUNTIME_UPSTREAM_HARNESS"] = "1"
-    return env
+    """The environment of an SGLang server without our scheduler hook
+    (``upstream_run.server_env``), with bench/ importable for the scripts."""
+    return upstream_run.server_env(kwargs, upstream=upstream, paths=[str(BENCH)])
 
 
 def read_json(path: str) -> dict:

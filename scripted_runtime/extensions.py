@@ -225,13 +225,10 @@ def install_requested(scheduler_module: Any = None) -> None:
 def register_windows() -> None:
     """Add the loaded windows to ``scheduler_side.windows.WINDOWS`` (the
     tracker, ``ctx.wait_for_window`` and the explorer read it); a name that
-    is a built-in window or invariant is an ``ExtensionError``."""
-    from scripted_runtime.scheduler_side import invariants as invariant_table
+    is a built-in window is an ``ExtensionError`` (a built-in check's name:
+    ``invariants.all_names``)."""
     from scripted_runtime.scheduler_side import windows as window_table
 
-    for name in _invariants:
-        if name in invariant_table.NAMES:
-            raise ExtensionError(f"extension invariant {name!r}: a built-in check has that name")
     for ext in _windows.values():
         if ext.name in window_table.BUILTIN and ext.name not in _registered:
             raise ExtensionError(f"extension window {ext.name!r}: a built-in window has that name")

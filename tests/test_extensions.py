@@ -70,6 +70,15 @@ def test_names_must_not_clash(clean_registry):
     with pytest.raises(ext.ExtensionError, match="unknown loop kind"):
         ext.window(loops=("gpu",))
 
+    @ext.invariant
+    def idle_gate(view):  # a built-in check's name
+        return None
+
+    from scripted_runtime.scheduler_side import invariants
+
+    with pytest.raises(ext.ExtensionError, match="a built-in check has that name"):
+        invariants.all_names()
+
 
 def test_coverage_table_has_a_row_per_extension_action():
     stats = Stats()

@@ -387,8 +387,14 @@ CHECKS: Dict[str, Check] = {
 
 
 def all_names() -> Tuple[str, ...]:
-    """The built-in checks, then the loaded extension invariants (``scripted_runtime/extensions.py``)."""
-    return NAMES + tuple(extensions.invariants())
+    """The built-in checks, then the loaded extension invariants
+    (``scripted_runtime/extensions.py``); one named like a built-in check
+    is an ``ExtensionError``."""
+    loaded = tuple(extensions.invariants())
+    clash = sorted(set(loaded) & set(NAMES))
+    if clash:
+        raise extensions.ExtensionError(f"extension invariant {clash[0]!r}: a built-in check has that name")
+    return NAMES + loaded
 
 
 def validate_names(names: Iterable[str]) -> Tuple[str, ...]:

@@ -586,6 +586,19 @@ def build_parser() -> argparse.ArgumentParser:
     draw.add_argument("--steps", help="only steps A:B (inclusive)")
     draw.set_defaults(func=_cmd_trace_render)
 
+    exp_p = sub.add_parser("export", help="write a scenario as a test for SGLang's own harness "
+                                          "(sglang.test.scripted_runtime), for an SGLang pull request")
+    exp_p.add_argument("scenario", help="PATH.py:FUNCTION")
+    exp_p.add_argument("-o", "--output", required=True, help="the test file to write (test_*.py)")
+    exp_p.add_argument("--pp", type=int, default=1, help="pipeline-parallel size: 1 or 4 (default 1)")
+    exp_p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                       help="overlap scheduling for pp=1 (SGLang's default: on)")
+    exp_p.add_argument("--check", action="store_true",
+                       help="then run the written test under SGLang's harness on this CPU box")
+    exp_p.add_argument("--revert-fix", action="append", metavar="NAME",
+                       help="with --check: undo this SGLang fix in-process while it runs (repeatable)")
+    exp_p.set_defaults(func=_cmd_export)
+
     envs_p = sub.add_parser("envs", help="list or prune the cached build environments (~10 GB each)")
     envs_sub = envs_p.add_subparsers(dest="envs_command", required=True)
     envs_sub.add_parser("list", help="spec, size, last use and path of each").set_defaults(func=_cmd_envs_list)
@@ -595,6 +608,35 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
     prune.set_defaults(func=_cmd_envs_prune)
     return parser
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    """Exit 0: written (and with --check, it passed); 1: --check failed; 2: usage error or not exportable."""
+    import subprocess
+
+    from scripted_runtime.user_side import engine_config, export
+
+    try:
+        spec = check_script_spec(args.scenario)
+        topology = engine_config.topology_for(args.pp, args.overlap)
+        from hooks import fix_toggles
+
+        reverted = fix_toggles.validate(args.revert_fix or [])
+        path, _, func = spec.rpartition(":")
+        out = export.export(path, func, Path(args.output), topology=topology)
+    except (UsageError, ValueError) as exc:
+        print(f"scripted-runtime: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"wrote {out} ({topology}): run it with SGLang's harness, e.g. python -m pytest {out}")
+    if not args.check:
+        return EXIT_PASS
+    what = " with " + ", ".join(reverted) + " reverted" if reverted else ""
+    print(f"[scripted-runtime] running it under SGLang's harness on CPU{what}...", file=sys.stderr, flush=True)
+    cmd = [sys.executable, "-m", "scripted_runtime.user_side.upstream_run", str(out), "--topology", topology]
+    cmd += [a for f in reverted for a in ("--revert-fix", f)]
+    rc = subprocess.run(cmd, timeout=1200).returncode
+    print(f"export check: {'PASS' if rc == 0 else 'FAIL'} under SGLang's harness{what}")
+    return EXIT_PASS if rc == 0 else EXIT_FAIL
 
 
 def _cmd_envs_list(args: argparse.Namespace) -> int:
