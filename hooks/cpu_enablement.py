@@ -13,6 +13,8 @@ Measured on 0.5.23 (and 0.5.12.post1 / 0.5.8.post1, see ../shared/DESIGN.md §4)
    (what SGLang's own ``maybe_stub_sgl_kernel`` test helper does). The tiny
    CPU model never calls into it; a call would return a mock, not crash.
 
+4. HiCache (``enable_hierarchical_cache``): ``hooks/hicache_cpu.py``.
+
 ``SGLANG_CPU_OMP_THREADS_BIND`` is set by the launcher, not here: its format
 depends on the release (``sglang_compat.omp_bind_rule``).
 """
@@ -92,6 +94,9 @@ class _SglKernelFinder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
+    from hooks import hicache_cpu
+
+    hicache_cpu.install()  # the hierarchical cache's host pool and copies (hicache_cpu.py)
     for name in sglang_compat.ROTARY_CPU_FLAG_MODULES:
         post_import.when_imported(name, _force_rotary_cpu_path)
     post_import.when_imported(sglang_compat.PYNCCL_MODULE, _no_pynccl_on_cpu)

@@ -114,6 +114,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         specs = [check_script_spec(s) for s in args.scenario]
         topology = engine_config.topology_for(args.pp, args.overlap)
         overrides = engine_config.parse_engine_args(args.sglang_arg or [])
+        engine_config.engine_kwargs(args.device, topology, **overrides)  # what cannot run here: exit 2 now
         loaded = _extensions(args.extension)
         skipped = invariants.validate_names(args.skip_invariant or [])
         from hooks import fix_toggles
@@ -260,6 +261,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     try:
         topology = engine_config.topology_for(args.pp, args.overlap)
         overrides = engine_config.parse_engine_args(args.sglang_arg or [])
+        engine_config.engine_kwargs(args.device, topology, **overrides)  # what cannot run here: exit 2 now
         from hooks import fix_toggles
 
         reverted = fix_toggles.validate(args.revert_fix or [])

@@ -53,7 +53,29 @@ def engine_kwargs(device: str = "cpu", topology: str = "pp1-overlap", **override
         raise ValueError(f"topology must be one of {sorted(TOPOLOGIES)}, got {topology!r}")
     kwargs = {**COMMON, **DEVICE_DEFAULTS[device], **TOPOLOGIES[topology]}
     kwargs.update(overrides)
+    if device == "cpu" and _truthy(kwargs.get("enable_hierarchical_cache")):
+        kwargs.update(hicache_cpu_args(overrides))
     return kwargs
+
+
+# HiCache on CPU (hooks/hicache_cpu.py): only the direct copy of the layer-first layout has a CPU path.
+HICACHE_CPU = {"hicache_io_backend": "direct", "hicache_mem_layout": "layer_first"}
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "1", "yes", "on")
+
+
+def hicache_cpu_args(overrides: Dict[str, Any]) -> Dict[str, Any]:
+    """The HiCache arguments a CPU server needs; a ValueError (one line)
+    for a combination that cannot run on CPU, naming what to use."""
+    wrong = {k: overrides[k] for k in HICACHE_CPU if k in overrides and overrides[k] != HICACHE_CPU[k]}
+    if wrong:
+        given = ", ".join(f"{k}={v}" for k, v in wrong.items())
+        want = " ".join(f"--sglang-arg {k}={v}" for k, v in HICACHE_CPU.items())
+        raise ValueError(f"HiCache on CPU cannot use {given}: the kernel I/O backend and the page_first layouts "
+                         f"need CUDA/HIP copy kernels; use {want} (the CPU default)")
+    return dict(HICACHE_CPU)
 
 
 def topology_for(pp: int, overlap: bool) -> str:
