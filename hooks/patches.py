@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from hooks import fix_toggles, mutants
 from hooks.patch_base import Patch, PatchError
+from scripted_runtime import module_paths
 
 ENV_PATCHES = "SCRIPTED_RUNTIME_PATCHES"
 __all__ = ["Patch", "PatchError", "check", "load", "install_requested"]
@@ -84,16 +85,9 @@ def check(spec: str) -> Resolved:
         if attr not in names:
             raise ValueError(f"patch {spec!r}: {where} defines no {attr!r}")
         return Resolved(f"{path}:{attr}")
-    try:
-        found = importlib.util.find_spec(where)
-    except (ImportError, ValueError):
-        found = None
-    if found is None or not found.origin:
+    root = module_paths.search_root(where)
+    if root is None:
         raise ValueError(f"patch {spec!r}: module {where!r} not found on this interpreter's path")
-    root = os.path.dirname(found.origin)
-    depth = where.count(".") + (1 if os.path.basename(found.origin) == "__init__.py" else 0)
-    for _ in range(depth):
-        root = os.path.dirname(root)
     return Resolved(spec, search_path=root)
 
 

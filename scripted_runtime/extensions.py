@@ -50,6 +50,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from scripted_runtime import module_paths
+
 ENV_EXTENSIONS = "SCRIPTED_RUNTIME_EXTENSIONS"
 ALL_LOOPS = ("normal", "overlap", "pp")
 
@@ -172,15 +174,9 @@ def resolve(spec: str) -> Tuple[str, Optional[str]]:
         if not os.path.isfile(path):
             raise ExtensionError(f"extension {spec!r}: file not found")
         return path, None
-    try:
-        found = importlib.util.find_spec(spec)
-    except (ImportError, ValueError):
-        found = None
-    if found is None or not found.origin:
+    top = module_paths.search_root(spec)
+    if top is None:
         raise ExtensionError(f"extension {spec!r}: no such module (a MODULE importable here, or PATH.py)")
-    top = os.path.dirname(found.origin)
-    for _ in range(spec.count(".") + (1 if found.origin.endswith("__init__.py") else 0)):
-        top = os.path.dirname(top)
     return spec, top
 
 

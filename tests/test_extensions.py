@@ -108,6 +108,7 @@ def example_server(server_pool):
 
 
 @pytest.mark.sglang
+@pytest.mark.slow  # a server of its own (~25 s); the default lane keeps the pure tests above
 def test_run_shows_the_window_and_action_and_the_invariant_fails_a_broken_request(example_server, capsys):
     """What ``scripted-runtime run --extension ...`` prints, through the
     command's own output functions, for both example scenarios."""
@@ -127,6 +128,7 @@ def test_run_shows_the_window_and_action_and_the_invariant_fails_a_broken_reques
 
 
 @pytest.mark.sglang
+@pytest.mark.slow
 def test_explore_draws_the_action_counts_the_window_and_checks_the_invariant(example_server, tmp_path):
     from scripted_runtime.user_side.explore import explorer
 

@@ -21,6 +21,9 @@ HICACHE = {"enable_hierarchical_cache": True}
 def test_cpu_defaults_pick_the_direct_layer_first_copy():
     kwargs = engine_config.engine_kwargs("cpu", "pp1-normal", **HICACHE)
     assert kwargs["hicache_io_backend"] == "direct" and kwargs["hicache_mem_layout"] == "layer_first"
+    # an explicit host pool: not sized from the box's free memory (found when the suite's other servers ran)
+    assert kwargs["hicache_ratio"] == 2
+    assert "hicache_ratio" not in engine_config.engine_kwargs("cpu", "pp1-normal", hicache_size=1, **HICACHE)
     assert "hicache_io_backend" not in engine_config.engine_kwargs("cpu", "pp1-normal")
     assert "hicache_io_backend" not in engine_config.engine_kwargs("cuda", "pp1-normal", **HICACHE)
 

@@ -60,6 +60,10 @@ def engine_kwargs(device: str = "cpu", topology: str = "pp1-overlap", **override
 
 # HiCache on CPU (hooks/hicache_cpu.py): only the direct copy of the layer-first layout has a CPU path.
 HICACHE_CPU = {"hicache_io_backend": "direct", "hicache_mem_layout": "layer_first"}
+# An explicit host pool size (twice the device pool): SGLang otherwise sizes it from the host's free
+# memory after a 10 GiB reserve, which on a busy 24 GiB box leaves nothing ("No host memory is left
+# for HiCache") and would make the pool, and so eviction, depend on what else runs.
+HICACHE_CPU_DEFAULTS = {"hicache_ratio": 2}
 
 
 def _truthy(value: Any) -> bool:
@@ -75,7 +79,8 @@ def hicache_cpu_args(overrides: Dict[str, Any]) -> Dict[str, Any]:
         want = " ".join(f"--sglang-arg {k}={v}" for k, v in HICACHE_CPU.items())
         raise ValueError(f"HiCache on CPU cannot use {given}: the kernel I/O backend and the page_first layouts "
                          f"need CUDA/HIP copy kernels; use {want} (the CPU default)")
-    return dict(HICACHE_CPU)
+    sized = "hicache_ratio" in overrides or "hicache_size" in overrides
+    return {**HICACHE_CPU, **({} if sized else HICACHE_CPU_DEFAULTS)}
 
 
 def topology_for(pp: int, overlap: bool) -> str:
