@@ -56,6 +56,9 @@ def test_windows_per_topology():
     assert "pp_inflight_after_last_chunk" not in strategies.windows_for("pp1-overlap")
     assert "overlap_result_pending" in strategies.windows_for("pp1-overlap")
     assert "overlap_result_pending" not in strategies.windows_for("pp1-normal")
+    # HiCache's windows never open without HiCache: drawn only when the engine has it
+    assert "hicache_load_in_progress" not in strategies.windows_for("pp1-normal")
+    assert "hicache_load_in_progress" in strategies.windows_for("pp1-normal", ("hicache",))
 
 
 @pytest.mark.parametrize("result, expected", [

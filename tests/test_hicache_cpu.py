@@ -1,7 +1,8 @@
 """HiCache (SGLang's hierarchical cache) on the CPU default
 (``hooks/hicache_cpu.py``, issue 26's first step): the CPU defaults and the
 one-line refusal of what cannot run on CPU, the torch stand-in of the
-direct copy against a plain reference, and the demo with HiCache on."""
+direct copy against a plain reference, and on a real server the demo,
+a backup to the host pool and the two HiCache windows."""
 from __future__ import annotations
 
 import subprocess
@@ -56,14 +57,23 @@ def test_the_direct_copy_moves_the_indexed_rows_of_every_layer():
         hicache_cpu.transfer_kv_direct(src[:2], dst, src_idx, dst_idx)
 
 
+HICACHE_SCENARIOS = ("host_pool_holds_backups", "write_through_window", "load_back_window")
+
+
 @pytest.mark.sglang
-def test_the_demo_runs_with_hicache_on_and_backs_kv_up_to_the_host():
-    """The demo with HiCache on (pp1-normal); then a second script reads the
-    host pool: the demo's prompt was written through to it."""
+def test_the_demo_runs_with_hicache_on_and_the_hicache_windows_open():
+    """On one pp1-normal server with HiCache on and a 600-token device pool:
+    the demo; a prompt written through to the host pool; the backup window;
+    the load-back window (a prompt evicted to the host and asked for again:
+    the batch that uses it waits on the load, consumer index 0)."""
     proc = subprocess.run(
         [sys.executable, "-m", "scripted_runtime.user_side.cli", "run", "scenarios/demo.py:chunked_then_decode",
-         "scenarios/hicache.py:host_pool_holds_backups", "--no-overlap",
-         "--sglang-arg", "enable_hierarchical_cache=true", "--sglang-arg", "hicache_write_policy=write_through"],
+         *(f"scenarios/hicache.py:{name}" for name in HICACHE_SCENARIOS), "--no-overlap",
+         "--sglang-arg", "enable_hierarchical_cache=true", "--sglang-arg", "hicache_write_policy=write_through",
+         "--sglang-arg", "max_total_tokens=600"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "PASS" in proc.stdout and "chunked_then_decode" in proc.stdout
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    for name in ("chunked_then_decode", *HICACHE_SCENARIOS):
+        assert f":{name}: " in out and f"FAIL /" not in out, out
+    assert "hicache_load_in_progress x1" in out and "hicache_write_through_pending x" in out, out

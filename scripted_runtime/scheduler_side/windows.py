@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from hooks import sglang_compat
-from scripted_runtime.scheduler_side import state
+from scripted_runtime.scheduler_side import hicache_state, state
 
 Predicate = Callable[[Any], Optional[str]]
 
@@ -36,6 +36,7 @@ class Window:
     source: str  # the SGLang issue / PR it comes from
     doc: str
     predicate: Predicate = field(repr=False, compare=False)
+    needs: str = ""  # an engine feature it can only open with ("hicache"); the explorer draws it only then
 
 
 def _rids(reqs) -> str:
@@ -122,6 +123,16 @@ def paused_retract_waiting_with_kv(s: Any) -> Optional[str]:
     return None
 
 
+def hicache_write_through_pending(s: Any) -> Optional[str]:
+    n = hicache_state.write_through_pending(s)
+    return f"backups={n}" if n else None
+
+
+def hicache_load_in_progress(s: Any) -> Optional[str]:
+    n = hicache_state.load_back_pending(s)
+    return f"loads={n}" if n else None
+
+
 WINDOWS: Dict[str, Window] = {
     w.name: w
     for w in (
@@ -166,6 +177,19 @@ WINDOWS: Dict[str, Window] = {
             "queue and their KV sits in the radix tree (or a row). A flush here drops that "
             "cache; it was refused until 0.5.21 (ignore_waiting).",
             paused_retract_waiting_with_kv,
+        ),
+        Window(
+            "hicache_write_through_pending", ("normal", "overlap", "pp"), "HiCache",
+            "HiCache: a device->host backup was issued and is not reaped yet (ongoing_write_through); "
+            "is_fully_idle is false, so a flush here is refused. Closed when HiCache is off.",
+            hicache_write_through_pending, needs="hicache",
+        ),
+        Window(
+            "hicache_load_in_progress", ("normal", "overlap", "pp"), "PR 19177",
+            "HiCache: a host->device load was issued and is not reaped yet (ongoing_load_back); a batch "
+            "scheduled now may read rows the load writes (PR 19177's race, with the copy still in flight "
+            "on a GPU). Closed when HiCache is off.",
+            hicache_load_in_progress, needs="hicache",
         ),
     )
 }

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 from hooks import sglang_compat
-from scripted_runtime.scheduler_side import control, state, windows
+from scripted_runtime.scheduler_side import control, hicache_state, state, windows
 from scripted_runtime.scheduler_side.context import radix, waits
 from scripted_runtime.scheduler_side.context.requests import BatchRecord, ReqHandle
 from scripted_runtime.scheduler_side.control import ControlOp
@@ -312,6 +312,12 @@ class ScriptContext:
 
     def engine_stats(self) -> Dict[str, int]:
         return state.engine_stats(self.scheduler)
+
+    def hicache(self) -> Optional[Dict[str, Any]]:
+        """HiCache's state, read-only (``hicache_state.view``): host pool free
+        and size, the copy queues, ongoing backups and loads, the last batch's
+        ``hicache_consumer_index``; None when HiCache is off."""
+        return hicache_state.view(self.scheduler)
 
     def get_all_node_lock_refs(self) -> Dict[Any, int]:
         return radix.all_lock_refs(self.scheduler.tree_cache)

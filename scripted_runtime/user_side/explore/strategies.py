@@ -28,9 +28,12 @@ WINDOW_WAIT_STEPS = {"pp1-overlap": 24, "pp1-normal": 24, "pp4": 60}
 MAX_STEPS_ACTION = {"pp1-overlap": 8, "pp1-normal": 8, "pp4": 12}
 
 
-def windows_for(topology: str) -> Tuple[str, ...]:
+def windows_for(topology: str, features: Tuple[str, ...] = ()) -> Tuple[str, ...]:
+    """The windows that can open on ``topology``; one that needs an engine
+    feature (HiCache's) only when ``features`` has it."""
     loop = LOOP_OF_TOPOLOGY[topology]
-    return tuple(name for name, w in windows.WINDOWS.items() if loop in w.loops)
+    return tuple(name for name, w in windows.WINDOWS.items()
+                 if loop in w.loops and (not w.needs or w.needs in features))
 
 
 def control_ops() -> st.SearchStrategy:

@@ -1,0 +1,55 @@
+"""HiCache (SGLang's hierarchical cache) state, read-only, in the scheduler
+process: the one place that knows where 0.5.23 keeps it (../shared/DESIGN.md,
+"HiCache on CPU"). ``scheduler.tree_cache`` holds ``cache_controller`` (its
+host pool ``mem_pool_host``, the ``write_queue``/``load_queue`` of copies
+not yet issued and the ``ack_*_queue`` of copies issued and not yet
+acknowledged), ``ongoing_write_through`` (device->host backups not yet
+reaped) and ``ongoing_load_back`` (host->device loads not yet reaped); a
+batch's ``hicache_consumer_index`` (>= 0) says it waits on a load.
+Without a storage backend the copies run on the scheduler thread, so a
+backup or load stays "ongoing" from the iteration that issued it to the
+start of the next ``get_next_batch_to_run``, which reaps it.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+
+def controller(scheduler: Any) -> Optional[Any]:
+    """The cache controller, or None when HiCache is off."""
+    return getattr(getattr(scheduler, "tree_cache", None), "cache_controller", None)
+
+
+def _len(obj: Any, name: str) -> int:
+    return len(getattr(obj, name, None) or ())
+
+
+def view(scheduler: Any) -> Optional[Dict[str, Any]]:
+    """What a script may read of HiCache now; None when HiCache is off."""
+    ctl = controller(scheduler)
+    if ctl is None:
+        return None
+    tree = scheduler.tree_cache
+    host = getattr(ctl, "mem_pool_host", None)
+    last = getattr(scheduler, "last_batch", None)
+    return {
+        "host_free": int(host.available_size()) if host is not None else 0,
+        "host_size": int(getattr(host, "size", 0) or 0),
+        "write_queue": _len(ctl, "write_queue"),
+        "load_queue": _len(ctl, "load_queue"),
+        "ack_write_queue": _len(ctl, "ack_write_queue"),
+        "ack_load_queue": _len(ctl, "ack_load_queue"),
+        "ongoing_write_through": _len(tree, "ongoing_write_through"),
+        "ongoing_load_back": _len(tree, "ongoing_load_back"),
+        "last_batch_consumer_index": getattr(last, "hicache_consumer_index", None) if last is not None else None,
+    }
+
+
+def write_through_pending(scheduler: Any) -> int:
+    """Device->host backups issued and not yet reaped (0 when HiCache is off)."""
+    return _len(getattr(scheduler, "tree_cache", None), "ongoing_write_through")
+
+
+def load_back_pending(scheduler: Any) -> int:
+    """Host->device loads issued and not yet reaped (0 when HiCache is off)."""
+    return _len(getattr(scheduler, "tree_cache", None), "ongoing_load_back")
