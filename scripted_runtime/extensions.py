@@ -63,23 +63,23 @@ class ExtensionError(ValueError):
 @dataclass(frozen=True)
 class WindowExtension:
     name: str
-    predicate: Callable[[Any], Optional[str]] = field(repr=False)
-    loops: Tuple[str, ...]
-    source: str
+    fn: Callable[[Any], Optional[str]] = field(repr=False)  # the predicate: fn(scheduler)
     doc: str
+    loops: Tuple[str, ...] = ALL_LOOPS
+    source: str = "extension"
 
 
 @dataclass(frozen=True)
 class InvariantExtension:
     name: str
-    check: Callable[[Any], Optional[str]] = field(repr=False)
+    fn: Callable[[Any], Optional[str]] = field(repr=False)  # the check: fn(view) -> message or None
     doc: str
 
 
 @dataclass(frozen=True)
 class ActionExtension:
     name: str
-    run: Callable[..., Any] = field(repr=False)
+    fn: Callable[..., Any] = field(repr=False)  # the action: a generator fn(ctx, reqs)
     doc: str
 
 
@@ -87,6 +87,7 @@ _windows: Dict[str, WindowExtension] = {}
 _invariants: Dict[str, InvariantExtension] = {}
 _actions: Dict[str, ActionExtension] = {}
 _loaded: List[str] = []  # specs loaded in this process, in order
+_registered: set = set()  # extension windows put in the window table by register_windows
 
 
 def _doc(fn: Callable) -> str:
@@ -101,7 +102,7 @@ def _claim(f: Callable, kind: str) -> None:
         taken = table.get(f.__name__)
         if taken is None:
             continue
-        fn = getattr(taken, {"window": "predicate", "invariant": "check", "action": "run"}[other_kind])
+        fn = taken.fn
         same = other_kind == kind and getattr(fn, "__code__", None) is not None and \
             (fn.__code__.co_filename, fn.__qualname__) == (f.__code__.co_filename, f.__qualname__)
         if not same:
@@ -115,31 +116,27 @@ def window(fn: Optional[Callable] = None, *, loops: Sequence[str] = ALL_LOOPS, s
     if bad:
         raise ExtensionError(f"extension window: unknown loop kind(s) {bad}; known: {', '.join(ALL_LOOPS)}")
 
-    def register(f: Callable) -> Callable:
-        _claim(f, "window")
-        _windows[f.__name__] = WindowExtension(f.__name__, f, tuple(loops), source, doc or _doc(f))
-        return f
-
-    return register(fn) if fn is not None else register
+    return _registrar(fn, "window", _windows,
+                      lambda f: WindowExtension(f.__name__, f, doc or _doc(f), tuple(loops), source))
 
 
 def invariant(fn: Optional[Callable] = None, *, doc: str = ""):
     """Register ``fn(view) -> Optional[str]`` (a message when broken) as an invariant."""
-
-    def register(f: Callable) -> Callable:
-        _claim(f, "invariant")
-        _invariants[f.__name__] = InvariantExtension(f.__name__, f, doc or _doc(f))
-        return f
-
-    return register(fn) if fn is not None else register
+    return _registrar(fn, "invariant", _invariants, lambda f: InvariantExtension(f.__name__, f, doc or _doc(f)))
 
 
 def action(fn: Optional[Callable] = None, *, doc: str = ""):
     """Register the generator ``fn(ctx, reqs)`` as an explorer action."""
+    return _registrar(fn, "action", _actions, lambda f: ActionExtension(f.__name__, f, doc or _doc(f)))
+
+
+def _registrar(fn: Optional[Callable], kind: str, table: Dict[str, Any], make: Callable[[Callable], Any]):
+    """The decorator (used bare, ``@ext.window``, or called, ``@ext.window(...)``)
+    that puts ``make(f)`` in ``table`` under ``f``'s name."""
 
     def register(f: Callable) -> Callable:
-        _claim(f, "action")
-        _actions[f.__name__] = ActionExtension(f.__name__, f, doc or _doc(f))
+        _claim(f, kind)
+        table[f.__name__] = make(f)
         return f
 
     return register(fn) if fn is not None else register
@@ -228,12 +225,9 @@ def register_windows() -> None:
     for ext in _windows.values():
         if ext.name in window_table.BUILTIN and ext.name not in _registered:
             raise ExtensionError(f"extension window {ext.name!r}: a built-in window has that name")
-        window_table.WINDOWS[ext.name] = window_table.Window(ext.name, ext.loops, ext.source, ext.doc,
-                                                             ext.predicate)
+        window_table.WINDOWS[ext.name] = window_table.Window(ext.name, ext.loops, ext.source, ext.doc, ext.fn)
         _registered.add(ext.name)
 
-
-_registered: set = set()
 
 
 def activate(specs: Iterable[str]) -> None:
@@ -246,3 +240,13 @@ def activate(specs: Iterable[str]) -> None:
 def summary() -> Dict[str, List[str]]:
     """What is loaded, by kind (the server's info and ``run`` print it)."""
     return {"windows": sorted(_windows), "invariants": sorted(_invariants), "actions": sorted(_actions)}
+
+
+def loaded_line(info: Dict[str, Any]) -> Optional[str]:
+    """``extensions loaded in the scheduler: ...`` from a server's info (its
+    rank's ``summary``), or None when it loaded none."""
+    loaded = info.get("extensions") or {}
+    if not any(loaded.values()):
+        return None
+    return "extensions loaded in the scheduler: " + "; ".join(
+        f"{kind} {', '.join(names)}" for kind, names in loaded.items() if names)

@@ -447,7 +447,7 @@ class InvariantChecker:
                 return Violation(name, message, view.owner_info(reqs))
         for name, ext in extensions.invariants().items():
             if name not in self.disabled:
-                message = ext.check(view)
+                message = ext.fn(view)
                 if message:
                     return Violation(name, str(message))
         return None

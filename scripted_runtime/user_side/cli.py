@@ -178,24 +178,28 @@ def _run_with_history(server, spec: str, **run_kwargs):
     reset as always. An earlier script that fails ends it: its result is
     returned, named as such."""
     path, _, func = spec.rpartition(":")
-    for earlier in scenario_history.runs_before(path, func):
-        result = server.run(earlier, timeout=run_kwargs["timeout"], invariants=run_kwargs["invariants"],
-                            trace=False)
-        print(f"[scripted-runtime] ran {earlier} first (RUNS_BEFORE of {func}): "
+
+    def run(script: str, last: bool):
+        if last:
+            return server.run(script, **run_kwargs)
+        result = server.run(script, timeout=run_kwargs["timeout"], invariants=run_kwargs["invariants"], trace=False)
+        print(f"[scripted-runtime] ran {script} first (RUNS_BEFORE of {func}): "
               f"{'PASS' if result.passed else 'FAIL'}", file=sys.stderr, flush=True)
         if not result.passed:
-            print(f"scripted-runtime: {earlier}, which {spec} lists to run before it, failed; "
+            print(f"scripted-runtime: {script}, which {spec} lists to run before it, failed; "
                   f"{func} was not run", file=sys.stderr)
-            return result
-    return server.run(spec, **run_kwargs)
+        return result
+
+    return scenario_history.run_in_order(path, func, run)
 
 
 def _print_extensions(info: dict, out=None) -> None:
     """What the scheduler loaded from ``--extension`` (as its rank reports it)."""
-    loaded = info.get("extensions") or {}
-    if any(loaded.values()):
-        print("extensions loaded in the scheduler: " + "; ".join(
-            f"{kind} {', '.join(names)}" for kind, names in loaded.items() if names), file=out or sys.stdout)
+    from scripted_runtime import extensions
+
+    line = extensions.loaded_line(info)
+    if line:
+        print(line, file=out or sys.stdout)
 
 
 def _report(result) -> None:

@@ -15,7 +15,7 @@ and the explorer's replays run ``earlier_1``, ``earlier_2``, then
 from __future__ import annotations
 
 import ast
-from typing import Dict, List
+from typing import Any, Callable, Dict, List
 
 RUNS_BEFORE = "RUNS_BEFORE"
 
@@ -57,3 +57,16 @@ def runs_before(path: str, function: str, *, where: str = "") -> List[str]:
     (``where`` defaults to ``path``; pass the module name of a
     ``MODULE:FUNC`` spec to keep that form). Raises ``HistoryError``."""
     return [f"{where or path}:{name}" for name in _literal(path).get(function.split(".")[0], [])]
+
+
+def run_in_order(path: str, function: str, run: Callable[[str, bool], Any]) -> Any:
+    """``run(spec, last)`` for each script ``path:function`` lists to run
+    before it, then for it (``last`` True); an earlier one that fails ends
+    it, and its result is returned. Returns the last result."""
+    specs = [*runs_before(path, function), f"{path}:{function}"]
+    for i, spec in enumerate(specs):
+        last = i == len(specs) - 1
+        result = run(spec, last)
+        if not result.passed and not last:
+            return result
+    return result

@@ -166,7 +166,7 @@ def extension_action(ctx, reqs, name: str):
     ext = extensions.get_action(name)
     if coverage_sink is not None:
         coverage_sink(f"ext:{name}")
-    result = ext.run(ctx, reqs)
+    result = ext.fn(ctx, reqs)
     if inspect.isgenerator(result):
         result = yield from result
     return result

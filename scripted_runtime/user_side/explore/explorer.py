@@ -143,22 +143,18 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
             report.program_lines = [a.describe() for a in result.program]
             found_after = (f"first failing after {result.found_after_examples} programs, "
                            f"{report.found_s:.0f}s from a cold start")
-            path = writer.write_scenario(Path(out_dir), result.program, outcome, topology=topology,
-                                         sglang_version=version, seed=result.seed, profile=profile,
-                                         revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
-                                         found_after=found_after, invariants=invariants,
-                                         shrunk=not result.needs_history, extensions=extensions)
-            trace_dir = Path(out_dir) / "traces" / path.stem
-            report.scenario_path = str(path)
-            budget_s = prof.shrink_time_s if shrink_time_s is None else shrink_time_s
 
-            def write(program, earlier, note, failed=outcome):
+            def write(program, earlier=(), note="", failed=outcome, shrunk=True):
                 return writer.write_scenario(
                     Path(out_dir), program, failed, topology=topology, sglang_version=version, seed=result.seed,
                     profile=profile, revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
                     found_after=found_after, invariants=invariants, earlier=earlier, history_note=note,
-                    extensions=extensions)
+                    extensions=extensions, shrunk=shrunk)
 
+            path = write(result.program, shrunk=not result.needs_history)
+            trace_dir = Path(out_dir) / "traces" / path.stem
+            report.scenario_path = str(path)
+            budget_s = prof.shrink_time_s if shrink_time_s is None else shrink_time_s
             progress(f"wrote {path} ({len(result.program)} actions, "
                      + ("as first found: it needs its history)" if result.needs_history else
                         f"shrunk from {len(result.first_program or result.program)})"))

@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import typing
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
@@ -28,8 +29,7 @@ from scripted_runtime.user_side.explore import actions as A
 
 DEFAULT_DIR = ".scripted-runtime/failures"
 NONE = "none"
-_TYPES = {cls.__name__: cls for cls in (A.Steps, A.Start, A.Flush, A.UpdateWeights, A.Pause, A.Continue,
-                                         A.AbortOne, A.AbortAll, A.OnWindow, A.Extension)}
+_TYPES = {cls.__name__: cls for cls in typing.get_args(A.Action)}  # every action the grammar has
 
 
 class DatabaseError(ValueError):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
-from scripted_runtime import protocol
+from scripted_runtime import extensions as extension_points, protocol
 from scripted_runtime.user_side import scenario_history
 from scripted_runtime.user_side.explore import actions as A
 from scripted_runtime.user_side.explore.determinism import RID
@@ -167,13 +167,12 @@ class ExampleRunner:
             self.start_s = time.monotonic() - t0
             self.progress(f"server ready in {self.start_s:.1f}s (sglang {self.info.get('sglang_version')}, "
                           f"loop {self.info.get('loop_kind')})")
-            loaded = self.info.get("extensions") or {}
-            if any(loaded.values()):
-                self.progress("extensions loaded in the scheduler: " + "; ".join(
-                    f"{kind} {', '.join(names)}" for kind, names in loaded.items() if names))
+            line = extension_points.loaded_line(self.info)
+            if line:
+                self.progress(line)
             self._warm_references()
             if self.standby_mode == "on":
-                self._start_standby()
+                self.start_standby()
             return self.start_s
         if not self.server.alive:
             self._restart("scheduler died")
@@ -246,11 +245,9 @@ class ExampleRunner:
         return self._own_server
 
     def start_standby(self) -> None:
-        """Start the standby now (unless ``--standby off``), because a fresh
-        server will be wanted soon (the found failure's fresh replay)."""
-        self._start_standby()
-
-    def _start_standby(self) -> None:
+        """Start the standby (unless ``--standby off`` or a passed-in
+        server): after a restart, so the next crash swaps too, and when a
+        fresh server will be wanted soon (the found failure's fresh replay)."""
         if self._standby is None and self.standby_mode != "off" and self._own_server:
             self._standby = Standby(self.server, prepare=self._prepare_standby, progress=self.progress)
 
@@ -271,7 +268,7 @@ class ExampleRunner:
             self._warmed = False
         if not self._warmed:
             self._warm_references()
-        self._start_standby()  # the next crash swaps too
+        self.start_standby()  # the next crash swaps too
 
     @property
     def history(self) -> List[Any]:
@@ -330,16 +327,15 @@ class ExampleRunner:
         first the scripts its file lists to run before it (``RUNS_BEFORE``,
         a history the failure needs), each after the engine reset."""
         self.ensure_server()
-        specs = [*scenario_history.runs_before(path, function), f"{path}:{function}"]
-        for i, spec in enumerate(specs):
-            last = i == len(specs) - 1
+
+        def run(spec: str, last: bool) -> ScriptResult:
             result = self._settled(self._run_fresh_if_reset_failed(
                 lambda: self.server.run(spec, timeout=self.example_timeout_s, trace=trace if last else False,
                                         invariants=self.invariants)))
             self._record(spec)
-            if not result.passed and not last:
-                return result  # an earlier script failed: that is the outcome
-        return result
+            return result
+
+        return scenario_history.run_in_order(path, function, run)
 
     def _settled(self, result: ScriptResult) -> ScriptResult:
         """A program that passed must leave an engine the reset can restore:
