@@ -37,6 +37,7 @@ def test_ab_catches_pr17850_and_issue14062_with_their_fix_toggles(tmp_path, caps
                      r"0\.5\.\d+\s+\| FAIL", table), table
 
 
+@pytest.mark.slow  # ~22 s; the exit-code mapping stays in the default lane (tests/test_builds.py)
 def test_bisect_check_says_bad_for_the_reverted_fix_without_invariants(capsys):
     # Without invariants the scenario's own check sees the row change hands.
     code = cli.main(["bisect-check", CHUNKED_ROW, "--sglang", "current+revert=pr17850",

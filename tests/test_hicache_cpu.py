@@ -61,6 +61,7 @@ HICACHE_SCENARIOS = ("host_pool_holds_backups", "write_through_window", "load_ba
 
 
 @pytest.mark.sglang
+@pytest.mark.slow  # a server of its own (~25 s): the default lane is at its 10-minute budget
 def test_the_demo_runs_with_hicache_on_and_the_hicache_windows_open():
     """On one pp1-normal server with HiCache on and a 600-token device pool:
     the demo; a prompt written through to the host pool; the backup window;
