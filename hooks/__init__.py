@@ -10,6 +10,7 @@ SCRIPTED_RUNTIME_HOOKS=1. Each concern lives in its own module:
   own ``MODULE:ATTR``) on request (SCRIPTED_RUNTIME_PATCHES);
 * ``upstream_harness`` - lets SGLang's own built-in harness run on CPU, for the
   bench (SCRIPTED_RUNTIME_UPSTREAM_HARNESS=1);
+* ``hicache_gate``    - holds HiCache's host<->device copies on a script's request;
 * ``sglang_compat``   - every SGLang-version difference the others rely on.
 
 Patches are applied when the patched module is imported (``post_import``), so
@@ -37,7 +38,9 @@ def activate() -> None:
         from hooks import scheduler_hook
 
         post_import.when_imported(sglang_compat.SCHEDULER_MODULE, scheduler_hook.install)
-    from hooks import fix_toggles, patches, upstream_harness
+    from hooks import fix_toggles, hicache_gate, patches, upstream_harness
+
+    hicache_gate.install(sglang_compat.SCHEDULER_MODULE)  # HiCache copies a script can hold (hicache_gate.py)
 
     if upstream_harness.requested():
         upstream_harness.install()

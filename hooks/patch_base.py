@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Tuple
 
-ALL_TOPOLOGIES = ("pp1-overlap", "pp1-normal", "pp4")
+ALL_TOPOLOGIES = ("pp1-overlap", "pp1-normal", "pp4", "pp1-hicache")  # engine_config.ALL_TOPOLOGIES
 
 
 class PatchError(RuntimeError):

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Words the ``expected`` field is written in (mutate.caught_by's vocabulary).
 CHECK_WORDS = ("invariant idle_gate", "invariant slot_ownership", "invariant radix_locks",
-               "invariant pool_accounting", "contract pause", "contract abort", "contract flush",
+               "invariant pool_accounting", "invariant hicache_load_before_read", "invariant hicache_transfer_slots",
+               "invariant hicache_host_accounting", "contract pause", "contract abort", "contract flush",
                "contract update_weights", "contract continue", "output oracle", "end-state", "crash", "none today")
 
 

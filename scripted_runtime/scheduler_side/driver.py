@@ -24,7 +24,7 @@ from typing import Any, Generator, Optional
 
 import zmq
 
-from hooks import sglang_compat
+from hooks import hicache_gate, sglang_compat
 from scripted_runtime import extensions, protocol
 from scripted_runtime.scheduler_side import contracts, control, reset_fingerprint, script_loader, state
 from scripted_runtime.scheduler_side.context.api import ScriptContext
@@ -77,6 +77,7 @@ class Driver:
     # --- called by the hook -------------------------------------------------
     def before_iteration(self) -> None:
         self.iteration += 1
+        hicache_gate.gate().tick(self.iteration)  # held HiCache copies age (hooks/hicache_gate.py)
         next(self._main_gen)
 
     def on_run_batch(self, batch: Any) -> None:
@@ -220,6 +221,7 @@ class Driver:
         s = self.scheduler
         ctx = self.ctx
         steps = 0
+        hicache_gate.gate().reset()  # nothing held into the next script (copies the held ones now)
         if self._needs_drain() or tokenizer_paused:
             if sglang_compat.is_paused(s) or tokenizer_paused:
                 ctx.continue_generation()

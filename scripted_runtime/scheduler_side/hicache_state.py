@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from hooks import hicache_gate
+
 
 def controller(scheduler: Any) -> Optional[Any]:
     """The cache controller, or None when HiCache is off."""
@@ -42,6 +44,9 @@ def view(scheduler: Any) -> Optional[Dict[str, Any]]:
         "ongoing_write_through": _len(tree, "ongoing_write_through"),
         "ongoing_load_back": _len(tree, "ongoing_load_back"),
         "last_batch_consumer_index": getattr(last, "hicache_consumer_index", None) if last is not None else None,
+        # the transfer gate (hooks/hicache_gate.py): what it holds now
+        "holding": {k for k, on in hicache_gate.gate().holding.items() if on},
+        **hicache_gate.gate().counts(),
     }
 
 
@@ -53,3 +58,56 @@ def write_through_pending(scheduler: Any) -> int:
 def load_back_pending(scheduler: Any) -> int:
     """Host->device loads issued and not yet reaped (0 when HiCache is off)."""
     return _len(getattr(scheduler, "tree_cache", None), "ongoing_load_back")
+
+
+def host_pool(scheduler: Any) -> Optional[Any]:
+    """The host KV pool, or None: ``cache_controller.mem_pool_host``, or
+    where that is a ``HostPoolGroup`` (0.5.23's hybrid controller), its
+    anchor entry's pool (the full-attention KV one)."""
+    host = getattr(controller(scheduler), "mem_pool_host", None)
+    entry = getattr(host, "anchor_entry", None)
+    return entry.host_pool if entry is not None else host
+
+
+def tree_host_slots(scheduler: Any) -> Any:
+    """Every host slot the radix tree's nodes hold (their full-attention
+    ``host_value``), as one int64 tensor (duplicates kept)."""
+    import torch
+
+    core = getattr(scheduler.tree_cache, "tree_core", None)
+    parts = []
+    if core is not None:
+        stack = [core.root_node]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            data = getattr(node, "component_data", None)
+            if not data:
+                continue
+            host_value = _full(data).host_value
+            if host_value is not None and host_value.numel():
+                parts.append(host_value.reshape(-1).to("cpu", torch.int64))
+    return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64)
+
+
+def _full(component_data: Any) -> Any:
+    """The full-attention entry of a node's ``component_data`` (a list
+    indexed by ``BASE_COMPONENT_TYPE``, ``ComponentType.FULL``, in 0.5.23)."""
+    from sglang.srt.mem_cache.unified_cache.component_type import BASE_COMPONENT_TYPE
+
+    return component_data[BASE_COMPONENT_TYPE]
+
+
+def ack_events(scheduler: Any) -> set:
+    """ids of the finish events of every ack SGLang has not reaped yet."""
+    ctl = controller(scheduler)
+    if ctl is None:
+        return set()
+    return {id(ack.finish_event) for queue in (getattr(ctl, "ack_write_queue", ()), getattr(ctl, "ack_load_queue", ()))
+            for ack in queue}
+
+
+def storage_enabled(scheduler: Any) -> bool:
+    """Whether an L3 storage backend is attached (prefetch buffers then hold
+    host slots outside the tree)."""
+    return bool(getattr(scheduler.tree_cache, "enable_storage", False))

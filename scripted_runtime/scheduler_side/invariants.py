@@ -30,10 +30,10 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from hooks import sglang_compat
 from scripted_runtime import extensions
-from scripted_runtime.scheduler_side import contracts, state
+from scripted_runtime.scheduler_side import contracts, hicache_checks, state
 from scripted_runtime.scheduler_side.context import radix
 
-INVARIANT_NAMES = ("idle_gate", "slot_ownership", "radix_locks", "pool_accounting")
+INVARIANT_NAMES = ("idle_gate", "slot_ownership", "radix_locks", "pool_accounting") + hicache_checks.NAMES
 CONTRACT_NAMES = contracts.NAMES  # checked by the same machinery: scheduler_side/contracts.py
 # Checked once, at a program's end-state check (scheduler_side/output_oracle.py),
 # switched on and off like the others.
@@ -296,16 +296,24 @@ def check_slot_ownership(v: StateView, mem: InvariantMemory) -> Optional[Violati
     return _check_kv_not_free(v, by_row, mem)
 
 
-def _check_kv_not_free(v: StateView, by_row: Dict[int, List[Any]], mem: InvariantMemory) -> Optional[Violation]:
-    if not by_row:
-        return None
+def _free_kv_counts(v: StateView, mem: InvariantMemory) -> Any:
+    """Per KV index, how often it is in the allocator's free list (a numpy
+    array, cached across iterations), or None where the release hides it."""
     allocator = v.s.token_to_kv_pool_allocator
     parts = sglang_compat.allocator_free_index_parts(allocator)
     if not parts:
         return None
     # KV indices run to the pool size plus a page (index 0 is padding).
     page_size = getattr(allocator, "page_size", 1) or 1
-    counts = mem.free_kv.update(parts, (getattr(allocator, "size", 0) or 0) + 2 * page_size + 1)
+    return mem.free_kv.update(parts, (getattr(allocator, "size", 0) or 0) + 2 * page_size + 1)
+
+
+def _check_kv_not_free(v: StateView, by_row: Dict[int, List[Any]], mem: InvariantMemory) -> Optional[Violation]:
+    if not by_row:
+        return None
+    counts = _free_kv_counts(v, mem)
+    if counts is None:
+        return None
     import numpy as np  # lazily: the harness process reads this module too
 
     table = v.s.req_to_token_pool.req_to_token
@@ -378,11 +386,25 @@ def _rids(reqs) -> str:
     return ",".join(r.rid for r in reqs)
 
 
+def _hicache_check(name: str) -> Check:
+    run = hicache_checks.CHECKS[name]
+
+    def check(v: StateView, mem: InvariantMemory) -> Optional[Violation]:
+        if not hicache_checks.active(v.s):
+            return None
+        message = run(v.s, lambda: _free_kv_counts(v, mem))
+        return Violation(name, message) if message else None
+
+    check.__name__ = f"check_{name}"
+    return check
+
+
 CHECKS: Dict[str, Check] = {
     "idle_gate": check_idle_gate,
     "slot_ownership": check_slot_ownership,
     "radix_locks": check_radix_locks,
     "pool_accounting": check_pool_accounting,
+    **{name: _hicache_check(name) for name in hicache_checks.NAMES},
 }
 
 

@@ -263,7 +263,13 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     from scripted_runtime.errors import ServerStartError
 
     try:
-        topology = engine_config.topology_for(args.pp, args.overlap)
+        if args.topology:
+            if args.topology not in engine_config.FEATURE_TOPOLOGIES:
+                raise UsageError(f"--topology: unknown {args.topology!r}; known: "
+                                 f"{', '.join(engine_config.FEATURE_TOPOLOGIES)} (the others: --pp/--no-overlap)")
+            topology = args.topology
+        else:
+            topology = engine_config.topology_for(args.pp, args.overlap)
         overrides = engine_config.parse_engine_args(args.sglang_arg or [])
         engine_config.engine_kwargs(args.device, topology, **overrides)  # what cannot run here: exit 2 now
         from hooks import fix_toggles
@@ -393,10 +399,10 @@ def _cmd_mutate(args: argparse.Namespace) -> int:
 
     try:
         topologies = [t for t in args.topology.split(",") if t]
-        unknown = [t for t in topologies if t not in engine_config.TOPOLOGIES]
+        unknown = [t for t in topologies if t not in engine_config.ALL_TOPOLOGIES]
         if unknown or not topologies:
             raise UsageError(f"--topology: unknown {unknown or args.topology!r}; "
-                             f"known: {', '.join(engine_config.TOPOLOGIES)}")
+                             f"known: {', '.join(engine_config.ALL_TOPOLOGIES)}")
         names = args.mutant or ([] if args.patch else mutate.default_mutants())
         known = mutate.default_mutants()
         bad = [n for n in names if n not in known]
@@ -513,6 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--profile", choices=["ci", "dev", "nightly"], default="dev",
                      help="ci: derandomized, 100 programs / 60 s; dev (default): 1000 / 10 min; "
                           "nightly: 20000 / 3 h")
+    exp.add_argument("--topology", metavar="NAME",
+                     help="a feature topology instead of --pp/--overlap: pp1-hicache (HiCache on, a 400-token "
+                          "device pool, the transfer gate's hold/release actions; docs/hicache.md)")
     exp.add_argument("--max-examples", type=int, help="override the profile's program count")
     exp.add_argument("--max-time", type=float, help="override the profile's search time (s, server start excluded)")
     exp.add_argument("--shrink-time", type=float, help="override the profile's shrink time (s)")
@@ -561,7 +570,8 @@ def build_parser() -> argparse.ArgumentParser:
     mut = sub.add_parser("mutate", help="the kill table: explore against each built-in (or your own) mutant "
                                         "and the unmutated build, per topology")
     mut.add_argument("--topology", default="pp1-overlap,pp1-normal,pp4",
-                     help="comma-separated: pp1-overlap, pp1-normal, pp4 (default: all three)")
+                     help="comma-separated: pp1-overlap, pp1-normal, pp4, pp1-hicache (HiCache on, a small "
+                          "device pool; the HiCache mutants' topology) (default: the first three)")
     mut.add_argument("--mutant", action="append", metavar="NAME",
                      help="only this built-in mutant (repeatable; default: all of hooks/mutants.py)")
     _add_patch_option(mut)

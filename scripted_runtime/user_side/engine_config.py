@@ -7,7 +7,7 @@ attention, no CUDA graphs, 8192 KV tokens, 64-token prefill chunks.
 from __future__ import annotations
 
 import ast
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 TOPOLOGIES: Dict[str, Dict[str, Any]] = {
     # SGLang's default loop on pp=1 (overlap scheduling stays on, CPU included)
@@ -16,6 +16,17 @@ TOPOLOGIES: Dict[str, Dict[str, Any]] = {
     # PP disables overlap scheduling; pp_loop_size = pp_size + depth = 6
     "pp4": {"pp_size": 4, "pp_async_batch_depth": 2},
 }
+
+# Topologies with an engine feature on, for ``explore`` and ``mutate`` (the test suite's
+# topology-parametrized tests run on TOPOLOGIES only).
+FEATURE_TOPOLOGIES: Dict[str, Dict[str, Any]] = {
+    # HiCache (write-through) on the normal loop with a small device pool: 400 KV tokens, a host pool
+    # 1.2x that (481), so the explorer's prompts (3 prefixes of up to 192 tokens) are evicted to the
+    # host, loaded back, and evict the host pool too.
+    "pp1-hicache": {"disable_overlap_schedule": True, "enable_hierarchical_cache": True,
+                    "hicache_write_policy": "write_through", "max_total_tokens": 400, "hicache_ratio": 1.2},
+}
+ALL_TOPOLOGIES: Dict[str, Dict[str, Any]] = {**TOPOLOGIES, **FEATURE_TOPOLOGIES}
 
 DEVICE_MODELS = {"cpu": "tiny-qwen2", "cuda": "qwen2.5-0.5b"}
 
@@ -49,14 +60,35 @@ def engine_kwargs(device: str = "cpu", topology: str = "pp1-overlap", **override
     ``model_path`` is left for the launcher to fill from ``DEVICE_MODELS``."""
     if device not in DEVICE_DEFAULTS:
         raise ValueError(f"device must be one of {sorted(DEVICE_DEFAULTS)}, got {device!r}")
-    if topology not in TOPOLOGIES:
-        raise ValueError(f"topology must be one of {sorted(TOPOLOGIES)}, got {topology!r}")
-    kwargs = {**COMMON, **DEVICE_DEFAULTS[device], **TOPOLOGIES[topology]}
-    kwargs.update(overrides)
+    if topology not in ALL_TOPOLOGIES:
+        raise ValueError(f"topology must be one of {sorted(ALL_TOPOLOGIES)}, got {topology!r}")
+    chosen = {**ALL_TOPOLOGIES[topology], **overrides}
+    kwargs = {**COMMON, **DEVICE_DEFAULTS[device], **chosen}
     if device == "cpu" and _truthy(kwargs.get("enable_hierarchical_cache")):
-        kwargs.update(hicache_cpu_args(overrides))
+        kwargs.update(hicache_cpu_args(chosen))
     return kwargs
 
+
+def features_of(topology: str, overrides: Dict[str, Any] = None) -> Tuple[str, ...]:
+    """The engine features a topology (with ``overrides``) has on, as the
+    explorer's windows and actions name them: ("hicache",) or ()."""
+    chosen = {**ALL_TOPOLOGIES.get(topology, {}), **(overrides or {})}
+    return ("hicache",) if _truthy(chosen.get("enable_hierarchical_cache")) else ()
+
+
+def run_options(topology: str) -> str:
+    """The ``scripted-runtime run`` options that start ``topology``
+    (" --no-overlap ..."; "" for the default)."""
+    base = {"pp1-overlap": "", "pp1-normal": " --no-overlap", "pp4": " --pp 4"}
+    if topology in base:
+        return base[topology]
+    args = dict(ALL_TOPOLOGIES[topology])
+    opts = " --no-overlap" if args.pop("disable_overlap_schedule", False) else ""
+    if args.get("pp_size"):
+        opts += f" --pp {args.pop('pp_size')}"
+        args.pop("pp_async_batch_depth", None)
+    return opts + "".join(f" --sglang-arg {k}={str(v).lower() if isinstance(v, bool) else v}"
+                          for k, v in args.items())
 
 # HiCache on CPU (hooks/hicache_cpu.py): only the direct copy of the layer-first layout has a CPU path.
 HICACHE_CPU = {"hicache_io_backend": "direct", "hicache_mem_layout": "layer_first"}

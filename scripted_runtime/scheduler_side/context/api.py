@@ -15,7 +15,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
-from hooks import sglang_compat
+from hooks import hicache_gate, sglang_compat
 from scripted_runtime.scheduler_side import control, hicache_state, state, windows
 from scripted_runtime.scheduler_side.context import radix, waits
 from scripted_runtime.scheduler_side.context.requests import BatchRecord, ReqHandle
@@ -318,6 +318,31 @@ class ScriptContext:
         and size, the copy queues, ongoing backups and loads, the last batch's
         ``hicache_consumer_index``; None when HiCache is off."""
         return hicache_state.view(self.scheduler)
+
+    def hold_hicache_transfers(self, *, loads: bool = True, backups: bool = False,
+                               max_iterations: Optional[int] = None) -> None:
+        """Hold HiCache's copies from now on (``hooks/hicache_gate.py``): a
+        host->device load (``loads``) or device->host backup (``backups``)
+        issued while held copies nothing and stays pending across iterations
+        until ``release_hicache_transfers`` (or, with ``max_iterations``,
+        that many iterations after it was issued: a slow copy); a forward
+        that waits on a held load copies it first (as a GPU stream would).
+        The reset between scripts releases everything. Needs HiCache on."""
+        if hicache_state.controller(self.scheduler) is None:
+            raise RuntimeError("hold_hicache_transfers: HiCache is off "
+                               "(run with --sglang-arg enable_hierarchical_cache=true)")
+        hicache_gate.gate().hold(loads=loads, backups=backups, max_iterations=max_iterations)
+
+    def release_hicache_transfers(self, kind: Optional[str] = None) -> int:
+        """Copy what the gate holds (of ``kind``: "load" or "backup"; all by
+        default), make every pending completion visible to SGLang (reaped at
+        its next poll) and stop holding that kind. Returns how many."""
+        return hicache_gate.gate().release(kind)
+
+    def hicache_transfers(self) -> List[Dict[str, Any]]:
+        """The copies SGLang has not reaped yet: seq, kind, state (held,
+        copied, released), tokens, and whether a forward waited on it."""
+        return [t.describe() for t in hicache_gate.gate().transfers]
 
     def get_all_node_lock_refs(self) -> Dict[Any, int]:
         return radix.all_lock_refs(self.scheduler.tree_cache)

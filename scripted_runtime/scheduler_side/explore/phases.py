@@ -11,9 +11,12 @@ from __future__ import annotations
 from typing import Any, List
 
 from hooks import sglang_compat
-from scripted_runtime.scheduler_side import state
+from scripted_runtime.scheduler_side import hicache_state, state
 
 PHASES = ("prefill_chunk", "decode", "pp_in_flight", "queued", "paused", "finished_unpruned", "idle")
+# Phases of an engine feature, shown as coverage columns only where they were seen:
+# ``hicache_transfer``: a HiCache load or backup is issued and not reaped yet.
+FEATURE_PHASES = ("hicache_transfer",)
 
 
 def _live(reqs) -> bool:
@@ -55,6 +58,8 @@ def phases_of(s: Any, *, tokenizer_paused: bool = False) -> List[str]:
         out.append("finished_unpruned")
     if not any(h.reqs for h in holders):  # SGLang always keeps a running_batch, empty when idle
         out.append("idle")
+    if hicache_state.load_back_pending(s) or hicache_state.write_through_pending(s):
+        out.append("hicache_transfer")
     return out
 
 

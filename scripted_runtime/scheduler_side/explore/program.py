@@ -100,9 +100,13 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     whole (every row free, KV all free or evictable, no tree lock held), and
     every greedy request's tokens to be its reference's (the output oracle,
     ``scheduler_side/output_oracle.py``; off with the check name
-    ``greedy_output``)."""
+    ``greedy_output``). HiCache copies the program held are released first."""
     if tokenizer_paused(ctx):
         ctx.continue_generation()
+    if ctx.hicache() is not None:
+        # held copies are the program's own window; the end needs them done
+        # (a held load also keeps later loads of a full ack ring waiting)
+        ctx.release_hicache_transfers()
     lost = [h for h in reqs if h.status == "lost"]
     if lost:
         raise EndStateError(f"requests lost: {', '.join(h.rid for h in lost)} held nowhere in the scheduler, "
@@ -150,6 +154,27 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
         "tree_tokens": stats["tree_tokens"],
         "slot": state.pp_slot(ctx.scheduler),
     }
+
+
+# An explored hold ends by itself: a slow GPU copy still finishes, and a
+# program that waits for idle (a flush, a weight update) must see it end.
+HOLD_ITERATIONS = 8
+
+
+def hold_transfers(ctx, *, loads: bool, backups: bool) -> None:
+    """Hold HiCache's loads and/or backups (``ctx.hold_hicache_transfers``)
+    for at most ``HOLD_ITERATIONS`` each; counted in the coverage table as
+    ``hicache:hold``."""
+    if coverage_sink is not None:
+        coverage_sink("hicache:hold")
+    ctx.hold_hicache_transfers(loads=loads, backups=backups, max_iterations=HOLD_ITERATIONS)
+
+
+def release_transfers(ctx) -> int:
+    """Release what the HiCache gate holds; counted as ``hicache:release``."""
+    if coverage_sink is not None:
+        coverage_sink("hicache:release")
+    return ctx.release_hicache_transfers()
 
 
 # Set by the interpreter for the program it runs: records a coverage-table row and its phases.

@@ -107,7 +107,27 @@ class Extension:
         return f"{self.name} (extension action)"
 
 
-Action = Union[Steps, Start, Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, OnWindow, Extension]
+@dataclass(frozen=True)
+class HoldTransfers:
+    """Hold HiCache's copies from now on (``hooks/hicache_gate.py``); drawn
+    only on a topology with HiCache on."""
+
+    loads: bool
+    backups: bool
+
+    def describe(self) -> str:
+        what = " and ".join(k for k, on in (("loads", self.loads), ("backups", self.backups)) if on) or "nothing"
+        return f"hold HiCache {what}"
+
+
+@dataclass(frozen=True)
+class ReleaseTransfers:
+    def describe(self) -> str:
+        return "release held HiCache transfers"
+
+
+Action = Union[Steps, Start, Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, OnWindow, Extension,
+               HoldTransfers, ReleaseTransfers]
 
 
 def _op_lines(op: Op) -> List[str]:
@@ -177,6 +197,10 @@ def to_source(actions: Sequence[Action], *, docstring: str = "", mark: Optional[
             body = ["if not explore.tokenizer_paused(ctx):", "    " + call] if may_be_paused else [call]
         elif isinstance(action, Extension):
             body = [f"yield from explore.extension_action(ctx, reqs, {action.name!r})"]
+        elif isinstance(action, HoldTransfers):
+            body = [f"explore.hold_transfers(ctx, loads={action.loads}, backups={action.backups})"]
+        elif isinstance(action, ReleaseTransfers):
+            body = ["explore.release_transfers(ctx)"]
         elif isinstance(action, OnWindow):
             body = [f"if (yield from ctx.wait_for_window({action.window!r}, max_steps={action.max_steps}, "
                     "required=False)):"] + ["    " + l for l in _op_lines(action.op)]

@@ -20,7 +20,7 @@ from scripted_runtime.user_side.explore import actions as A
 
 # Iterations that bring a request into decoding (a PP iteration is one
 # microbatch slot: a request advances once per round of 4 slots).
-DECODE_STEPS = {"pp1-overlap": 4, "pp1-normal": 4, "pp4": 12}
+DECODE_STEPS = {"pp1-overlap": 4, "pp1-normal": 4, "pp4": 12, "pp1-hicache": 4}
 NEW_TOKENS = 12
 
 
@@ -60,8 +60,29 @@ OPERATIONS: Dict[str, List[A.Action]] = {
 }
 
 
-def programs(topology: str) -> List[Tuple[str, List[A.Action]]]:
-    """``(name, program)`` for every phase x operation sequence."""
+def hicache_phases(topology: str) -> Dict[str, List[A.Action]]:
+    """HiCache's phases (pp1-hicache's 400-token device pool), each reached
+    with the transfer gate holding what is in flight."""
+    decode = DECODE_STEPS[topology]
+    return {
+        # a prefix evicted to the host by two others, asked for again while
+        # loads are held: its load-back is pending (copied by the extend
+        # batch's wait, not acknowledged) while the request decodes
+        "load_held": [A.Start(192, 1, 2), A.Steps(8), A.Start(192, 2, 2), A.Steps(8), A.Start(192, 3, 2),
+                      A.Steps(8), A.HoldTransfers(loads=True, backups=False), A.Start(192, 1, NEW_TOKENS),
+                      A.Steps(decode)],
+        # a finished request whose write-through backup is held (its node
+        # locked, its device slots read by the pending copy)
+        "backup_held": [A.HoldTransfers(loads=False, backups=True), A.Start(100, 1, 2), A.Steps(decode + 2)],
+    }
+
+
+def programs(topology: str, features: Tuple[str, ...] = ()) -> List[Tuple[str, List[A.Action]]]:
+    """``(name, program)`` for every phase x operation sequence (with
+    HiCache's phases when ``features`` has "hicache")."""
+    grid = dict(phases(topology))
+    if "hicache" in features:
+        grid.update(hicache_phases(topology))
     return [(f"{phase}+{op}", prefix + ops)
-            for phase, prefix in phases(topology).items()
+            for phase, prefix in grid.items()
             for op, ops in OPERATIONS.items()]

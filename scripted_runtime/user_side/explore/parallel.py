@@ -37,7 +37,7 @@ def explore_argv(args: argparse.Namespace, **override) -> List[str]:
     for flag, key in (("--max-examples", "max_examples"), ("--max-time", "max_time"),
                       ("--shrink-time", "shrink_time"), ("--seed", "seed"), ("--stats-json", "stats_json"),
                       ("--stop-file", "stop_file"), ("--worker-label", "worker_label"),
-                      ("--sglang-label", "sglang_label")):
+                      ("--sglang-label", "sglang_label"), ("--topology", "topology")):
         if values.get(key) is not None:
             argv += [flag, str(values[key])]
     for kv in values.get("sglang_arg") or []:

@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from scripted_runtime import known_bugs as known_bugs_mod
+from scripted_runtime.user_side import engine_config
 from scripted_runtime.user_side.explore import corpus as corpus_mod, failure_db, strategies
 from scripted_runtime.user_side.explore.runner import ExampleRunner, Outcome
 from scripted_runtime.user_side.explore.stats import Stats
@@ -160,7 +161,8 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
     t0 = time.monotonic()
     last_note = [t0]
 
-    seeds = corpus_mod.programs(topology) if corpus else []
+    features = engine_config.features_of(topology, getattr(runner, "engine_overrides", None))
+    seeds = corpus_mod.programs(topology, features) if corpus else []
     stored = store.programs() if store is not None else []
     stored_keys = {tuple(program) for program in stored}
     if stored:
@@ -188,7 +190,7 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
         progress(f"{phase}: {stats.examples} programs ({stats.per_minute:.0f}/min), {stats.steps} steps, "
                  f"{sum(stats.failures.values())} failing, {stats.wall_s:.0f}s")
 
-    @given(strategies.programs(topology))
+    @given(strategies.programs(topology, features=features))
     def explored(program):
         key = tuple(program)
         outcome = memo.get(key)

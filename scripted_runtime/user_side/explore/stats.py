@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
-from scripted_runtime.scheduler_side.explore.phases import PHASES
+from scripted_runtime.scheduler_side.explore.phases import FEATURE_PHASES, PHASES
 
 OPS = ("flush_cache", "update_weights(flush)", "update_weights(no_flush)", "pause(in_place)",
        "pause(retract)", "continue", "abort", "abort_all")
@@ -135,9 +135,12 @@ class Stats:
     def coverage_table(self) -> str:
         """Control operation x scheduler phase: how many operations were
         processed against a state in that phase ('.' = never)."""
-        extension_rows = tuple(sorted({key.split("|")[0] for key in self.coverage if key.startswith("ext:")}))
+        # rows of extension actions and of HiCache's gate, and feature phases, where they were seen
+        extension_rows = tuple(sorted({key.split("|")[0] for key in self.coverage
+                                       if key.startswith(("ext:", "hicache:"))}))
         width = max(len(op) for op in OPS + extension_rows)
-        cols = PHASES
+        seen = {key.split("|")[-1] for key in self.coverage}
+        cols = PHASES + tuple(c for c in FEATURE_PHASES if c in seen)
         head = "  " + "op".ljust(width) + " | " + " | ".join(c.rjust(max(5, len(c))) for c in cols)
         rows = [head, "  " + "-" * (len(head) - 2)]
         for op in OPS + extension_rows:

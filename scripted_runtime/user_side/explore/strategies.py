@@ -7,12 +7,13 @@ tokens.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 from hypothesis import strategies as st
 
 from scripted_runtime import extensions
 from scripted_runtime.scheduler_side import windows
+from scripted_runtime.user_side import engine_config
 from scripted_runtime.user_side.explore import actions as A
 
 # Prompt lengths around the 64-token chunk boundaries (1, 2 and 3 chunks).
@@ -22,15 +23,18 @@ PROMPT_TOKENS = (1, 2, 3)
 MAX_NEW_TOKENS = 12
 MAX_ACTIONS = 12
 
-LOOP_OF_TOPOLOGY = {"pp1-overlap": "overlap", "pp1-normal": "normal", "pp4": "pp"}
+LOOP_OF_TOPOLOGY = {"pp1-overlap": "overlap", "pp1-normal": "normal", "pp4": "pp", "pp1-hicache": "normal"}
 # Steps "when window W opens" waits for it, per topology (PP steps are microbatch slots).
-WINDOW_WAIT_STEPS = {"pp1-overlap": 24, "pp1-normal": 24, "pp4": 60}
-MAX_STEPS_ACTION = {"pp1-overlap": 8, "pp1-normal": 8, "pp4": 12}
+WINDOW_WAIT_STEPS = {"pp1-overlap": 24, "pp1-normal": 24, "pp4": 60, "pp1-hicache": 24}
+MAX_STEPS_ACTION = {"pp1-overlap": 8, "pp1-normal": 8, "pp4": 12, "pp1-hicache": 8}
 
 
-def windows_for(topology: str, features: Tuple[str, ...] = ()) -> Tuple[str, ...]:
+def windows_for(topology: str, features: Optional[Tuple[str, ...]] = None) -> Tuple[str, ...]:
     """The windows that can open on ``topology``; one that needs an engine
-    feature (HiCache's) only when ``features`` has it."""
+    feature (HiCache's) only when ``features`` (by default the topology's
+    own, ``engine_config.features_of``) has it."""
+    if features is None:
+        features = engine_config.features_of(topology)
     loop = LOOP_OF_TOPOLOGY[topology]
     return tuple(name for name, w in windows.WINDOWS.items()
                  if loop in w.loops and (not w.needs or w.needs in features))
@@ -53,8 +57,20 @@ def starts() -> st.SearchStrategy:
                      max_new_tokens=st.integers(1, MAX_NEW_TOKENS))
 
 
-def action_strategy(topology: str) -> st.SearchStrategy:
-    names = windows_for(topology)
+def hicache_gate_actions() -> st.SearchStrategy:
+    return st.one_of(
+        st.builds(A.HoldTransfers, loads=st.booleans(), backups=st.booleans())
+        .filter(lambda a: a.loads or a.backups),
+        st.just(A.ReleaseTransfers()),
+    )
+
+
+def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None) -> st.SearchStrategy:
+    """One action; HiCache's gate actions only with the feature on
+    (``features``, by default the topology's own)."""
+    if features is None:
+        features = engine_config.features_of(topology)
+    names = windows_for(topology, features)
     choices = [
         st.builds(A.Steps, n=st.integers(1, MAX_STEPS_ACTION[topology])),
         starts(),
@@ -63,14 +79,17 @@ def action_strategy(topology: str) -> st.SearchStrategy:
                   op=control_ops().filter(lambda op: not isinstance(op, A.Continue)),
                   max_steps=st.just(WINDOW_WAIT_STEPS[topology])),
     ]
+    if "hicache" in features:
+        choices.append(hicache_gate_actions())
     loaded = sorted(extensions.actions())
     if loaded:  # a user's own actions (--extension), drawn like the built-in ones
         choices.append(st.builds(A.Extension, name=st.sampled_from(loaded)))
     return st.one_of(*choices)
 
 
-def programs(topology: str, *, max_actions: int = MAX_ACTIONS) -> st.SearchStrategy:
+def programs(topology: str, *, max_actions: int = MAX_ACTIONS,
+             features: Optional[Tuple[str, ...]] = None) -> st.SearchStrategy:
     """Programs that start at least one request first (an empty engine has
     little to race with); the rest is free."""
     return st.builds(lambda first, rest: [first] + rest, starts(),
-                     st.lists(action_strategy(topology), max_size=max_actions - 1))
+                     st.lists(action_strategy(topology, features), max_size=max_actions - 1))

@@ -6,13 +6,14 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from scripted_runtime.user_side import engine_config
 from scripted_runtime.user_side.explore import actions as A
 
 
 def replay_command(path: str, *, topology: str, revert_fixes: Sequence[str] = (),
                    sglang: Optional[str] = None, invariants: bool = True,
                    patches: Sequence[str] = (), extensions: Sequence[str] = ()) -> str:
-    opts = {"pp1-overlap": "", "pp1-normal": " --no-overlap", "pp4": " --pp 4"}[topology]
+    opts = engine_config.run_options(topology)
     opts += "" if invariants else " --no-invariants"
     reverts = "".join(f" --revert-fix {f}" for f in revert_fixes)
     reverts += "".join(f" --patch {p}" for p in patches)

@@ -1,0 +1,107 @@
+"""HiCache checks, run every iteration with the invariants (scheduler
+process); each is a no-op when HiCache is off.
+
+What they hold SGLang to, in its own words (0.5.23):
+
+* ``hicache_load_before_read``: a forward reads a load-back's KV only after
+  the load wrote it. SGLang orders this with the layer events of
+  ``LayerDoneCounter``: ``get_key_buffer`` "is hooked with synchronization
+  for layer-wise KV cache loading" and the batch that uses a load carries
+  its producer index (``hicache_consumer_index``). With the transfer gate
+  (``hooks/hicache_gate.py``) holding loads, a forward that reads slots of a
+  load which has copied nothing, without waiting on it, is this violation
+  (PR 19177's race: a CUDA-graph replay does not run that wait).
+* ``hicache_transfer_slots``: no device KV slot of a transfer SGLang has not
+  reaped yet is free. "A copy's source and target are not free pages until
+  its finish event is observed, so allocation never reuses them"
+  (``allocator/unified_sub_pool.py``); a flush, eviction or abort that frees
+  them lets a new request's KV be overwritten by a late load, or backed up
+  in another's place.
+* ``hicache_host_accounting``: the host pool adds up. Every host slot a tree
+  node holds is allocated, no two nodes share one, and every allocated host
+  slot is held by a node (no leak): ``host used == tree host slots``.
+  Skipped with an L3 storage backend, whose prefetch buffers hold host
+  slots outside the tree.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+from hooks import hicache_gate
+from scripted_runtime.scheduler_side import hicache_state
+
+NAMES = ("hicache_load_before_read", "hicache_transfer_slots", "hicache_host_accounting")
+
+
+def check_load_before_read(s: Any, free_counts: Callable[[], Any]) -> Optional[str]:
+    gate = hicache_gate.gate()
+    if not gate.unwaited_reads:
+        return None
+    read = gate.unwaited_reads[0]
+    more = len(gate.unwaited_reads) - 1
+    gate.unwaited_reads.clear()
+    return (f"the {read['mode']} forward read {read['n_slots']} KV slot(s) {read['slots']} of request {read['rid']} "
+            f"that load #{read['transfer']} (held, nothing copied yet) still writes, without waiting on it "
+            f"(batch hicache_consumer_index={read['consumer_index']})"
+            + (f"; {more} more such read(s)" if more > 0 else ""))
+
+
+def check_transfer_slots(s: Any, free_counts: Callable[[], Any]) -> Optional[str]:
+    gate = hicache_gate.gate()
+    if not gate.transfers:
+        return None
+    queued = hicache_state.ack_events(s)
+    gate.forget_reaped(lambda t: id(getattr(t.completion, "finish_event", None)) in queued)
+    if not gate.transfers:
+        return None
+    counts = free_counts()
+    if counts is None:
+        return None
+    for t in gate.transfers:
+        idx = t.device_indices
+        if idx.numel() == 0:
+            continue
+        idx = idx.numpy()
+        idx = idx[idx < len(counts)]
+        free = idx[counts.take(idx) > 0]
+        if free.size:
+            writes = "writes" if t.kind == "load" else "reads"
+            return (f"{free.size} device KV slot(s) {free[:6].tolist()} that {t.kind} #{t.seq} ({t.state}, "
+                    f"{t.device_indices.numel()} tokens, not reaped by SGLang) {writes} are in the allocator's "
+                    f"free list")
+    return None
+
+
+def check_host_accounting(s: Any, free_counts: Callable[[], Any]) -> Optional[str]:
+    host = hicache_state.host_pool(s)
+    if host is None or hicache_state.storage_enabled(s):
+        return None
+    used_mask = getattr(host, "slot_used", None)
+    if used_mask is None:
+        return None
+    held = hicache_state.tree_host_slots(s)
+    if held.numel():
+        unique = held.unique()
+        if unique.numel() != held.numel():
+            return f"{held.numel() - unique.numel()} host slot(s) are held by two tree nodes"
+        not_used = unique[~used_mask[unique]]
+        if not_used.numel():
+            return (f"host slot(s) {not_used[:6].tolist()} held by tree nodes are free in the host pool "
+                    f"({not_used.numel()} in all): a later load-back would read whatever is written there next")
+    used = int(used_mask.sum())
+    if used != held.numel():
+        return (f"host pool: {used} slots allocated but the tree holds {held.numel()} "
+                f"({used - held.numel():+d}: " + ("leaked" if used > held.numel() else "missing") + ")")
+    return None
+
+
+CHECKS: Dict[str, Callable[[Any, Callable[[], Any]], Optional[str]]] = {
+    "hicache_load_before_read": check_load_before_read,
+    "hicache_transfer_slots": check_transfer_slots,
+    "hicache_host_accounting": check_host_accounting,
+}
+
+
+def active(s: Any) -> bool:
+    """Whether HiCache is on in this scheduler (the checks cost nothing otherwise)."""
+    return hicache_state.controller(s) is not None
