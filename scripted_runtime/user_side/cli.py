@@ -88,7 +88,9 @@ def _write_json(path: Optional[str], payload: dict) -> None:
     if not path:
         return
     import json
+    from pathlib import Path
 
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         json.dump(payload, f, indent=1)
 

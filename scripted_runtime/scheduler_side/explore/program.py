@@ -158,7 +158,7 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
 
 # An explored hold ends by itself: a slow GPU copy still finishes, and a
 # program that waits for idle (a flush, a weight update) must see it end.
-HOLD_ITERATIONS = 8
+HOLD_ITERATIONS = 16
 
 
 def hold_transfers(ctx, *, loads: bool, backups: bool) -> None:

@@ -72,8 +72,10 @@ def hicache_phases(topology: str) -> Dict[str, List[A.Action]]:
                       A.Steps(8), A.HoldTransfers(loads=True, backups=False), A.Start(192, 1, NEW_TOKENS),
                       A.Steps(decode)],
         # a finished request whose write-through backup is held (its node
-        # locked, its device slots read by the pending copy)
-        "backup_held": [A.HoldTransfers(loads=False, backups=True), A.Start(100, 1, 2), A.Steps(decode + 2)],
+        # locked, its device slots read by the pending copy) while two new
+        # prompts need more of the device pool than is free
+        "backup_held": [A.HoldTransfers(loads=False, backups=True), A.Start(100, 1, 2), A.Steps(decode),
+                        A.Start(192, 2, NEW_TOKENS), A.Start(192, 3, NEW_TOKENS), A.Steps(2)],
     }
 
 

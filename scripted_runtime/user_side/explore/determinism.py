@@ -116,7 +116,7 @@ def check_traces(first: Tuple[Optional[str], str], second: Tuple[Optional[str], 
                  topology: str) -> Tuple[bool, str]:
     """Compare two runs of one program, each (failure signature or None, trace
     path); returns (same, one-line verdict)."""
-    from scripted_runtime.user_side.engine_config import TOPOLOGIES
+    from scripted_runtime.user_side.engine_config import ALL_TOPOLOGIES
     from scripted_runtime import timeline
 
     traces = []
@@ -129,7 +129,7 @@ def check_traces(first: Tuple[Optional[str], str], second: Tuple[Optional[str], 
     if first[0] != second[0]:
         return False, (f"NONDETERMINISTIC: the same program ended differently: {first[0] or 'PASS'} vs "
                        f"{second[0] or 'PASS'} {where}")
-    diff = compare(traces[0], traces[1], slots=pp_loop_slots(TOPOLOGIES[topology]))
+    diff = compare(traces[0], traces[1], slots=pp_loop_slots(ALL_TOPOLOGIES[topology]))
     if diff is not None:
         return False, f"NONDETERMINISTIC: {diff.describe()} {where}"
     return True, f"deterministic: two runs gave the same {len(traces[0])}-step trace ({first[0] or 'PASS'})"
