@@ -1,12 +1,14 @@
 """What do the per-iteration invariants, the contracts and the step trace cost a decode?
 
-    .venv/bin/python bench/invariants.py [--topologies pp1-overlap,pp1-normal] [--decode 200] [--repeat 5] [--gc-off]
+    .venv/bin/python bench/invariants.py [--topologies pp1-overlap,pp1-normal,pp1-hicache] [--decode 200] [--repeat 5] [--gc-off]
 
 On one server per topology, runs the same decode script (one request,
 ``--decode`` tokens, one yield per iteration) in these configurations:
 
 * ``bare``: every check off, no trace;
-* ``invariants``: the four invariants on, no trace;
+* ``invariants``: the invariants on (the HiCache ones included), no trace;
+* ``hicache``: only the three HiCache invariants on, no trace (on a
+  topology without HiCache they only look whether it is on);
 * ``contracts``: the five control-operation contracts on, no trace;
 * ``trace``: every check off, the JSONL trace written;
 * ``default``: every check on and the trace written (what ``run`` does);
@@ -42,6 +44,7 @@ from probe_scripts import python_gc  # noqa: E402
 from stats import machine_line, md_table, min_max, quartiles, ratios  # noqa: E402
 
 from scripted_runtime import ScriptedServer  # noqa: E402
+from scripted_runtime.scheduler_side import hicache_checks  # noqa: E402
 from scripted_runtime.scheduler_side.invariants import CONTRACT_NAMES, INVARIANT_NAMES  # noqa: E402
 
 GC_OFF = "default-gc-off"
@@ -52,6 +55,7 @@ def configurations(gc_off: bool) -> Dict[str, dict]:
     configs = {
         "bare": dict(HARNESS_CONFIGS["bare"], gc=True),
         "invariants": {"invariants": list(INVARIANT_NAMES), "trace": False, "gc": True},
+        "hicache": {"invariants": list(hicache_checks.NAMES), "trace": False, "gc": True},
         "contracts": {"invariants": list(CONTRACT_NAMES), "trace": False, "gc": True},
         "trace": {"invariants": False, "trace": True, "gc": True},
         "default": dict(HARNESS_CONFIGS["default"], gc=True),
@@ -103,7 +107,7 @@ def measure(topology: str, n: int, repeat: int, configs: Dict[str, dict]) -> Dic
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--topologies", default="pp1-overlap,pp1-normal")
+    ap.add_argument("--topologies", default="pp1-overlap,pp1-normal,pp1-hicache")
     ap.add_argument("--decode", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--gc-off", action="store_true",
