@@ -88,7 +88,7 @@ def test_the_demo_and_the_hicache_scenarios_pass_with_hicache_on(hicache_server)
     assert _run(hicache_server, f"{s}:host_pool_holds_backups").value["host_slots_used"] >= 200
     assert _run(hicache_server, f"{s}:write_through_window").value["ongoing_write_through"] >= 1
     seen = _run(hicache_server, f"{s}:load_back_window")
-    assert seen.value["last_batch_consumer_index"] >= 0 and seen.windows["hicache_load_in_progress"]["reached"]
+    assert seen.value["consumer_indices"] and seen.windows["hicache_load_in_progress"]["reached"]
     free = _run(hicache_server, f"{s}:host_eviction_accounted").value["host_free_after_each"]
     assert free[-1] < 481 - 192, free  # the host pool filled, so the later prompts evicted older backups
     race = _run(hicache_server, f"{s}:held_load_read_by_forward").value

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from hooks import hicache_gate
+from scripted_runtime.scheduler_side import state
 
 
 def controller(scheduler: Any) -> Optional[Any]:
@@ -44,10 +45,23 @@ def view(scheduler: Any) -> Optional[Dict[str, Any]]:
         "ongoing_write_through": _len(tree, "ongoing_write_through"),
         "ongoing_load_back": _len(tree, "ongoing_load_back"),
         "last_batch_consumer_index": getattr(last, "hicache_consumer_index", None) if last is not None else None,
+        # every held batch that waits on a load (under PP the one that used it may sit in an mbs slot)
+        "consumer_indices": consumer_indices(scheduler),
         # the transfer gate (hooks/hicache_gate.py): what it holds now
         "holding": {k for k, on in hicache_gate.gate().holding.items() if on},
         **hicache_gate.gate().counts(),
     }
+
+
+def consumer_indices(scheduler: Any) -> Dict[str, int]:
+    """holder label -> ``hicache_consumer_index`` of each held batch that
+    waits on a load (index >= 0)."""
+    out = {}
+    for h in state.holders(scheduler):
+        index = getattr(h.batch, "hicache_consumer_index", -1) if h.batch is not None else -1
+        if index is not None and index >= 0:
+            out[h.label] = int(index)
+    return out
 
 
 def write_through_pending(scheduler: Any) -> int:
