@@ -159,7 +159,7 @@ def test_paired_rates_read_ours_per_configuration_and_plain_runs_directly():
 
 def test_invariants_bench_shuffles_each_round_the_same_way_on_a_rerun():
     names = list(invariants_bench.configurations(gc_off=True))
-    assert names == ["bare", "invariants", "contracts", "trace", "default", "default-gc-off"]
+    assert names == ["bare", "invariants", "hicache", "contracts", "trace", "default", "default-gc-off"]
     orders = [invariants_bench.round_order(names, i) for i in range(8)]
     assert all(sorted(o) == sorted(names) for o in orders)  # every configuration once a round
     assert len({tuple(o) for o in orders}) > 1  # not one fixed order
@@ -175,8 +175,12 @@ def test_invariants_bench_configurations_switch_what_they_name():
     assert cfg["default"] == {"invariants": True, "trace": True, "gc": True}
     from scripted_runtime.scheduler_side.invariants import CONTRACT_NAMES, INVARIANT_NAMES
 
-    assert cfg["invariants"]["invariants"] == list(INVARIANT_NAMES)  # the four, no contract
+    assert cfg["invariants"]["invariants"] == list(INVARIANT_NAMES)  # the invariants, no contract
     assert cfg["contracts"]["invariants"] == list(CONTRACT_NAMES)
+    from scripted_runtime.scheduler_side import hicache_checks
+
+    assert cfg["hicache"]["invariants"] == list(hicache_checks.NAMES) and set(hicache_checks.NAMES) < set(
+        INVARIANT_NAMES)
     assert invariants_bench.configurations(gc_off=True)["default-gc-off"]["gc"] is False
 
 
