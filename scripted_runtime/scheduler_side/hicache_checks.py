@@ -79,19 +79,24 @@ def check_host_accounting(s: Any, free_counts: Callable[[], Any]) -> Optional[st
     used_mask = getattr(host, "slot_used", None)
     if used_mask is None:
         return None
+    import numpy as np  # numpy, not torch: a few small-array torch ops cost more than this whole check
+
+    used = used_mask.numpy()
     held = hicache_state.tree_host_slots(s)
-    if held.numel():
-        unique = held.unique()
-        if unique.numel() != held.numel():
-            return f"{held.numel() - unique.numel()} host slot(s) are held by two tree nodes"
-        not_used = unique[~used_mask[unique]]
-        if not_used.numel():
-            return (f"host slot(s) {not_used[:6].tolist()} held by tree nodes are free in the host pool "
-                    f"({not_used.numel()} in all): a later load-back would read whatever is written there next")
-    used = int(used_mask.sum())
-    if used != held.numel():
-        return (f"host pool: {used} slots allocated but the tree holds {held.numel()} "
-                f"({used - held.numel():+d}: " + ("leaked" if used > held.numel() else "missing") + ")")
+    if held.size:
+        not_used = held[~used[held]]
+        if not_used.size:
+            return (f"host slot(s) {np.unique(not_used)[:6].tolist()} held by tree nodes are free in the host "
+                    f"pool ({not_used.size} in all): a later load-back would read whatever is written there next")
+        mark = np.zeros(used.size, dtype=bool)
+        mark[held] = True
+        distinct = int(np.count_nonzero(mark))
+        if distinct != held.size:
+            return f"{held.size - distinct} host slot(s) are held by two tree nodes"
+    n_used = int(np.count_nonzero(used))
+    if n_used != held.size:
+        return (f"host pool: {n_used} slots allocated but the tree holds {held.size} "
+                f"({n_used - held.size:+d}: " + ("leaked" if n_used > held.size else "missing") + ")")
     return None
 
 

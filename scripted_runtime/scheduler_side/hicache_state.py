@@ -85,12 +85,13 @@ def host_pool(scheduler: Any) -> Optional[Any]:
 
 def tree_host_slots(scheduler: Any) -> Any:
     """Every host slot the radix tree's nodes hold (their full-attention
-    ``host_value``), as one int64 tensor (duplicates kept)."""
-    import torch
+    ``host_value``), as one int64 numpy array (duplicates kept)."""
+    import numpy as np
 
     core = getattr(scheduler.tree_cache, "tree_core", None)
     parts = []
     if core is not None:
+        full = _full_index()
         stack = [core.root_node]
         while stack:
             node = stack.pop()
@@ -98,18 +99,31 @@ def tree_host_slots(scheduler: Any) -> Any:
             data = getattr(node, "component_data", None)
             if not data:
                 continue
-            host_value = _full(data).host_value
-            if host_value is not None and host_value.numel():
-                parts.append(host_value.reshape(-1).to("cpu", torch.int64))
-    return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64)
+            host_value = data[full].host_value
+            if host_value is not None:
+                parts.append(host_value)
+    if not parts:
+        return np.empty(0, dtype=np.int64)
+    try:  # host indices live on the CPU: a zero-copy view each
+        arrays = [p.numpy() for p in parts]
+    except TypeError:  # not on the CPU after all
+        arrays = [p.cpu().numpy() for p in parts]
+    return np.concatenate(arrays).reshape(-1).astype(np.int64, copy=False)
 
 
-def _full(component_data: Any) -> Any:
-    """The full-attention entry of a node's ``component_data`` (a list
-    indexed by ``BASE_COMPONENT_TYPE``, ``ComponentType.FULL``, in 0.5.23)."""
-    from sglang.srt.mem_cache.unified_cache.component_type import BASE_COMPONENT_TYPE
+_FULL = None
 
-    return component_data[BASE_COMPONENT_TYPE]
+
+def _full_index() -> Any:
+    """The index of the full-attention entry in a node's ``component_data``
+    (a list indexed by ``BASE_COMPONENT_TYPE``, ``ComponentType.FULL``, in
+    0.5.23); looked up once."""
+    global _FULL
+    if _FULL is None:
+        from sglang.srt.mem_cache.unified_cache.component_type import BASE_COMPONENT_TYPE
+
+        _FULL = BASE_COMPONENT_TYPE
+    return _FULL
 
 
 def ack_events(scheduler: Any) -> set:
