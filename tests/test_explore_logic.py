@@ -121,6 +121,14 @@ def test_stats_add_merge_and_tables():
     assert row.split("|")[2].strip() == "2"  # the decode column
     assert "failures: X x1" in a.summary()
     assert Stats.from_dict(a.as_dict()).as_dict() == a.as_dict()
+    assert "hicache" not in table  # HiCache's rows and column only where they were seen
+    h = Stats(topology="pp1-hicache")
+    h.add(runner.Outcome(signature=None, steps=5, coverage={"hicache:hold|idle": 3,
+                                                            "flush_cache|hicache_transfer": 1}), shrinking=False)
+    lines = h.coverage_table().splitlines()
+    assert lines[0].rstrip().endswith("hicache_transfer")
+    assert next(l for l in lines if l.strip().startswith("hicache:hold")).split("|")[7].strip() == "3"  # idle
+    assert next(l for l in lines if l.strip().startswith("flush_cache")).split("|")[8].strip() == "1"
 
 
 def test_worker_command_line_round_trips():
@@ -295,3 +303,42 @@ def test_a_program_that_leaves_an_engine_the_reset_cannot_restore_is_the_failing
     out = runner.ExampleRunner(topology="pp1-normal", server=broken, invariants=False).run([A.Start(8, 1, 2)])
     assert out.signature == "SchedulerCrashed: AssertionError: freed twice" and out.steps == 7
     assert out.failing_action is None  # after the program's last action: the end
+
+
+def test_hicache_gate_actions_are_drawn_only_with_hicache_on():
+    from hypothesis import find
+
+    from scripted_runtime.user_side import engine_config
+    from scripted_runtime.user_side.explore import corpus
+
+    assert engine_config.features_of("pp1-hicache") == ("hicache",)
+    assert engine_config.features_of("pp1-normal", {"enable_hierarchical_cache": "true"}) == ("hicache",)
+    assert engine_config.features_of("pp1-normal") == ()
+    assert "hicache_load_in_progress" in strategies.windows_for("pp1-hicache")
+    hold = find(strategies.action_strategy("pp1-hicache"), lambda a: isinstance(a, A.HoldTransfers))
+    assert hold.loads or hold.backups
+    with pytest.raises(Exception):  # never drawn without HiCache
+        find(strategies.action_strategy("pp1-normal"), lambda a: isinstance(a, (A.HoldTransfers, A.ReleaseTransfers)),
+             settings=settings(max_examples=300, database=None))
+    source = A.to_source([A.Start(150, 1, 2), A.HoldTransfers(loads=True, backups=False), A.ReleaseTransfers()]).text
+    assert "explore.hold_transfers(ctx, loads=True, backups=False)" in source
+    assert "explore.release_transfers(ctx)" in source
+    compile(source, "<program>", "exec")
+    # the corpus adds HiCache's phases only with the feature on
+    with_hicache = dict(corpus.programs("pp1-hicache", ("hicache",)))
+    assert "load_held+flush" in with_hicache and "backup_held+abort_all" in with_hicache
+    assert not any(k.startswith(("load_held", "backup_held")) for k in dict(corpus.programs("pp1-normal")))
+    # the written file's replay command starts the same engine
+    assert engine_config.run_options("pp1-hicache") == (
+        " --no-overlap --sglang-arg enable_hierarchical_cache=true --sglang-arg hicache_write_policy=write_through"
+        " --sglang-arg max_total_tokens=400 --sglang-arg hicache_ratio=1.2")
+
+
+@settings(max_examples=40, deadline=None)
+@given(strategies.programs("pp1-hicache"))
+def test_every_generated_hicache_program_compiles_and_may_hold_from_its_start(program):
+    first_start = next(i for i, a in enumerate(program) if isinstance(a, A.Start))
+    assert first_start <= 1 and (first_start == 0 or isinstance(program[0], A.HoldTransfers))
+    assert program[first_start].prompt_len in strategies.HICACHE_PROMPT_LENGTHS
+    assert len(program) <= strategies.MAX_ACTIONS
+    compile(A.to_source(program).text, "<program>", "exec")

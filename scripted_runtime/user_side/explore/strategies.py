@@ -18,6 +18,9 @@ from scripted_runtime.user_side.explore import actions as A
 
 # Prompt lengths around the 64-token chunk boundaries (1, 2 and 3 chunks).
 PROMPT_LENGTHS = (8, 1, 63, 64, 65, 100, 127, 128, 129, 150, 192)
+# With HiCache on (pp1-hicache's 400-token device pool, 481-slot host pool) long prompts,
+# so that three prefixes overflow the device pool (evicting to the host) and the host pool.
+HICACHE_PROMPT_LENGTHS = (64, 128, 150, 192)
 # Requests with the same token share their prompt prefix in the radix tree.
 PROMPT_TOKENS = (1, 2, 3)
 MAX_NEW_TOKENS = 12
@@ -51,8 +54,8 @@ def control_ops() -> st.SearchStrategy:
     )
 
 
-def starts() -> st.SearchStrategy:
-    return st.builds(A.Start, prompt_len=st.sampled_from(PROMPT_LENGTHS),
+def starts(lengths=PROMPT_LENGTHS) -> st.SearchStrategy:
+    return st.builds(A.Start, prompt_len=st.sampled_from(lengths),
                      token=st.sampled_from(PROMPT_TOKENS),
                      max_new_tokens=st.integers(1, MAX_NEW_TOKENS))
 
@@ -73,7 +76,7 @@ def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None) -
     names = windows_for(topology, features)
     choices = [
         st.builds(A.Steps, n=st.integers(1, MAX_STEPS_ACTION[topology])),
-        starts(),
+        starts(HICACHE_PROMPT_LENGTHS if "hicache" in features else PROMPT_LENGTHS),
         control_ops(),
         st.builds(A.OnWindow, window=st.sampled_from(names),
                   op=control_ops().filter(lambda op: not isinstance(op, A.Continue)),
@@ -91,5 +94,15 @@ def programs(topology: str, *, max_actions: int = MAX_ACTIONS,
              features: Optional[Tuple[str, ...]] = None) -> st.SearchStrategy:
     """Programs that start at least one request first (an empty engine has
     little to race with); the rest is free."""
+    if features is None:
+        features = engine_config.features_of(topology)
+    if "hicache" in features:
+        # With HiCache, a program may hold the copies from its start (a GPU whose copies lag the
+        # scheduler), so a race with a pending copy needs only the requests that make one.
+        hold = st.sampled_from([None, A.HoldTransfers(loads=True, backups=True),
+                                A.HoldTransfers(loads=True, backups=False), A.HoldTransfers(loads=False, backups=True)])
+        return st.builds(lambda h, first, rest: ([h] if h else []) + [first] + rest, hold,
+                         starts(HICACHE_PROMPT_LENGTHS),
+                         st.lists(action_strategy(topology, features), max_size=max_actions - 2))
     return st.builds(lambda first, rest: [first] + rest, starts(),
                      st.lists(action_strategy(topology, features), max_size=max_actions - 1))
