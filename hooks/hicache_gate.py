@@ -43,6 +43,12 @@ logger = logging.getLogger("scripted_runtime.hooks")
 L2_TRANSFER = "sglang.srt.mem_cache.l2_transfer"
 CACHE_CONTROLLER = "sglang.srt.managers.cache_controller"
 KINDS = ("load", "backup")
+# Released transfers are forgotten once SGLang reaped them (``forget_reaped``,
+# run by the checks); where nothing runs it (checks off, a rank without the
+# script driver) the record is bounded: past this many, only the newest
+# KEEP_RELEASED released ones are kept (SGLang reaps within an iteration or two).
+MAX_RECORDED = 256
+KEEP_RELEASED = 64
 
 
 class GateEvent:
@@ -172,6 +178,10 @@ class TransferGate:
     def submit(self, kind: str, device_indices: Any, host_indices: Any, run: Callable[[], Any],
                layer_event: Any = None) -> Transfer:
         self._seq += 1
+        if len(self.transfers) >= MAX_RECORDED:
+            released = [t for t in self.transfers if t.state == "released"]
+            old = {id(t) for t in released[:-KEEP_RELEASED]}
+            self.transfers = [t for t in self.transfers if id(t) not in old]
         t = Transfer(self, self._seq, kind, device_indices, host_indices, run, layer_event=layer_event,
                      born=self.clock)
         self.transfers.append(t)

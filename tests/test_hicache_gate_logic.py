@@ -177,3 +177,14 @@ def test_host_accounting_names_a_leak_a_freed_slot_and_a_shared_one():
         freed, lambda: None)
     shared = _host_scheduler([1, 2], _node(torch.tensor([1, 2]), children=[_node(torch.tensor([2]))]))
     assert "held by two tree nodes" in hicache_checks.check_host_accounting(shared, lambda: None)
+
+
+def test_the_record_stays_bounded_where_nothing_forgets_reaped_transfers(gate):
+    gate.hold(loads=True)
+    held = gate.submit("load", torch.tensor([1]), torch.tensor([1]), lambda: None)
+    gate.hold(loads=False)
+    for i in range(hicache_gate.MAX_RECORDED * 3):
+        gate.submit("load", torch.tensor([i]), torch.tensor([i]), lambda: None)
+    assert len(gate.transfers) <= hicache_gate.MAX_RECORDED
+    assert held in gate.transfers  # what is still pending is never dropped
+    assert gate.transfers[-1].seq == hicache_gate.MAX_RECORDED * 3 + 1  # the newest released ones are kept
