@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hooks.patch_base import ALL_TOPOLOGIES
 from scripted_runtime.user_side import mutate
 from scripted_runtime.user_side.explore import explorer
 from scripted_runtime.user_side.explore.runner import signature_of
@@ -160,6 +161,7 @@ def test_full_kill_table(tmp_path):
     out = tmp_path / "table.json"
     proc = subprocess.run(
         [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--out", str(tmp_path / "found"),
+         "--topology", ",".join(ALL_TOPOLOGIES),  # pp1-hicache too: its mutants apply there only
          "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=3 * 3600)
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
