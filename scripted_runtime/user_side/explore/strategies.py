@@ -84,6 +84,7 @@ def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None) -
     ]
     if "hicache" in features:
         choices.append(hicache_gate_actions())
+        choices.append(starts(HICACHE_PROMPT_LENGTHS))  # new traffic twice as often: evictions, returns
     loaded = sorted(extensions.actions())
     if loaded:  # a user's own actions (--extension), drawn like the built-in ones
         choices.append(st.builds(A.Extension, name=st.sampled_from(loaded)))
@@ -101,8 +102,12 @@ def programs(topology: str, *, max_actions: int = MAX_ACTIONS,
         # scheduler), so a race with a pending copy needs only the requests that make one.
         hold = st.sampled_from([None, A.HoldTransfers(loads=True, backups=True),
                                 A.HoldTransfers(loads=True, backups=False), A.HoldTransfers(loads=False, backups=True)])
-        return st.builds(lambda h, first, rest: ([h] if h else []) + [first] + rest, hold,
-                         starts(HICACHE_PROMPT_LENGTHS),
-                         st.lists(action_strategy(topology, features), max_size=max_actions - 2))
+        # and HiCache only acts once traffic overflows the device pool: first up to three prompts of
+        # distinct prefixes (tokens 1, 2, 3 in turn), which later requests may return to
+        first = st.lists(st.tuples(st.sampled_from(HICACHE_PROMPT_LENGTHS), st.integers(1, MAX_NEW_TOKENS)),
+                         min_size=1, max_size=len(PROMPT_TOKENS)).map(
+            lambda drawn: [A.Start(n, PROMPT_TOKENS[i], new) for i, (n, new) in enumerate(drawn)])
+        return st.builds(lambda h, first, rest: ([h] if h else []) + first + rest, hold, first,
+                         st.lists(action_strategy(topology, features), max_size=max_actions - 4))
     return st.builds(lambda first, rest: [first] + rest, starts(),
                      st.lists(action_strategy(topology, features), max_size=max_actions - 1))
