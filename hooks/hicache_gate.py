@@ -91,15 +91,8 @@ class Transfer:
     notes: List[str] = field(default_factory=list)
 
     def describe(self) -> Dict[str, Any]:
-        return {"seq": self.seq, "kind": self.kind, "state": self.state, "tokens": _numel(self.device_indices),
-                "waited": self.waited}
-
-
-def _numel(t: Any) -> int:
-    try:
-        return int(t.numel())
-    except AttributeError:
-        return len(t or ())
+        return {"seq": self.seq, "kind": self.kind, "state": self.state,
+                "tokens": int(self.device_indices.numel()), "waited": self.waited}
 
 
 class TransferGate:
@@ -158,9 +151,6 @@ class TransferGate:
         self.unwaited_reads.clear()
 
     # --- views ------------------------------------------------------------------
-    def pending(self, state: Optional[str] = None) -> List[Transfer]:
-        return [t for t in self.transfers if t.state != "released" and (state is None or t.state == state)]
-
     def counts(self) -> Dict[str, int]:
         out = {"held_loads": 0, "held_backups": 0, "copied_unreleased": 0}
         for t in self.transfers:
@@ -243,19 +233,19 @@ def _patch_engine(module: Any) -> None:
     def submit_host_to_device(self, transfers, *args, **kwargs):
         on_layer_done = kwargs.get("on_layer_done")
         layer_event = getattr(on_layer_done, "__self__", None)
-        return _gated(self, "load", transfers, lambda: original_h2d(self, transfers, *args, **kwargs),
+        return _gated("load", transfers, lambda: original_h2d(self, transfers, *args, **kwargs),
                       completion_cls, layer_event)
 
     @functools.wraps(original_d2h)
     def submit_device_to_host(self, transfers, *args, **kwargs):
-        return _gated(self, "backup", transfers, lambda: original_d2h(self, transfers, *args, **kwargs),
+        return _gated("backup", transfers, lambda: original_d2h(self, transfers, *args, **kwargs),
                       completion_cls, None)
 
     engine_cls.submit_host_to_device = submit_host_to_device
     engine_cls.submit_device_to_host = submit_device_to_host
 
 
-def _gated(engine: Any, kind: str, transfers: List[Any], run: Callable[[], Any], completion_cls: Any,
+def _gated(kind: str, transfers: List[Any], run: Callable[[], Any], completion_cls: Any,
            layer_event: Any) -> Any:
     g = _gate
     device = _cat_indices(transfers, "device_indices")
@@ -303,7 +293,12 @@ def _batch_reads(batch: Any, loads: List[Transfer]) -> List[Any]:
         return []
     lens = lens.tolist() if hasattr(lens, "tolist") else list(lens)
     rows = getattr(batch, "req_pool_indices", None)
-    rows = rows.tolist() if rows is not None else [_row_of(r) for r in reqs]
+    if rows is not None:
+        rows = rows.tolist()
+    else:
+        from scripted_runtime.scheduler_side import state
+
+        rows = [state.req_pool_idx(r) for r in reqs]
     out = []
     for req, row, n in zip(reqs, rows, lens):
         if row is None or n <= 0:
@@ -314,11 +309,6 @@ def _batch_reads(batch: Any, loads: List[Transfer]) -> List[Any]:
             if hit.numel():
                 out.append((t, req.rid, hit))
     return out
-
-
-def _row_of(req: Any) -> Optional[int]:
-    kv = getattr(req, "kv", None)  # 0.5.2x keeps the row in req.kv
-    return getattr(kv, "req_pool_idx", None) if kv is not None else getattr(req, "req_pool_idx", None)
 
 
 def _patch_run_batch(scheduler_module: Any) -> None:

@@ -11,7 +11,7 @@ import inspect
 
 from typing import Any, Dict, List, Optional
 
-from scripted_runtime.scheduler_side import control, output_oracle, state
+from scripted_runtime.scheduler_side import control, hicache_state, output_oracle, state
 
 # Iterations the end-state check allows for every request to finish (and then
 # for the engine to go idle), per PP microbatch slot.
@@ -103,7 +103,7 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     ``greedy_output``). HiCache copies the program held are released first."""
     if tokenizer_paused(ctx):
         ctx.continue_generation()
-    if ctx.hicache() is not None:
+    if hicache_state.controller(ctx.scheduler) is not None:
         # held copies are the program's own window; the end needs them done
         # (a held load also keeps later loads of a full ack ring waiting)
         ctx.release_hicache_transfers()
