@@ -47,7 +47,7 @@ sys.path.insert(0, str(BENCH))
 import compare_scripts  # noqa: E402
 from stats import rotated, wall_times  # noqa: E402
 
-from hooks import sglang_compat  # noqa: E402
+from scripted_runtime.hooks import sglang_compat  # noqa: E402
 from scripted_runtime import protocol  # noqa: E402
 from scripted_runtime.user_side import processes, upstream_run  # noqa: E402
 
@@ -153,7 +153,7 @@ def run_harness(t0: float, topology: str, decode_tokens: int, short_runs: int, d
 def run_upstream(t0: float, topology: str, decode_tokens: int, short_runs: int, decode_runs: int) -> dict:
     kwargs = engine_kwargs(topology)
     os.environ.update(sglang_env(kwargs, upstream=True))
-    import hooks
+    from scripted_runtime import hooks
 
     hooks.activate()  # CPU enablement and the upstream switch in this process too
     from sglang.srt.server_args import ServerArgs
@@ -188,7 +188,7 @@ def run_upstream(t0: float, topology: str, decode_tokens: int, short_runs: int, 
 def run_engine(t0: float, topology: str, decode_tokens: int, short_runs: int, decode_runs: int) -> dict:
     kwargs = engine_kwargs(topology)
     os.environ.update(sglang_env(kwargs))
-    import hooks
+    from scripted_runtime import hooks
 
     hooks.activate()
     import sglang

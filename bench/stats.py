@@ -117,7 +117,7 @@ def git_commit() -> str:
 def machine_line(sglang_version: Optional[str] = None) -> str:
     """Date, commit, SGLang release and machine: the line above every table."""
     if sglang_version is None:
-        from hooks import sglang_compat
+        from scripted_runtime.hooks import sglang_compat
 
         sglang_version = sglang_compat.installed_sglang_version()
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from hooks import post_import, sglang_compat
+from scripted_runtime.hooks import post_import, sglang_compat
 
 _activated = False
 
@@ -31,14 +31,14 @@ def activate() -> None:
         return
     _activated = True
     if os.environ.get("SCRIPTED_RUNTIME_DEVICE", "cpu") == "cpu":
-        from hooks import cpu_enablement
+        from scripted_runtime.hooks import cpu_enablement
 
         cpu_enablement.install()
     if os.environ.get("SCRIPTED_RUNTIME_SCHEDULER_HOOK", "1") == "1":
-        from hooks import scheduler_hook
+        from scripted_runtime.hooks import scheduler_hook
 
         post_import.when_imported(sglang_compat.SCHEDULER_MODULE, scheduler_hook.install)
-    from hooks import fix_toggles, hicache_gate, patches, upstream_harness
+    from scripted_runtime.hooks import fix_toggles, hicache_gate, patches, upstream_harness
 
     hicache_gate.install(sglang_compat.SCHEDULER_MODULE)  # HiCache copies a script can hold (hicache_gate.py)
 

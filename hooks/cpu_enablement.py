@@ -25,7 +25,7 @@ import importlib.machinery
 import logging
 import sys
 
-from hooks import post_import, sglang_compat
+from scripted_runtime.hooks import post_import, sglang_compat
 
 logger = logging.getLogger("scripted_runtime.hooks")
 
@@ -94,7 +94,7 @@ class _SglKernelFinder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    from hooks import hicache_cpu
+    from scripted_runtime.hooks import hicache_cpu
 
     hicache_cpu.install()  # the hierarchical cache's host pool and copies (hicache_cpu.py)
     for name in sglang_compat.ROTARY_CPU_FLAG_MODULES:

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List
 
-from hooks.patch_base import PatchError
+from scripted_runtime.hooks.patch_base import PatchError
 
 ENV_REVERT_FIXES = "SCRIPTED_RUNTIME_REVERT_FIXES"
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
-from hooks import post_import
+from scripted_runtime.hooks import post_import
 
 logger = logging.getLogger("scripted_runtime.hooks")
 

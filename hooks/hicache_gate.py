@@ -36,7 +36,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-from hooks import post_import
+from scripted_runtime.hooks import post_import
 
 logger = logging.getLogger("scripted_runtime.hooks")
 

@@ -32,7 +32,7 @@ import textwrap
 from collections import deque
 from typing import Any, Callable, Dict
 
-from hooks.patch_base import Patch, PatchError
+from scripted_runtime.hooks.patch_base import Patch, PatchError
 
 RELEASE = "0.5.23"
 
@@ -123,7 +123,7 @@ def _keep_crash_reporting(scheduler_cls: type, loop: Callable) -> Callable:
     wraps the loops at import, before patches are installed)."""
     if not getattr(scheduler_cls, "_scripted_runtime_installed", False):
         return loop
-    from hooks import scheduler_hook
+    from scripted_runtime.hooks import scheduler_hook
 
     return scheduler_hook._report_crashes(loop)
 

@@ -28,8 +28,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from hooks import fix_toggles, mutants
-from hooks.patch_base import Patch, PatchError
+from scripted_runtime.hooks import fix_toggles, mutants
+from scripted_runtime.hooks.patch_base import Patch, PatchError
 from scripted_runtime import module_paths
 
 ENV_PATCHES = "SCRIPTED_RUNTIME_PATCHES"

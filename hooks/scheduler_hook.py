@@ -21,7 +21,7 @@ import os
 import time
 import traceback
 
-from hooks import sglang_compat
+from scripted_runtime.hooks import sglang_compat
 from scripted_runtime import protocol
 
 _DRIVER_ATTR = "_scripted_runtime_driver"

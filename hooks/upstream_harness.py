@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 
-from hooks import post_import, sglang_compat
+from scripted_runtime.hooks import post_import, sglang_compat
 
 ENV_UPSTREAM_HARNESS = "SCRIPTED_RUNTIME_UPSTREAM_HARNESS"
 

@@ -28,7 +28,7 @@ Run: ``scripted-runtime run scenarios/overlap_free_then_reuse.py:free_then_reuse
 """
 from __future__ import annotations
 
-from hooks import sglang_compat
+from scripted_runtime.hooks import sglang_compat
 
 ALL_TOKENS = list(range(512))
 

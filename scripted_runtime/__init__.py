@@ -14,10 +14,48 @@ The package is split by the process its code runs in:
   that cross between the two), ``errors`` and ``timeline`` (the one-line-per-
   step format both sides print).
 
+``hooks`` (everything that patches SGLang) is ``scripted_runtime.hooks``.
+The wheel installs it there; the repository keeps it at its top level
+(``hooks/``), and a checkout maps the name onto that folder (below), so the
+same import works from a wheel, an editable install, or a checkout on
+``PYTHONPATH`` (a scheduler rank in another build's environment).
+
 ``docs/internals.md`` draws the two sides. Public names are imported lazily,
 so importing this package inside the scheduler costs nothing.
 """
+import importlib.abc
+import importlib.util
+import os
+import sys
+
 __all__ = ["ScriptedServer", "ScriptResult", "ScriptFailedError"]
+
+
+class _CheckoutHooks(importlib.abc.MetaPathFinder):
+    """Finds ``scripted_runtime.hooks`` in a checkout's top-level ``hooks/``.
+    Its submodules then import through the package's ``__path__``."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != __name__ + ".hooks":
+            return None
+        return importlib.util.spec_from_file_location(
+            fullname, os.path.join(self.folder, "__init__.py"), submodule_search_locations=[self.folder])
+
+
+def _map_checkout_hooks() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.path.isdir(os.path.join(here, "hooks")):
+        return  # installed from the wheel: the hooks are a real subpackage
+    folder = os.path.join(os.path.dirname(here), "hooks")
+    if os.path.isfile(os.path.join(folder, "__init__.py")) and not any(
+            isinstance(f, _CheckoutHooks) for f in sys.meta_path):
+        sys.meta_path.insert(0, _CheckoutHooks(folder))
+
+
+_map_checkout_hooks()
 
 
 def __getattr__(name):

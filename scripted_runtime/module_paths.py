@@ -1,10 +1,15 @@
-"""Where a module given by name lives, for processes that must import it
-too (scheduler ranks): the directory to put on their PYTHONPATH. Shared by
-patches (``hooks/patches.py``) and extensions (``extensions.py``)."""
+"""Where things live on disk, for processes that must import them too
+(scheduler ranks, another build's environment): the harness itself (a
+checkout or an installed wheel), its hooks and their ``sitecustomize``, and a
+module given by name (patches, extensions: the directory to put on the
+ranks' PYTHONPATH)."""
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
+import tempfile
+from pathlib import Path
 from typing import Optional
 
 
@@ -22,3 +27,48 @@ def search_root(module: str) -> Optional[str]:
     for _ in range(depth):
         root = os.path.dirname(root)
     return root
+
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _checkout_root() -> Optional[Path]:
+    """The repository root when the package runs from a checkout (editable
+    install or PYTHONPATH), else None (installed from the wheel)."""
+    root = PACKAGE_DIR.parent
+    if (root / "hooks" / "__init__.py").is_file() and (root / "pyproject.toml").is_file():
+        return root
+    return None
+
+
+def hooks_dir() -> Path:
+    """Where ``scripted_runtime.hooks`` lives: ``hooks/`` in a checkout, the
+    subpackage in a wheel."""
+    root = _checkout_root()
+    return root / "hooks" if root is not None else PACKAGE_DIR / "hooks"
+
+
+def site_dir() -> Path:
+    """The folder holding the ``sitecustomize`` every SGLang process loads."""
+    return hooks_dir() / "_site"
+
+
+def harness_path_entry() -> str:
+    """A PYTHONPATH entry from which ``scripted_runtime`` imports, and nothing
+    else of this environment: the checkout root, or for an installed wheel a
+    private folder holding only a link to the package (the whole
+    site-packages on another build's PYTHONPATH would shadow its packages)."""
+    root = _checkout_root()
+    if root is not None:
+        return str(root)
+    tag = hashlib.sha1(str(PACKAGE_DIR).encode()).hexdigest()[:12]
+    folder = Path(tempfile.gettempdir()) / f"scripted-runtime-path-{os.getuid()}-{tag}"
+    link = folder / "scripted_runtime"
+    if not (link.is_symlink() and os.readlink(link) == str(PACKAGE_DIR)):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        tmp = folder / f".link.{os.getpid()}"
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(PACKAGE_DIR, target_is_directory=True)
+        tmp.replace(link)
+    return str(folder)

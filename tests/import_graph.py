@@ -17,10 +17,15 @@ Graph = Dict[str, Dict[str, int]]  # module -> {imported module: first line}
 
 
 def module_files(root: Path, packages: Iterable[str]) -> Dict[str, Path]:
+    """Module name -> file. A package given as ``"FOLDER=DOTTED.NAME"`` is
+    read from ``root/FOLDER`` and named ``DOTTED.NAME`` (the repository's
+    ``hooks/`` is installed as ``scripted_runtime.hooks``)."""
     mods: Dict[str, Path] = {}
     for pkg in packages:
-        for path in sorted((root / pkg).rglob("*.py")):
-            parts = list(path.relative_to(root).with_suffix("").parts)
+        folder, _, name = pkg.partition("=")
+        prefix = (name or folder).split(".")
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = prefix + list(path.relative_to(root / folder).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             mods[".".join(parts)] = path

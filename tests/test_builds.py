@@ -12,7 +12,7 @@ import pytest
 
 from scripted_runtime.user_side import cli
 from scripted_runtime.user_side.builds import ab, constraints, envs, side, spec, worktrees
-from hooks import sglang_compat
+from scripted_runtime.hooks import sglang_compat
 
 
 def _fake_tree(root: Path, version: str = None) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hooks import hicache_cpu
+from scripted_runtime.hooks import hicache_cpu
 from scripted_runtime.user_side import engine_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from hooks import hicache_gate
+from scripted_runtime.hooks import hicache_gate
 from scripted_runtime.scheduler_side import hicache_checks
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooks import sglang_compat
+from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import invariants
 from tests.test_invariants_logic import TOTAL, FakeReq, FakeScheduler, check
 

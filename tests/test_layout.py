@@ -10,10 +10,10 @@ import pytest
 from tests import import_graph
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("scripted_runtime", "hooks")
+PACKAGES = ("scripted_runtime", "hooks=scripted_runtime.hooks")
 # Run inside SGLang's processes: what they import, directly or not, must
 # never be user-side code (server control, builds, the CLI, the explorer's search).
-IN_SGLANG = ("scripted_runtime.scheduler_side", "hooks", "scripted_runtime.protocol",
+IN_SGLANG = ("scripted_runtime.scheduler_side", "scripted_runtime.hooks", "scripted_runtime.protocol",
              "scripted_runtime.errors", "scripted_runtime.timeline")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hooks.patch_base import ALL_TOPOLOGIES
+from scripted_runtime.hooks.patch_base import ALL_TOPOLOGIES
 from scripted_runtime.user_side import mutate
 from scripted_runtime.user_side.explore import explorer
 from scripted_runtime.user_side.explore.runner import signature_of
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # answered but never sets the paused flag, so generation goes on. Seen by the
 # pause contract; nothing crashes (a crash would cost the test a restart).
 TEAM_MUTANTS = '''
-from hooks.patch_base import Patch, PatchError
+from scripted_runtime.hooks.patch_base import Patch, PatchError
 
 
 def _install(scheduler_module):
@@ -167,7 +167,7 @@ def test_full_kill_table(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
     have = {(r["topology"], r["mutant"]) for r in rows}
-    from hooks import mutants
+    from scripted_runtime.hooks import mutants
 
     want = {(t, name) for name, m in mutants.MUTANTS.items() for t in m.topologies}
     assert want <= have, sorted(want - have)

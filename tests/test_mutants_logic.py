@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from hooks import fix_toggles, mutants, patches
-from hooks.patch_base import ALL_TOPOLOGIES, Patch
+from scripted_runtime.hooks import fix_toggles, mutants, patches
+from scripted_runtime.hooks.patch_base import ALL_TOPOLOGIES, Patch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,11 +89,11 @@ from collections import deque
 from types import SimpleNamespace
 warnings.simplefilter("ignore")
 
-from hooks import cpu_enablement
+from scripted_runtime.hooks import cpu_enablement
 cpu_enablement.install()
 import sglang.srt.managers.scheduler as sched
-from hooks import mutants
-from hooks.patch_base import PatchError
+from scripted_runtime.hooks import mutants
+from scripted_runtime.hooks.patch_base import PatchError
 for name in mutants.PATCHED_MODULES:
     importlib.import_module(name)
 
@@ -194,7 +194,7 @@ finally:
     report["restored"] &= restore(before)
 
 # 4. a replaced event loop keeps the harness's crash reporting (the hook wraps the loops first)
-from hooks import scheduler_hook
+from scripted_runtime.hooks import scheduler_hook
 
 report["crash_reporting"] = {}
 for name, loop in (("mut_normal_loop_ignores_pause", "event_loop_normal"),

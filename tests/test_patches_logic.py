@@ -8,13 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from hooks import fix_toggles, patches
-from hooks.patch_base import Patch, PatchError
+from scripted_runtime.hooks import fix_toggles, patches
+from scripted_runtime.hooks.patch_base import Patch, PatchError
 from scripted_runtime.errors import ServerStartError
 from scripted_runtime.user_side import mutate
 
 USER_MODULE = '''
-from hooks.patch_base import Patch
+from scripted_runtime.hooks.patch_base import Patch
 
 CALLS = []
 

@@ -10,7 +10,7 @@ import time
 import pytest
 import zmq
 
-from hooks import sglang_compat
+from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.user_side import cli, engine_config
 from scripted_runtime.scheduler_side.context.waits import WaitTimeout, wait_until
 from scripted_runtime.scheduler_side.control import ControlLedger, ControlOp, pause_posted_last
@@ -267,7 +267,7 @@ def test_cli_usage_errors_exit_2(tmp_path):
 
 
 def test_fix_toggle_names_are_validated(capsys):
-    from hooks import fix_toggles
+    from scripted_runtime.hooks import fix_toggles
 
     with pytest.raises(ValueError, match=r"unknown fix toggle\(s\) \['pr1'\]; known: pr27446"):
         fix_toggles.validate(["pr1"])

@@ -24,7 +24,7 @@ from typing import Any, Generator, Optional
 
 import zmq
 
-from hooks import hicache_gate, sglang_compat
+from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime import extensions, protocol
 from scripted_runtime.scheduler_side import contracts, control, reset_fingerprint, script_loader, state
 from scripted_runtime.scheduler_side.context.api import ScriptContext

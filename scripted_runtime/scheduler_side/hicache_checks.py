@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional
 
-from hooks import hicache_gate
+from scripted_runtime.hooks import hicache_gate
 from scripted_runtime.scheduler_side import hicache_state
 
 NAMES = ("hicache_load_before_read", "hicache_transfer_slots", "hicache_host_accounting")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from hooks import hicache_gate
+from scripted_runtime.hooks import hicache_gate
 from scripted_runtime.scheduler_side import state
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Deque, List, Optional, Tuple
 
 import zmq
 
-from hooks import sglang_compat
+from scripted_runtime.hooks import sglang_compat
 
 
 class ArrivalTimeout(TimeoutError):

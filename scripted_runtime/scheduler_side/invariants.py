@@ -28,7 +28,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from hooks import sglang_compat
+from scripted_runtime.hooks import sglang_compat
 from scripted_runtime import extensions
 from scripted_runtime.scheduler_side import contracts, hicache_checks, state
 from scripted_runtime.scheduler_side.context import radix

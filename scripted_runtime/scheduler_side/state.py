@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
-from hooks import sglang_compat
+from scripted_runtime.hooks import sglang_compat
 
 
 class Holder(NamedTuple):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from hooks import sglang_compat
+from scripted_runtime.hooks import sglang_compat
 from scripted_runtime import protocol
 from scripted_runtime.scheduler_side.invariants import InvariantChecker, StateView, Violation
 from scripted_runtime.scheduler_side import trace_record as trace_record

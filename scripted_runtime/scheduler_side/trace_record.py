@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
-from hooks import sglang_compat
+from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import state
 from scripted_runtime.scheduler_side.context import radix
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from hooks import sglang_compat
+from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import hicache_state, state
 
 Predicate = Callable[[Any], Optional[str]]

@@ -98,7 +98,7 @@ def _write_json(path: Optional[str], payload: dict) -> None:
 def _check_patches(specs) -> List[str]:
     """``--patch`` values, checked in this process (nothing imported); a
     ValueError names the bad one and the built-in names."""
-    from hooks import patches
+    from scripted_runtime.hooks import patches
 
     for spec in specs or []:
         patches.check(spec)
@@ -119,7 +119,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         engine_config.engine_kwargs(args.device, topology, **overrides)  # what cannot run here: exit 2 now
         loaded = _extensions(args.extension)
         skipped = invariants.validate_names(args.skip_invariant or [])
-        from hooks import fix_toggles
+        from scripted_runtime.hooks import fix_toggles
 
         reverted = fix_toggles.validate(args.revert_fix or [])
         patched = _check_patches(args.patch)
@@ -131,7 +131,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _write_json(args.result_json, {"status": "USAGE", "error": str(exc), "outcomes": []})
         return EXIT_USAGE
 
-    from hooks import sglang_compat
+    from scripted_runtime.hooks import sglang_compat
 
     version = sglang_compat.installed_sglang_version()
     print(f"[scripted-runtime] starting SGLang {version} ({topology}, {args.device})...",
@@ -274,7 +274,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
             topology = engine_config.topology_for(args.pp, args.overlap)
         overrides = engine_config.parse_engine_args(args.sglang_arg or [])
         engine_config.engine_kwargs(args.device, topology, **overrides)  # what cannot run here: exit 2 now
-        from hooks import fix_toggles
+        from scripted_runtime.hooks import fix_toggles
 
         reverted = fix_toggles.validate(args.revert_fix or [])
         patched = _check_patches(args.patch)
@@ -637,7 +637,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     try:
         spec = check_script_spec(args.scenario)
         topology = engine_config.topology_for(args.pp, args.overlap)
-        from hooks import fix_toggles
+        from scripted_runtime.hooks import fix_toggles
 
         reverted = fix_toggles.validate(args.revert_fix or [])
         path, _, func = spec.rpartition(":")

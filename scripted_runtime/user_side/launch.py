@@ -54,7 +54,7 @@ def main() -> None:
     from sglang.srt.server_args import ServerArgs
 
     if kwargs.get("device") == "cpu":
-        from hooks import sglang_compat
+        from scripted_runtime.hooks import sglang_compat
 
         kwargs.update(sglang_compat.cpu_server_args(ServerArgs, kwargs))
     try:

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from hooks import mutants as builtin_mutants
-from hooks import patches as patch_specs
+from scripted_runtime.hooks import mutants as builtin_mutants
+from scripted_runtime.hooks import patches as patch_specs
 
 BASELINE = "(unmutated)"
 

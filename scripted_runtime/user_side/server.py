@@ -26,10 +26,10 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import zmq
 
-from hooks import fix_toggles, patches as patch_specs, sglang_compat
+from scripted_runtime.hooks import fix_toggles, patches as patch_specs, sglang_compat
 from scripted_runtime import extensions as extension_points
 from scripted_runtime.user_side import engine_config, processes, workdirs
-from scripted_runtime import protocol
+from scripted_runtime import module_paths, protocol
 from scripted_runtime.scheduler_side import invariants as invariant_names
 from scripted_runtime.errors import EngineArgumentError, ServerDeadError, ServerStartError
 from scripted_runtime.user_side.launch import BAD_ARGS_MARKER, EXIT_BAD_ENGINE_ARGS
@@ -38,8 +38,6 @@ from scripted_runtime.user_side.result import ScriptResult
 from scripted_runtime import timeline
 
 HOST = "127.0.0.1"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SITE_DIR = REPO_ROOT / "hooks" / "_site"
 DEFAULT_START_TIMEOUT_S = 300.0
 DEFAULT_RUN_TIMEOUT_S = 120.0
 CANCEL_GRACE_S = 10.0
@@ -227,10 +225,10 @@ class ScriptedServer:
             protocol.ENV_SERVER_ID: self.server_id,
             protocol.ENV_HARNESS_PID: str(os.getpid()),
             protocol.ENV_CRASH_DIR: str(crash_dir),
-            protocol.ENV_SYS_PATH: os.pathsep.join([os.getcwd(), str(REPO_ROOT)]),
+            protocol.ENV_SYS_PATH: os.pathsep.join([os.getcwd(), module_paths.harness_path_entry()]),
             "SCRIPTED_RUNTIME_EXPECT_WARMUP": "1" if expect_warmup else "0",
             "PYTHONPATH": os.pathsep.join(
-                [str(SITE_DIR), str(REPO_ROOT)] + [r.search_path for r in self._patch_specs if r.search_path]
+                [str(module_paths.site_dir()), module_paths.harness_path_entry()] + [r.search_path for r in self._patch_specs if r.search_path]
                 + [where for _, where in self._extension_specs if where]
                 + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
             ),
@@ -251,7 +249,7 @@ class ScriptedServer:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "scripted_runtime.user_side.launch", json.dumps(kwargs)],
             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=str(REPO_ROOT),
+            start_new_session=True, cwd=module_paths.harness_path_entry(),
         )
         log.close()
         self._launcher = (self._proc.pid, processes.start_time(self._proc.pid))

@@ -20,13 +20,11 @@ import unittest
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
-from hooks import fix_toggles, sglang_compat
-from scripted_runtime import protocol
+from scripted_runtime.hooks import fix_toggles, sglang_compat
+from scripted_runtime import module_paths, protocol
 from scripted_runtime.user_side import engine_config
 from scripted_runtime.user_side.models import files as model_files
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SITE_DIR = REPO_ROOT / "hooks" / "_site"
 
 
 def cpu_engine_kwargs(topology: str) -> Dict[str, Any]:
@@ -46,7 +44,7 @@ def server_env(kwargs: Dict[str, Any], *, upstream: bool = False, paths: Iterabl
         protocol.ENV_HOOKS: "1",
         protocol.ENV_DEVICE: "cpu",
         "SCRIPTED_RUNTIME_SCHEDULER_HOOK": "0",
-        "PYTHONPATH": os.pathsep.join([str(SITE_DIR), str(REPO_ROOT), *paths]),
+        "PYTHONPATH": os.pathsep.join([str(module_paths.site_dir()), module_paths.harness_path_entry(), *paths]),
         "PYTHONUNBUFFERED": "1",
         "SGLANG_CPU_OMP_THREADS_BIND": sglang_compat.omp_bind_rule().value(
             tp_size=kwargs.get("tp_size", 1), pp_size=kwargs.get("pp_size", 1), cores=os.cpu_count() or 1),
@@ -77,7 +75,7 @@ def run_exported(path: str, *, topology: str, revert_fixes: Iterable[str] = ()) 
     os.environ.update(server_env(kwargs, upstream=True, paths=[os.path.dirname(path)],
                                  revert_fixes=revert_fixes))
     sys.path.insert(0, os.path.dirname(path))  # SGLang's spawned processes import the script by module name
-    import hooks
+    from scripted_runtime import hooks
 
     hooks.activate()
     name = Path(path).stem

@@ -7,7 +7,7 @@ request that arrives crashes the scheduler. So a program fails only when an
 earlier script on the same server paused generation: alone on a fresh
 server it passes. Applied with ``--patch tests/planted/history_fault.py:PATCH``.
 """
-from hooks.patch_base import Patch
+from scripted_runtime.hooks.patch_base import Patch
 
 _STATE = {"paused": False, "live": False}
 

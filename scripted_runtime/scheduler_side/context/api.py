@@ -15,7 +15,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
-from hooks import hicache_gate, sglang_compat
+from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime.scheduler_side import control, hicache_state, state, windows
 from scripted_runtime.scheduler_side.context import radix, waits
 from scripted_runtime.scheduler_side.context.requests import BatchRecord, ReqHandle

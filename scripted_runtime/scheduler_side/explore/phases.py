@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, List
 
-from hooks import sglang_compat
+from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import hicache_state, state
 
 PHASES = ("prefill_chunk", "decode", "pp_in_flight", "queued", "paused", "finished_unpruned", "idle")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Tuple
 
-from hooks.sglang_compat import parse_version
+from scripted_runtime.hooks.sglang_compat import parse_version
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional
 
+from scripted_runtime import module_paths
 from scripted_runtime.errors import UsageError
 from scripted_runtime.user_side.builds import envs, worktrees
 from scripted_runtime.user_side.builds import spec as build_spec
 from scripted_runtime.user_side.builds.spec import BuildSpec, find_package_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 STATUSES = ("PASS", "FAIL", "CRASH", "NO-START", "ERROR")
 
 
@@ -106,7 +106,7 @@ def child_environment(build: PreparedBuild) -> dict:
     the build's source paths first on PYTHONPATH."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO_ROOT), *build.pythonpath] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        [module_paths.harness_path_entry(), *build.pythonpath] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.pop("VIRTUAL_ENV", None)
     return env
 
@@ -142,7 +142,7 @@ def run_side(spec: BuildSpec, scenarios: List[str], *, pp: int = 1, overlap: boo
         progress(f"{spec.label}: running {len(scenarios)} scenario(s) (pp={pp}) with {build.python}")
         log_path = os.path.join(tmp, "side.log")
         with open(log_path, "w") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO_ROOT),
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=module_paths.harness_path_entry(),
                                     start_new_session=True)
             try:
                 proc.wait(timeout=deadline)

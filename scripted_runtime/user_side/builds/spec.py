@@ -62,7 +62,7 @@ def _split_revert(text: str) -> Tuple[str, Tuple[str, ...]]:
 def parse(text: str) -> BuildSpec:
     base, revert = _split_revert(text.strip())
     if revert:
-        from hooks import fix_toggles
+        from scripted_runtime.hooks import fix_toggles
 
         fix_toggles.validate(list(revert))
     if base == "current":
