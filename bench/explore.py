@@ -94,7 +94,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default="bench-found", help="where every failing program met is written")
     ap.add_argument("--patch", action="append", default=[], metavar="SPEC",
-                    help="plant a fault: a mutant (hooks/mutants.py) or MODULE:NAME, in every scheduler rank")
+                    help="plant a fault: a mutant (hooks/mutants/) or MODULE:NAME, in every scheduler rank")
     args = ap.parse_args()
     rows = {t: measure(t, args.seconds, args.repeat, out_dir=Path(args.out), patches=args.patch)
             for t in args.topologies.split(",")}

@@ -7,8 +7,10 @@ the scheduler module is imported in each rank, every named toggle patches the
 fixed code back to its buggy form. A toggle that does not apply to the
 installed release fails the server start with a message saying so.
 
-Each toggle names the fix, the releases that carry it, and what the buggy
-form was (read off the PR).
+Each toggle is declared on its revert function, ``@fix_toggle(name,
+fixed_in=..., summary=...)``: the fix, the first release that carries it,
+and the buggy form in one line; the function's docstring says what the buggy
+form was (read off the PR). ``TOGGLES`` holds them in declaration order.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List
 
-from scripted_runtime.hooks.patch_base import PatchError
+from scripted_runtime.hooks.patch_base import PatchError, declaring
 
 ENV_REVERT_FIXES = "SCRIPTED_RUNTIME_REVERT_FIXES"
 
@@ -33,6 +35,18 @@ class FixToggle:
     install: Callable[[Any], None]  # receives the imported scheduler module
 
 
+TOGGLES: Dict[str, FixToggle] = {}
+
+
+def fix_toggle(name: str, *, fixed_in: str, summary: str) -> Callable:
+    """Declare the decorated ``_revert_<name>(scheduler_module)`` as fix
+    toggle ``name``: ``fixed_in`` is the first release carrying the fix,
+    ``summary`` the buggy form in one line."""
+    return declaring(TOGGLES, lambda install: FixToggle(name, fixed_in, summary, install))
+
+
+@fix_toggle("pr27446", fixed_in="0.5.13",
+            summary="PP is_fully_idle ignores in-flight microbatches in mbs (flush during an in-flight chunk)")
 def _revert_pr27446(scheduler_module: Any) -> None:
     """PR 27446 made ``is_fully_idle`` see in-flight PP microbatches: 0.5.13+
     ``_pp_microbatches_drained`` checks ``running_mbs`` *and* every ``mbs``
@@ -54,6 +68,9 @@ def _revert_pr27446(scheduler_module: Any) -> None:
     cls._pp_microbatches_drained = _pp_microbatches_drained
 
 
+@fix_toggle("pr17850", fixed_in="0.5.9",
+            summary="a chunked request leaves its req_to_token row after every chunk and takes a new one "
+                    "(the old row is free while the previous chunk's forward may still read it)")
 def _revert_pr17850(scheduler_module: Any) -> None:
     """PR 17850 (0.5.9) made ``ReqToTokenPool.alloc(reqs)`` keep the row of a
     request that already holds one, so a chunked request keeps its
@@ -96,6 +113,9 @@ def _revert_pr17850(scheduler_module: Any) -> None:
 WEIGHT_UPDATER_MODULE = "sglang.srt.managers.scheduler_components.weight_updater"
 
 
+@fix_toggle("issue14062", fixed_in="0.5.22",
+            summary="update_weights with flush_cache asserts the flush (kills the scheduler) instead of "
+                    "answering success=False when requests are still held")
 def _revert_issue14062(scheduler_module: Any) -> None:
     """0.5.22 made an update_weights call whose flush_cache is refused (a
     finished request still in running_batch: issue 14062) answer
@@ -121,24 +141,6 @@ def _revert_issue14062(scheduler_module: Any) -> None:
 
     flush_cache_after_weight_update.__wrapped__ = original
     cls.flush_cache_after_weight_update = flush_cache_after_weight_update
-
-
-TOGGLES: Dict[str, FixToggle] = {
-    t.name: t
-    for t in (
-        FixToggle("pr27446", "0.5.13",
-                  "PP is_fully_idle ignores in-flight microbatches in mbs (flush during an in-flight chunk)",
-                  _revert_pr27446),
-        FixToggle("pr17850", "0.5.9",
-                  "a chunked request leaves its req_to_token row after every chunk and takes a new one "
-                  "(the old row is free while the previous chunk's forward may still read it)",
-                  _revert_pr17850),
-        FixToggle("issue14062", "0.5.22",
-                  "update_weights with flush_cache asserts the flush (kills the scheduler) instead of "
-                  "answering success=False when requests are still held",
-                  _revert_issue14062),
-    )
-}
 
 
 def validate(names: List[str]) -> List[str]:

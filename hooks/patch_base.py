@@ -4,7 +4,7 @@ cycle through the registry."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Dict, Tuple, TypeVar
 
 ALL_TOPOLOGIES = ("pp1-overlap", "pp1-normal", "pp4", "pp1-hicache")  # engine_config.ALL_TOPOLOGIES
 
@@ -26,3 +26,25 @@ class Patch:
     install: Callable[[Any], None]
     topologies: Tuple[str, ...] = ALL_TOPOLOGIES
     expected: str = ""
+
+
+
+Entry = TypeVar("Entry")  # a Patch or a FixToggle: anything with a ``name``
+Install = Callable[[Any], None]
+
+
+def declaring(table: Dict[str, Entry], make: Callable[[Install], Entry]) -> Callable[[Install], Install]:
+    """The decorator that declares a built-in patch next to its install
+    function: it adds ``make(install)`` to ``table`` (the kind's registry,
+    in declaration order) and returns the function unchanged. A name is
+    declared once. Used by ``mutants.base.mutant`` and
+    ``fix_toggles.fix_toggle``."""
+
+    def declare(install: Install) -> Install:
+        entry = make(install)
+        if entry.name in table:
+            raise PatchError(f"patch {entry.name!r} is declared twice")
+        table[entry.name] = entry
+        return install
+
+    return declare

@@ -1,7 +1,7 @@
-"""The built-in mutants (hooks/mutants.py) without a server: the table's shape
-(names, summaries, expected checks, topologies, docstrings), and, in one
-subprocess that imports SGLang's scheduler module on CPU, that every mutant
-installs on the installed release, replaces what it says (keeping
+"""The built-in mutants (hooks/mutants/) without a server: the table's shape
+(names, summaries, expected checks, topologies, docstrings, where each is
+declared), and, in one subprocess that imports SGLang's scheduler module on
+CPU, that every mutant installs on the installed release, replaces what it says (keeping
 ``__wrapped__``), raises PatchError on a module it was not written against,
 and that the simpler ones change behaviour as their docstring says (on small
 fakes and real pools). Each mutant is installed into a snapshot of the SGLang
@@ -79,6 +79,92 @@ def test_order_is_stable():
     names = list(mutants.MUTANTS)
     assert names[0] == "mut_pp_drain_first_slot_only"
     assert names == [p.name for p in mutants.MUTANTS.values()]
+
+
+# (name, topologies, expected) of every built-in mutant, in the kill table's
+# order: written out from the table as it stood before the mutants moved next
+# to their install functions (hooks/mutants/), and kept so.
+PINNED = [
+    ('mut_pp_drain_first_slot_only', ('pp4',), 'invariant idle_gate'),
+    ('mut_normal_loop_ignores_pause', ('pp1-normal',), 'contract pause (a forward launched while paused)'),
+    ('mut_pause_retract_forgets_last_batch', ('pp1-overlap', 'pp1-normal'),
+     'end-state check (a request lost: held nowhere, never finished), invariant radix_locks '
+     "(if it was the only request), crash (SGLang's own idle req-pool leak check)"),
+    ('mut_abort_keeps_row', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     "crash (SGLang's own idle req-pool leak check), else end-state check (rows not all free)"),
+    ('mut_abort_double_free_kv', ('pp1-overlap', 'pp1-normal', 'pp4'), 'invariant pool_accounting'),
+    ('mut_checkpoint_keeps_old_lock', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'invariant radix_locks (locked nodes at idle), end-state check (tokens still protected)'),
+    ('mut_release_without_checkpoint_keeps_lock', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'invariant radix_locks (locked nodes at idle), end-state check (tokens still protected)'),
+    ('mut_chunk_alloc_ignores_held_row', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'invariant slot_ownership (row moved between chunks)'),
+    ('mut_prune_keeps_aborted', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     "contract abort (launched again after its abort finished it), crash (SGLang's own assert "
+     'in release_kv_cache; pp1-normal, pp4), invariant pool_accounting (pp1-overlap)'),
+    ('mut_idle_gate_ignores_last_batch', ('pp1-normal',), 'invariant idle_gate'),
+    ('mut_overlap_skips_emptied_last_batch_result', ('pp1-overlap',),
+     "crash (SGLang's own assert len(result_queue) == 1), else end-state check"),
+    ('mut_kv_free_drops_last_index', ('pp1-overlap', 'pp1-normal', 'pp4'), 'invariant pool_accounting'),
+    ('mut_update_weights_flush_skips_idle_check', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'contract update_weights (a flush accepted while a live request holds KV; needs an '
+     'in-place pause with a live request), invariant slot_ownership or radix_locks'),
+    ('mut_admission_drops_next_waiting', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'end-state check (a request lost: held nowhere, never finished), or a weight update '
+     'waiting behind it in the tokenizer (ArrivalTimeout)'),
+    ('mut_hicache_forward_skips_load_wait', ('pp1-hicache',), 'invariant hicache_load_before_read'),
+    ('mut_hicache_write_through_skips_lock', ('pp1-hicache',), 'invariant hicache_transfer_slots'),
+    ('mut_hicache_host_evict_leaks', ('pp1-hicache',), 'invariant hicache_host_accounting'),
+]
+
+
+def test_the_table_is_pinned_name_topologies_expected_and_order():
+    assert [(p.name, p.topologies, p.expected) for p in mutants.MUTANTS.values()] == PINNED
+    assert list(mutants.ORDER) == [name for name, _, _ in PINNED]
+
+
+def test_each_mutant_is_declared_in_a_family_module_by_its_install_function():
+    families = {"idle_gate", "loops", "pools", "radix_locks", "batches", "hicache"}
+    for patch in mutants.MUTANTS.values():
+        module = patch.install.__module__
+        assert module.startswith("scripted_runtime.hooks.mutants."), (patch.name, module)
+        assert module.rsplit(".", 1)[1] in families, (patch.name, module)
+    # the decorator hands the function back unchanged: its module holds it under its own name
+    import importlib
+    for patch in mutants.MUTANTS.values():
+        assert getattr(importlib.import_module(patch.install.__module__), patch.install.__name__) is patch.install
+
+
+def test_a_name_declared_twice_or_an_order_that_misses_one_is_refused():
+    from scripted_runtime.hooks.mutants import base
+    from scripted_runtime.hooks.patch_base import PatchError, declaring
+
+    table = {}
+    declare = declaring(table, lambda install: Patch("mut_x", "x", install))
+
+    def install(module):
+        return None
+
+    assert declare(install) is install and table["mut_x"].install is install
+    with pytest.raises(PatchError, match="'mut_x' is declared twice"):
+        declare(install)
+    with pytest.raises(PatchError, match="the mutant order names"):
+        base.in_order(mutants.ORDER[:-1])
+    with pytest.raises(PatchError, match="the mutant order names"):
+        base.in_order((*mutants.ORDER, mutants.ORDER[0]))
+    with pytest.raises(PatchError, match="declared twice"):
+        base.mutant("mut_abort_keeps_row", topologies=base.ALL, summary="s", expected="crash")(install)
+
+
+def test_fix_toggles_are_declared_by_their_revert_functions():
+    assert [(t.name, t.fixed_in, t.install.__name__) for t in fix_toggles.TOGGLES.values()] == [
+        ("pr27446", "0.5.13", "_revert_pr27446"),
+        ("pr17850", "0.5.9", "_revert_pr17850"),
+        ("issue14062", "0.5.22", "_revert_issue14062"),
+    ]
+    for toggle in fix_toggles.TOGGLES.values():
+        assert toggle.summary.strip() and "\n" not in toggle.summary, toggle.name
+        assert getattr(fix_toggles, toggle.install.__name__) is toggle.install
 
 
 # --- installed on the real scheduler module (one subprocess) --------------------

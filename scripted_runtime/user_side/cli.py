@@ -575,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma-separated: pp1-overlap, pp1-normal, pp4, pp1-hicache (HiCache on, a small "
                           "device pool; the HiCache mutants' topology) (default: the first three)")
     mut.add_argument("--mutant", action="append", metavar="NAME",
-                     help="only this built-in mutant (repeatable; default: all of hooks/mutants.py)")
+                     help="only this built-in mutant (repeatable; default: all of hooks/mutants/)")
     _add_patch_option(mut)
     mut.add_argument("--profile", choices=["ci", "dev", "nightly"], default="ci",
                      help="exploration budget per mutant (default ci: derandomized, 100 programs / 60 s)")

@@ -155,7 +155,7 @@ class ScriptedServer:
         """Start a server. ``revert_fixes`` names SGLang fixes to undo
         in-process (``hooks/fix_toggles.py``), e.g. ``["pr27446"]``;
         ``patches`` names patches to apply in every scheduler rank: built-in
-        fix toggles and mutants (``hooks/mutants.py``), or a user's own as
+        fix toggles and mutants (``hooks/mutants/``), or a user's own as
         ``MODULE:ATTR`` / ``PATH.py:ATTR`` (``hooks/patches.py``). An unknown
         one is a ValueError before anything starts. ``extensions``: modules
         of windows, invariants and explorer actions

@@ -1,0 +1,69 @@
+"""Mutants: plausible bugs planted in SGLang's scheduler path in-process, to
+measure which the harness's checks catch (``scripted-runtime mutate``).
+
+Each mutant is a ``Patch`` whose ``install`` receives the imported
+``sglang.srt.managers.scheduler`` module and monkeypatches one place of the
+0.5.23 scheduler path: a one-line or few-line change a real PR could make.
+Replacements keep ``__wrapped__`` (the attribute they replaced); a target
+that is missing, or a copied method body that no longer matches the source it
+was copied from, raises ``PatchError`` ("... written against 0.5.23").
+
+A mutant is declared where it is written: ``@mutant(name, topologies=...,
+summary=..., expected=...)`` (``base.py``) on its ``_install_<name>``
+function, whose docstring explains the bug, why it is plausible and how the
+check sees it. The modules hold one family each: ``idle_gate`` (the idle
+gate and the flush that trusts it), ``loops`` (the event loops and the
+pause), ``pools`` (rows and KV slots), ``radix_locks``, ``batches``
+(admission and pruning), ``hicache``. ``MUTANTS`` is the table, in the kill
+table's row order (``ORDER`` below).
+
+Every mutant leaves the server's warm-up request (one short prompt, run to
+its length, no abort, pause, flush or chunking) untouched, so the server
+starts; each bug needs an interleaving the explorer generates: an abort, a
+pause, a flush, an update_weights, a chunked prompt, several requests.
+
+``expected`` names the check that should see the bug, in the words of
+``scripted_runtime.user_side.mutate.caught_by``: ``invariant NAME``
+(idle_gate, slot_ownership, radix_locks, pool_accounting, checked after every
+iteration), ``end-state check`` (every request finishes or is aborted, the
+engine goes idle, rows all free, KV free or evictable, no tree lock held),
+``crash`` (SGLang's own asserts, or its idle leak check, which is strict by
+default: SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE), or ``none today`` where
+no check looks at what the bug breaks: a surviving mutant is a finding.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+# Each family module declares its mutants when imported.
+from scripted_runtime.hooks.mutants import batches, hicache, idle_gate, loops, pools, radix_locks  # noqa: F401
+from scripted_runtime.hooks.mutants.base import (ALL, BATCH_RESULT_PROCESSOR, FULL_COMPONENT, HICACHE,  # noqa: F401
+                                                 MEM_CACHE_COMMON, MEMORY_POOL, PATCHED_MODULES, PP1, RELEASE,
+                                                 SCHEDULE_BATCH, TOKEN_ALLOCATOR, TP_WORKER, UNIFIED_RADIX_CACHE,
+                                                 WEIGHT_UPDATER, in_order, source_digest)
+from scripted_runtime.hooks.mutants.loops import EVENT_LOOP_NORMAL_DIGEST, EVENT_LOOP_OVERLAP_DIGEST  # noqa: F401
+from scripted_runtime.hooks.patch_base import Patch
+
+# The kill table's row order (``mutate`` runs and prints them so): the order
+# the mutants were written in, kept across the split into families.
+ORDER = (
+    "mut_pp_drain_first_slot_only",
+    "mut_normal_loop_ignores_pause",
+    "mut_pause_retract_forgets_last_batch",
+    "mut_abort_keeps_row",
+    "mut_abort_double_free_kv",
+    "mut_checkpoint_keeps_old_lock",
+    "mut_release_without_checkpoint_keeps_lock",
+    "mut_chunk_alloc_ignores_held_row",
+    "mut_prune_keeps_aborted",
+    "mut_idle_gate_ignores_last_batch",
+    "mut_overlap_skips_emptied_last_batch_result",
+    "mut_kv_free_drops_last_index",
+    "mut_update_weights_flush_skips_idle_check",
+    "mut_admission_drops_next_waiting",
+    "mut_hicache_forward_skips_load_wait",
+    "mut_hicache_write_through_skips_lock",
+    "mut_hicache_host_evict_leaks",
+)
+
+MUTANTS: Dict[str, Patch] = in_order(ORDER)

@@ -1,0 +1,120 @@
+"""What every mutant module shares: the ``mutant`` decorator that declares a
+mutant next to its install function, the registry it fills, the topology
+groups, the SGLang modules the mutants patch, and the helpers an install
+uses to find its target (a missing target, or a copied body that no longer
+matches, raises ``PatchError``: "... written against 0.5.23")."""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import textwrap
+from typing import Any, Callable, Dict, Iterable, Sequence
+
+from scripted_runtime.hooks.patch_base import Patch, PatchError, declaring
+
+RELEASE = "0.5.23"
+
+# Where a mutant's effect can be seen at all (``Patch.topologies``).
+PP1 = ("pp1-overlap", "pp1-normal")
+ALL = ("pp1-overlap", "pp1-normal", "pp4")
+HICACHE = ("pp1-hicache",)
+
+# The SGLang modules the mutants patch besides the scheduler module (imported
+# by each install that needs them; listed for tools that snapshot them).
+SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
+MEMORY_POOL = "sglang.srt.mem_cache.memory_pool"
+TOKEN_ALLOCATOR = "sglang.srt.mem_cache.allocator.token"
+UNIFIED_RADIX_CACHE = "sglang.srt.mem_cache.unified_radix_cache"
+MEM_CACHE_COMMON = "sglang.srt.mem_cache.common"
+BATCH_RESULT_PROCESSOR = "sglang.srt.managers.scheduler_components.batch_result_processor"
+WEIGHT_UPDATER = "sglang.srt.managers.scheduler_components.weight_updater"
+TP_WORKER = "sglang.srt.managers.tp_worker"
+FULL_COMPONENT = "sglang.srt.mem_cache.unified_cache.components.full"
+PATCHED_MODULES = (SCHEDULE_BATCH, MEMORY_POOL, TOKEN_ALLOCATOR, UNIFIED_RADIX_CACHE, MEM_CACHE_COMMON,
+                   BATCH_RESULT_PROCESSOR, WEIGHT_UPDATER, TP_WORKER, FULL_COMPONENT)
+
+
+# --- declaring a mutant --------------------------------------------------------
+
+# Every mutant, in the order its module declared it (the package orders the table).
+DECLARED: Dict[str, Patch] = {}
+
+
+def mutant(name: str, *, topologies: Sequence[str], summary: str, expected: str) -> Callable:
+    """Declare the decorated ``_install_<name>(scheduler_module)`` as mutant
+    ``name``: ``summary`` is one line saying what it breaks, ``topologies``
+    where its effect can be seen, ``expected`` which check should see it (in
+    ``mutate.caught_by``'s words; the package docstring lists them). The
+    docstring of the install function says the rest: the bug, why it is
+    plausible, and how and when the check sees it."""
+    return declaring(DECLARED, lambda install: Patch(name, summary, install, tuple(topologies), expected))
+
+
+def in_order(names: Iterable[str]) -> Dict[str, Patch]:
+    """The declared mutants as a table in the order ``names`` gives; every
+    declared mutant must be named exactly once."""
+    names = list(names)
+    if sorted(names) != sorted(DECLARED) or len(set(names)) != len(names):
+        raise PatchError(f"the mutant order names {sorted(names)}, the modules declare {sorted(DECLARED)}")
+    return {name: DECLARED[name] for name in names}
+
+
+# --- helpers -----------------------------------------------------------------
+
+
+def _missing(mutant: str, what: str) -> PatchError:
+    return PatchError(f"mutant {mutant}: {what} not found: this mutant is written against SGLang {RELEASE}")
+
+
+def _attr(owner: Any, name: str, mutant: str, what: str) -> Any:
+    value = getattr(owner, name, None) if owner is not None else None
+    if value is None:
+        raise _missing(mutant, what)
+    return value
+
+
+def _module(name: str, mutant: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise _missing(mutant, f"module {name} ({exc})") from exc
+
+
+def _scheduler_cls(scheduler_module: Any, mutant: str) -> type:
+    return _attr(scheduler_module, "Scheduler", mutant, "sglang.srt.managers.scheduler.Scheduler")
+
+
+def _method(cls: type, name: str, mutant: str, params: tuple = ()) -> Callable:
+    """``cls.name``, checked to take ``params`` (by name, after self)."""
+    fn = _attr(cls, name, mutant, f"{cls.__name__}.{name}")
+    if params:
+        try:
+            have = list(inspect.signature(inspect.unwrap(fn)).parameters)
+        except (TypeError, ValueError):
+            have = []
+        if any(p not in have for p in params):
+            raise _missing(mutant, f"{cls.__name__}.{name}({', '.join(params)}) (found ({', '.join(have)}))")
+    return fn
+
+
+def _replace(owner: Any, name: str, new: Callable, original: Callable) -> None:
+    new.__wrapped__ = original
+    setattr(owner, name, new)
+
+
+def source_digest(fn: Callable) -> str:
+    """Digest of a function's normalized source (its innermost ``__wrapped__``)."""
+    src = textwrap.dedent(inspect.getsource(fn))
+    norm = "\n".join(line.rstrip() for line in src.splitlines() if line.strip())
+    return hashlib.sha256(norm.encode()).hexdigest()[:16]
+
+
+def _check_copied_body(fn: Callable, digest: str, mutant: str, what: str) -> None:
+    try:
+        found = source_digest(fn)
+    except (OSError, TypeError) as exc:
+        raise _missing(mutant, f"the source of {what} ({exc})") from exc
+    if found != digest:
+        raise PatchError(f"mutant {mutant}: {what} differs from the {RELEASE} body this mutant copies "
+                         f"(source digest {found}, expected {digest}): it is written against SGLang {RELEASE}")

@@ -1,0 +1,134 @@
+"""Mutants of the idle gate and what trusts it: ``is_fully_idle`` (the PP
+microbatch drain check, the ``last_batch`` term) and the flush after a
+weight update, which must not reset the pools under live requests."""
+from __future__ import annotations
+
+from typing import Any
+
+from scripted_runtime.hooks.mutants.base import (ALL, WEIGHT_UPDATER, mutant, _attr, _method, _module,
+                                                 _replace, _scheduler_cls)
+
+_NOTHING = object()
+
+
+# --- the PP drain check -----------------------------------------------------------
+
+
+@mutant("mut_pp_drain_first_slot_only", topologies=("pp4",),
+        summary="PP is_fully_idle checks microbatch slot 0 only (a live request in another slot looks idle)",
+        expected="invariant idle_gate")
+def _install_mut_pp_drain_first_slot_only(scheduler_module: Any) -> None:
+    """``Scheduler._pp_microbatches_drained`` looks at microbatch slot 0 only
+    (``running_mbs[0]`` and ``mbs[0]``) instead of every slot.
+
+    Plausible: a refactor that indexes "the" microbatch with a stale index, or
+    reads the per-slot lists as if pp_loop_size were 1; unlike the pr27446
+    toggle (which ignores ``mbs`` altogether) this one still sees an extend in
+    flight, but only in slot 0.
+
+    Seen by: invariant idle_gate, at the first iteration where a live request
+    sits in a slot other than 0 while the current slot's running/last batch,
+    ``chunked_req`` and the waiting queue are empty (a single request at pp=4
+    does that within a few iterations); a flush accepted then would also trip
+    radix_locks/slot_ownership. pp4 only (pp=1 has no microbatch slots)."""
+    mutant = "mut_pp_drain_first_slot_only"
+    cls = _scheduler_cls(scheduler_module, mutant)
+    original = _method(cls, "_pp_microbatches_drained", mutant)
+    get_parallel = _attr(scheduler_module, "get_parallel", mutant, "sglang.srt.managers.scheduler.get_parallel")
+
+    def _pp_microbatches_drained(self) -> bool:
+        if get_parallel().pp_size == 1:
+            return True
+        first = self.mbs[0]
+        return self.running_mbs[0].is_empty() and (first is None or first.is_empty())  # MUTANT: slot 0 only
+
+    _replace(cls, "_pp_microbatches_drained", _pp_microbatches_drained, original)
+
+
+# --- the idle gate ----------------------------------------------------------------
+
+
+@mutant("mut_idle_gate_ignores_last_batch", topologies=("pp1-normal",),
+        summary="is_fully_idle ignores last_batch (a prefill just run, not merged yet, looks idle)",
+        expected="invariant idle_gate")
+def _install_mut_idle_gate_ignores_last_batch(scheduler_module: Any) -> None:
+    """``Scheduler.is_fully_idle`` drops its ``last_batch`` term: a prefill
+    batch that just ran, whose requests are not merged into
+    ``running_batch`` yet, no longer counts as work, so the gate (what
+    ``flush_cache`` trusts) says idle with live requests in it.
+
+    Plausible: a cleanup of the gate's long conjunction ("last_batch is
+    merged into running_batch anyway") that misses the one iteration where
+    it is not. Done by a wrapper that hides ``last_batch`` from the original
+    for the duration of the call.
+
+    Seen by: invariant idle_gate at the iteration after any prefill that
+    leaves nothing else running or waiting (pp1-normal; a flush accepted then
+    resets the tree under the request). In the overlap loop ``result_queue``
+    holds the same batch and at pp4 the ``mbs`` slot does, so the bug is
+    invisible there. pp1-normal."""
+    mutant = "mut_idle_gate_ignores_last_batch"
+    cls = _scheduler_cls(scheduler_module, mutant)
+    original = _method(cls, "is_fully_idle", mutant, ("for_health_check", "ignore_waiting"))
+
+    def is_fully_idle(self, for_health_check=False, ignore_waiting=False) -> bool:
+        last = self.last_batch
+        self.last_batch = None  # MUTANT: `(self.last_batch is None or self.last_batch.is_empty())` dropped
+        try:
+            return original(self, for_health_check=for_health_check, ignore_waiting=ignore_waiting)
+        finally:
+            self.last_batch = last
+
+    _replace(cls, "is_fully_idle", is_fully_idle, original)
+
+
+# --- update_weights' flush path ---------------------------------------------------
+
+
+@mutant("mut_update_weights_flush_skips_idle_check", topologies=ALL,
+        summary="update_weights(flush_cache=True) resets the pools without the idle test",
+        expected="contract update_weights (a flush accepted while a live request holds KV; needs an in-place "
+                 "pause with a live request), invariant slot_ownership or radix_locks")
+def _install_mut_update_weights_flush_skips_idle_check(scheduler_module: Any) -> None:
+    """``SchedulerWeightUpdaterManager.flush_cache_after_weight_update``
+    flushes without ``flush_cache``'s idle test: with ``flush_cache=True``
+    the tree, the req_to_token rows and the KV allocator are reset even while
+    requests still hold them (the update is answered success).
+
+    Plausible: "the engine is paused for a weight update, so it is idle"
+    (true for a retract pause, not for an in-place pause, and not for an
+    update that races finished-but-unpruned requests). Done by running the
+    scheduler's own ``flush_cache`` with its ``is_fully_idle`` answering yes
+    for the duration of that one call.
+
+    Seen by: invariant slot_ownership (a live request's row or KV is on a
+    free list) or radix_locks (a live request holds a node of the old tree)
+    at the next iteration, after pause_generation(in_place) with a live
+    request then update_weights(flush_cache=True); without a pause the
+    explorer posts the update only once its requests finished, and the reset
+    then harms no one. All topologies."""
+    mutant = "mut_update_weights_flush_skips_idle_check"
+    _scheduler_cls(scheduler_module, mutant)
+    mgr_cls = _attr(_module(WEIGHT_UPDATER, mutant), "SchedulerWeightUpdaterManager", mutant,
+                    f"{WEIGHT_UPDATER}.SchedulerWeightUpdaterManager")
+    original = _method(mgr_cls, "flush_cache_after_weight_update", mutant, ("recv_req", "success", "message"))
+
+    def _always_idle(*args, **kwargs) -> bool:
+        return True
+
+    def flush_cache_after_weight_update(self, recv_req, success, message):
+        scheduler = self.scheduler
+        if not recv_req.flush_cache or scheduler is None or not hasattr(scheduler, "__dict__"):
+            return original(self, recv_req, success, message)
+        shadowed = scheduler.__dict__.get("is_fully_idle", _NOTHING)
+        scheduler.is_fully_idle = _always_idle  # MUTANT: the flush's idle test is skipped
+        try:
+            self.flush_cache(empty_cache=recv_req.torch_empty_cache)
+        finally:
+            if shadowed is _NOTHING:
+                del scheduler.is_fully_idle
+            else:
+                scheduler.is_fully_idle = shadowed
+        return success, message
+
+    _replace(mgr_cls, "flush_cache_after_weight_update", flush_cache_after_weight_update, original)
