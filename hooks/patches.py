@@ -9,6 +9,9 @@ A patch SPEC is one of:
 * ``MODULE:ATTR``: ``ATTR`` of an importable module (``mypkg.mutants:skip_prune``);
 * ``PATH.py:ATTR``: ``ATTR`` of a Python file.
 
+(``MODULE:ATTR`` and ``PATH.py:ATTR`` are parsed and loaded by
+``scripted_runtime/specs.py``, as scenario and extension specs are.)
+
 ``ATTR`` is a ``Patch`` (or a ``FixToggle``), or a plain function
 ``install(scheduler_module)``; its docstring's first line is then its summary.
 
@@ -22,15 +25,13 @@ which fails the server start with its message.
 from __future__ import annotations
 
 import ast
-import importlib
-import importlib.util
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from scripted_runtime.hooks import fix_toggles, mutants
 from scripted_runtime.hooks.patch_base import Patch, PatchError
-from scripted_runtime import module_paths
+from scripted_runtime import specs
 
 ENV_PATCHES = "SCRIPTED_RUNTIME_PATCHES"
 __all__ = ["Patch", "PatchError", "check", "load", "install_requested"]
@@ -55,39 +56,47 @@ class Resolved:
     search_path: Optional[str] = None  # a directory to put on PYTHONPATH for it
 
 
-def _split(spec: str) -> Tuple[str, str]:
-    where, sep, attr = spec.rpartition(":")
-    if not sep or not where or not attr.isidentifier():
-        raise ValueError(f"patch {spec!r}: expected NAME, MODULE:ATTR or PATH.py:ATTR")
-    return where, attr
+PATCH_FORMS = "NAME, MODULE:ATTR or PATH.py:ATTR"
+
+
+def _parse(spec: str) -> specs.Spec:
+    return specs.parse(spec, what="patch", forms=PATCH_FORMS)
+
+
+def label(spec: str) -> str:
+    """A file-name-safe name for outputs keyed by SPEC: a built-in's NAME,
+    else the spec's label (``my_mutants.NAME``: never a directory)."""
+    spec = spec.strip()
+    return spec if ":" not in spec else _parse(spec).label
 
 
 def check(spec: str) -> Resolved:
     """Validate one SPEC in the user's process without importing it; a
-    ValueError names what is wrong and what is known."""
+    ``SpecError`` (a ValueError) names what is wrong and what is known."""
     spec = spec.strip()
     if ":" not in spec:
         known = _builtin()
         if spec not in known:
-            raise ValueError(f"unknown patch {spec!r}; built-in: {', '.join(sorted(known))} "
-                             "(or MODULE:ATTR / PATH.py:ATTR for one of your own)")
+            raise specs.SpecError(f"unknown patch {spec!r}; built-in: {', '.join(sorted(known))} "
+                                  "(or MODULE:ATTR / PATH.py:ATTR for one of your own)")
         return Resolved(spec)
-    where, attr = _split(spec)
-    if where.endswith(".py") or os.sep in where:
-        path = os.path.abspath(where)
-        if not os.path.isfile(path):
-            raise ValueError(f"patch {spec!r}: file not found: {where}")
+    parsed = _parse(spec)
+    where, attr = parsed.given_where, parsed.attr
+    if parsed.is_file:
+        path = parsed.source_file()
+        if path is None:
+            raise specs.SpecError(f"patch {spec!r}: file not found: {where}")
         with open(path) as f:
             tree = ast.parse(f.read(), filename=path)
         names = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
                  for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
         names |= {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-        if attr not in names:
-            raise ValueError(f"patch {spec!r}: {where} defines no {attr!r}")
-        return Resolved(f"{path}:{attr}")
-    root = module_paths.search_root(where)
+        if attr.split(".")[0] not in names:
+            raise specs.SpecError(f"patch {spec!r}: {where} defines no {attr!r}")
+        return Resolved(parsed.canonical)
+    root = parsed.search_root()
     if root is None:
-        raise ValueError(f"patch {spec!r}: module {where!r} not found on this interpreter's path")
+        raise specs.SpecError(f"patch {spec!r}: module {where!r} not found on this interpreter's path")
     return Resolved(spec, search_path=root)
 
 
@@ -98,17 +107,12 @@ def load(spec: str) -> Any:
         if spec not in known:
             raise PatchError(f"unknown patch {spec!r}")
         return known[spec]
-    where, attr = _split(spec)
     try:
-        if where.endswith(".py"):
-            modspec = importlib.util.spec_from_file_location(f"_scripted_runtime_patch_{abs(hash(where))}", where)
-            module = importlib.util.module_from_spec(modspec)
-            modspec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-        obj = getattr(module, attr)
+        parsed = _parse(spec)
+        obj = parsed.load(specs.module_name_for(parsed.where, "_scripted_runtime_patch_") if parsed.is_file else None)
     except Exception as exc:
         raise PatchError(f"patch {spec}: cannot load it: {type(exc).__name__}: {exc}") from exc
+    attr = parsed.attr
     if hasattr(obj, "install") and hasattr(obj, "name"):
         return obj
     if callable(obj):

@@ -11,8 +11,9 @@ The package is split by the process its code runs in:
   process control, builds, explore, the CLI, trace rendering). It may read
   the scheduler side's catalogs (invariant and window names), never run it.
 * shared, at the top: ``protocol`` (the messages and environment variables
-  that cross between the two), ``errors`` and ``timeline`` (the one-line-per-
-  step format both sides print).
+  that cross between the two), ``errors``, ``specs`` (``PATH.py:NAME`` /
+  ``MODULE:NAME``: how a user names their code) and ``timeline`` (the
+  one-line-per-step format both sides print).
 
 ``hooks`` (everything that patches SGLang) is ``scripted_runtime.hooks``.
 The wheel installs it there; the repository keeps it at its top level

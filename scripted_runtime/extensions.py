@@ -43,14 +43,11 @@ another extension is an ``ExtensionError``. This module is plain Python
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from scripted_runtime import module_paths
+from scripted_runtime import specs as spec_forms
 
 ENV_EXTENSIONS = "SCRIPTED_RUNTIME_EXTENSIONS"
 ALL_LOOPS = ("normal", "overlap", "pp")
@@ -162,19 +159,25 @@ def get_action(name: str) -> ActionExtension:
                              f" pass --extension with the module that defines it)") from None
 
 
+def _parse(spec: str) -> spec_forms.Spec:
+    try:
+        return spec_forms.parse(spec, what="extension", attribute=False)
+    except spec_forms.SpecError as exc:
+        raise ExtensionError(str(exc)) from None
+
+
 def resolve(spec: str) -> Tuple[str, Optional[str]]:
     """``(spec to pass to the ranks, a directory to put on their PYTHONPATH)``
     for ``MODULE`` or ``PATH.py``; an ``ExtensionError`` if it is not found."""
-    spec = spec.strip()
-    if spec.endswith(".py") or os.sep in spec:
-        path = os.path.abspath(spec)
-        if not os.path.isfile(path):
-            raise ExtensionError(f"extension {spec!r}: file not found")
-        return path, None
-    top = module_paths.search_root(spec)
+    parsed = _parse(spec)
+    if parsed.is_file:
+        if parsed.source_file() is None:
+            raise ExtensionError(f"extension {parsed.text!r}: file not found")
+        return parsed.canonical, None
+    top = parsed.search_root()
     if top is None:
-        raise ExtensionError(f"extension {spec!r}: no such module (a MODULE importable here, or PATH.py)")
-    return spec, top
+        raise ExtensionError(f"extension {parsed.text!r}: no such module (a MODULE importable here, or PATH.py)")
+    return parsed.canonical, top
 
 
 def load(specs: Iterable[str]) -> List[str]:
@@ -184,17 +187,9 @@ def load(specs: Iterable[str]) -> List[str]:
         spec = spec.strip()
         if not spec or spec in _loaded:
             continue
+        parsed = _parse(spec)
         try:
-            if spec.endswith(".py") or os.sep in spec:
-                name = "scripted_runtime_extension_" + os.path.splitext(os.path.basename(spec))[0]
-                module_spec = importlib.util.spec_from_file_location(name, spec)
-                if module_spec is None or module_spec.loader is None:
-                    raise ExtensionError(f"extension {spec!r}: not a Python file")
-                module = importlib.util.module_from_spec(module_spec)
-                sys.modules[name] = module
-                module_spec.loader.exec_module(module)
-            else:
-                importlib.import_module(spec)
+            parsed.import_module("scripted_runtime_extension_" + parsed.stem if parsed.is_file else None)
         except ExtensionError:
             raise
         except Exception as exc:  # noqa: BLE001 - the user's module: name it and what it raised

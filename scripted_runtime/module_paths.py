@@ -1,32 +1,15 @@
 """Where things live on disk, for processes that must import them too
 (scheduler ranks, another build's environment): the harness itself (a
-checkout or an installed wheel), its hooks and their ``sitecustomize``, and a
-module given by name (patches, extensions: the directory to put on the
-ranks' PYTHONPATH)."""
+checkout or an installed wheel), its hooks and their ``sitecustomize``. (The
+directory a user's module given by name imports from is
+``specs.search_root``.)"""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import tempfile
 from pathlib import Path
 from typing import Optional
-
-
-def search_root(module: str) -> Optional[str]:
-    """The directory from which ``module`` (dotted) imports, or None if it
-    cannot be found on this interpreter's path."""
-    try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        found = None
-    if found is None or not found.origin:
-        return None
-    root = os.path.dirname(found.origin)
-    depth = module.count(".") + (1 if os.path.basename(found.origin) == "__init__.py" else 0)
-    for _ in range(depth):
-        root = os.path.dirname(root)
-    return root
 
 
 PACKAGE_DIR = Path(__file__).resolve().parent

@@ -40,6 +40,8 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
+from scripted_runtime import specs
+
 MARKER = "scripted_runtime"
 MARKER_ARGS = ("pp", "overlap", "sglang_args", "revert_fixes", "patches", "extensions")
 TRACE_MODES = ("failed", "all", "none")
@@ -103,6 +105,16 @@ def scripted_runtime_pool(request):
     pool.shutdown_all()
 
 
+def _function_name(script: Any) -> str:
+    """The function a script names: its ``__name__``, or the NAME of a
+    ``PATH.py:NAME`` / ``MODULE:NAME`` string (the text itself if neither)."""
+    text = str(getattr(script, "__name__", script))
+    try:
+        return specs.parse(text).attr
+    except specs.SpecError:
+        return text
+
+
 class RecordingServer:
     """A test's view of its server: ``run`` records every result (for the
     failure report) and writes traces where the options say; everything
@@ -117,8 +129,7 @@ class RecordingServer:
                 kwargs["trace"] = False
             else:
                 n = len(self._results) + 1
-                spec = str(getattr(script, "__name__", script))
-                name = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.rpartition(":")[2] or spec)[-60:]
+                name = specs.safe_name(_function_name(script))[-60:]
                 kwargs["trace"] = self._trace_dir / f"{n:02d}-{name}.jsonl"
         result = self._server.run(script, *args, **kwargs)
         self._results.append(result)

@@ -1,13 +1,13 @@
-"""Resolve a ScriptTarget to a function, in the scheduler process."""
+"""Resolve a ScriptTarget to a function, in the scheduler process (the
+file and attribute lookups are ``scripted_runtime/specs.py``'s)."""
 from __future__ import annotations
 
-import hashlib
 import importlib
-import importlib.util
 import os
 import sys
 from typing import Callable, Dict, Tuple
 
+from scripted_runtime import specs
 from scripted_runtime.protocol import ScriptTarget
 
 # path -> (mtime, module): a scenario file edited between runs is reloaded.
@@ -26,14 +26,10 @@ def _module_from_path(path: str):
     cached = _loaded.get(path)
     if cached is not None and cached[0] == mtime:
         return cached[1]
-    name = "_scripted_runtime_script_" + hashlib.sha1(path.encode()).hexdigest()[:12]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     directory = os.path.dirname(path)
     if directory not in sys.path:
         sys.path.insert(0, directory)
-    spec.loader.exec_module(module)
+    module = specs.import_file(path, specs.module_name_for(path, "_scripted_runtime_script_"))
     _loaded[path] = (mtime, module)
     return module
 
@@ -46,8 +42,7 @@ def load(target: ScriptTarget) -> Callable:
             obj = importlib.import_module(target.module)
         else:
             raise ScriptLoadError("script target names neither a file nor a module")
-        for part in target.qualname.split("."):
-            obj = getattr(obj, part)
+        obj = specs.get_qualname(obj, target.qualname)
     except ScriptLoadError:
         raise
     except AttributeError as exc:

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import os
 import sys
 import time
 from pathlib import Path
 from typing import List, Optional
 
+from scripted_runtime import specs as spec_forms
 from scripted_runtime.errors import UsageError
 from scripted_runtime.user_side import scenario_history
 from scripted_runtime.user_side.result import violation_signature
@@ -40,21 +40,11 @@ EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 def check_script_spec(spec: str) -> str:
     """Validate PATH.py:FUNCTION or MODULE:FUNCTION without importing it
     (scenarios import scheduler-side code); returns the spec to run."""
-    where, sep, func = spec.rpartition(":")
-    if not sep or not where or not func:
-        raise UsageError(f"scenario must be PATH.py:FUNCTION or MODULE:FUNCTION, got {spec!r}")
-    if where.endswith(".py") or os.sep in where:
-        path = os.path.abspath(where)
-        if not os.path.isfile(path):
-            raise UsageError(f"scenario file not found: {where}")
-    else:
-        try:
-            found = importlib.util.find_spec(where)
-        except (ImportError, ValueError):
-            found = None
-        if found is None or not found.origin or not found.origin.endswith(".py"):
-            raise UsageError(f"scenario module not found: {where}")
-        path = found.origin
+    parsed = spec_forms.parse(spec, what="scenario", forms="PATH.py:FUNCTION or MODULE:FUNCTION")
+    where, func = parsed.given_where, parsed.attr
+    path = parsed.source_file()
+    if path is None:
+        raise UsageError(f"scenario {'file' if parsed.is_file else 'module'} not found: {where}")
     with open(path) as f:
         try:
             tree = ast.parse(f.read(), filename=path)
@@ -179,7 +169,8 @@ def _run_with_history(server, spec: str, **run_kwargs):
     (``RUNS_BEFORE``: the history a failure needs), each after the engine
     reset as always. An earlier script that fails ends it: its result is
     returned, named as such."""
-    path, _, func = spec.rpartition(":")
+    parsed = spec_forms.parse(spec, what="scenario")
+    path, func = parsed.where, parsed.attr
 
     def run(script: str, last: bool):
         if last:
@@ -640,8 +631,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         from scripted_runtime.hooks import fix_toggles
 
         reverted = fix_toggles.validate(args.revert_fix or [])
-        path, _, func = spec.rpartition(":")
-        out = export.export(path, func, Path(args.output), topology=topology)
+        parsed = spec_forms.parse(spec, what="scenario")
+        out = export.export(parsed.where, parsed.attr, Path(args.output), topology=topology)
     except (UsageError, ValueError) as exc:
         print(f"scripted-runtime: {exc}", file=sys.stderr)
         return EXIT_USAGE

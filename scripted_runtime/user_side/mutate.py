@@ -75,6 +75,14 @@ def expected_of(spec: str) -> str:
         return ""
 
 
+def out_dir_for(out_dir: Path, topology: str, mutant: str) -> Path:
+    """Where one row's exploration writes: ``OUT/TOPOLOGY/LABEL``, the
+    label a built-in's name, ``unmutated`` for the baseline, or a user's
+    spec's file-name-safe label (``my_mutants.NAME``), so that even an
+    absolute ``/dir/my_mutants.py:NAME`` stays under ``out_dir``."""
+    return Path(out_dir) / topology / ("unmutated" if mutant == BASELINE else patch_specs.label(mutant))
+
+
 def run_table(*, topologies: Sequence[str], mutants: Sequence[str], profile: str = "ci",
               max_examples: Optional[int] = None, max_time_s: Optional[float] = None,
               shrink_time_s: Optional[float] = 20.0, out_dir: Path = Path("mutate-found"),
@@ -98,7 +106,7 @@ def run_table(*, topologies: Sequence[str], mutants: Sequence[str], profile: str
             report = explore_fn(
                 topology=topology, profile=profile, device=device, max_examples=max_examples,
                 max_time_s=max_time_s, shrink_time_s=shrink_time_s,
-                out_dir=Path(out_dir) / topology / mutant.replace(":", "_").strip("()"),
+                out_dir=out_dir_for(out_dir, topology, mutant),
                 patches=patches, check_determinism=False, start_timeout_s=start_timeout_s, corpus=corpus,
                 fresh_replay=fresh_replay,
                 found_by=f"`scripted-runtime mutate` ({mutant} on {topology})",

@@ -29,7 +29,7 @@ import zmq
 from scripted_runtime.hooks import fix_toggles, patches as patch_specs, sglang_compat
 from scripted_runtime import extensions as extension_points
 from scripted_runtime.user_side import engine_config, processes, workdirs
-from scripted_runtime import module_paths, protocol
+from scripted_runtime import module_paths, protocol, specs
 from scripted_runtime.scheduler_side import invariants as invariant_names
 from scripted_runtime.errors import EngineArgumentError, ServerDeadError, ServerStartError
 from scripted_runtime.user_side.launch import BAD_ARGS_MARKER, EXIT_BAD_ENGINE_ARGS
@@ -74,12 +74,10 @@ def script_target(script: ScriptLike) -> protocol.ScriptTarget:
         path = inspect.getsourcefile(script)
         return protocol.ScriptTarget(qualname=script.__qualname__, path=os.path.abspath(path) if path else None,
                                      module=script.__module__)
-    spec, sep, qualname = str(script).rpartition(":")
-    if not sep or not spec or not qualname:
-        raise ValueError(f"script must be PATH.py:FUNCTION or MODULE:FUNCTION, got {script!r}")
-    if spec.endswith(".py") or os.sep in spec:
-        return protocol.ScriptTarget(qualname=qualname, path=os.path.abspath(spec))
-    return protocol.ScriptTarget(qualname=qualname, module=spec)
+    parsed = specs.parse(str(script), what="script", forms="PATH.py:FUNCTION or MODULE:FUNCTION")
+    if parsed.is_file:
+        return protocol.ScriptTarget(qualname=parsed.attr, path=parsed.where)
+    return protocol.ScriptTarget(qualname=parsed.attr, module=parsed.where)
 
 
 def log_tail(path: Path, lines: int = 40) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import List, Sequence
 
+from scripted_runtime import specs
 from scripted_runtime.user_side.builds.side import SideReport
 
 SIGNATURE_WIDTH = 100
@@ -22,8 +23,10 @@ def cell(text: str, width: int = SIGNATURE_WIDTH) -> str:
 
 def short_scenario(spec: str) -> str:
     """'/abs/scenarios/x.py:fn' -> 'x.py:fn' (module specs unchanged)."""
-    where, _, func = spec.rpartition(":")
-    return f"{where.rsplit('/', 1)[-1]}:{func}" if "/" in where else spec
+    try:
+        return specs.parse(spec).short
+    except specs.SpecError:
+        return spec
 
 
 def format_table(reports: Sequence[SideReport]) -> str:

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from scripted_runtime import specs
+
 
 def ddmin(items: Sequence[Any], fails: Callable[[List[Any]], bool], *, deadline: float = float("inf"),
           clock: Callable[[], float] = time.monotonic) -> List[Any]:
@@ -109,8 +111,8 @@ def recover(runner: Any, *, earlier: Sequence[Any], program: Sequence[Any], shru
         runner.fresh_server("a fresh server for the trial")
         for entry in history:
             if isinstance(entry, str):
-                path, _, func = entry.rpartition(":")
-                runner.run_file(path, function=func)
+                script = specs.parse(entry, what="script")
+                runner.run_file(script.where, function=script.attr)
             else:
                 runner.run(list(entry))
         got = runner.run(list(final), trace=trace)
