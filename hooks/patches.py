@@ -1,6 +1,6 @@
 """Named in-process patches of SGLang, applied in every scheduler rank: the
 one mechanism behind fix toggles (``hooks/fix_toggles.py``: undo a fix),
-mutants (``hooks/mutants.py``: plant a plausible bug, to measure what the
+mutants (``hooks/mutants/``: plant a plausible bug, to measure what the
 harness catches) and a user's own patches from a module outside this repo.
 
 A patch SPEC is one of:
