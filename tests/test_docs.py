@@ -291,3 +291,35 @@ def test_citation_check_catches_each_kind_of_offence(tmp_path):
     code.parent.mkdir()
     assert citation_offences(tmp_path, code, "# see ../shared/DESIGN.md\n") == [
         "hooks/x.py:1: path outside the repository: ../shared/DESIGN.md"]
+
+
+# `docs/PAGE.md, "Section"` (also wrapped across lines, in a comment or docstring)
+SECTION_CITE = re.compile(r'(docs/[\w-]+\.md)`{0,2},\s*(?:#\s*)?"([^"\n]+)"')
+
+
+def cited_section_offences(root: Path, path: Path, text: str) -> List[str]:
+    """file:line: what, for each `docs/PAGE.md, "Section"` whose page has no such heading."""
+    found = []
+    for m in SECTION_CITE.finditer(text):
+        page, section = root / m.group(1), m.group(2)
+        headings = ({h.strip().strip("`") for h in re.findall(r"^#+ (.+)$", page.read_text(), re.M)}
+                    if page.is_file() else set())
+        if section not in headings:
+            line = text.count("\n", 0, m.start()) + 1
+            found.append(f"{path.relative_to(root)}:{line}: {m.group(1)} has no section \"{section}\"")
+    return found
+
+
+def test_cited_doc_sections_exist():
+    this_file = Path(__file__).resolve()  # its fixtures spell out citations of sections that do not exist
+    offences = [o for p in _repo_text_files(ROOT) if p.resolve() != this_file
+                for o in cited_section_offences(ROOT, p, p.read_text(errors="replace"))]
+    assert not offences, "citations of doc sections that do not exist:\n" + "\n".join(offences)
+
+
+def test_cited_section_check_catches_a_missing_section(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text("# Page\n\n## Running on CPU\n")
+    code = tmp_path / "x.py"
+    text = '"""Measured (docs/page.md,\n"Running on CPU"); see ``docs/page.md``, "Running on GPU"."""\n'
+    assert cited_section_offences(tmp_path, code, text) == ['x.py:2: docs/page.md has no section "Running on GPU"']
