@@ -1,6 +1,7 @@
 """What the real SGLang scheduler and a tiny dummy-weight model need on a CPU box.
 
-Measured on 0.5.23 (and 0.5.12.post1 / 0.5.8.post1, see ../shared/DESIGN.md §4):
+Measured on 0.5.23 and 0.5.12.post1 / 0.5.8.post1 (docs/sglang-facts.md,
+"Running on CPU" and "Older releases"):
 
 1. the rotary embedding must take its CPU path, else it imports a CUDA kernel
    (``_is_cpu = True`` in the module that holds the flag);

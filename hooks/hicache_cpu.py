@@ -1,5 +1,5 @@
 """What SGLang's hierarchical cache (HiCache) needs to run on a CPU box
-(0.5.23; measured in ../shared/DESIGN.md, "HiCache on CPU"). Installed with
+(0.5.23; measured: docs/sglang-facts.md, "HiCache on CPU"). Installed with
 the rest of the CPU enablement (``cpu_enablement.install``); both patches
 only touch what CPU cannot do and leave every scheduling decision alone.
 

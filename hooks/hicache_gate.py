@@ -4,7 +4,7 @@ and records what the checks of ``scheduler_side/hicache_checks.py`` need.
 
 Why: without a storage backend every HiCache copy runs synchronously on the
 scheduler thread, inside ``start_loading`` / ``start_writing``, and is reaped
-at the start of the next iteration (../shared/DESIGN.md, "HiCache on CPU").
+at the start of the next iteration (docs/sglang-facts.md, "HiCache on CPU").
 On a GPU the same copies run on their own streams while the scheduler moves
 on. Holding a copy here reproduces that: the copy itself is deferred, not
 only its acknowledgement, so a forward can run before a load's data arrived.

@@ -6,8 +6,8 @@ SCRIPTED_RUNTIME_SCHEDULER_HOOK=0, so our own hook stays out of the way). On
 top of the CPU enablement every server gets, the upstream package's
 ``__init__`` must not install its tree-core inspectors: they import test kits
 that look for a Rust workspace the wheel does not ship
-(``../shared/DESIGN.md`` §4). The inspectors are a debugging aid of the
-upstream harness, not part of driving the scheduler.
+(``docs/sglang-facts.md``, "Running on CPU"). The inspectors are a debugging
+aid of the upstream harness, not part of driving the scheduler.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The control-operation contracts on small fakes (pure logic; against the
-real scheduler in test_contracts.py)."""
+real scheduler: the pause contract killing a mutant in test_mutants.py, the PP
+pause bug in test_explore.py)."""
 from __future__ import annotations
 
 from types import SimpleNamespace

@@ -194,3 +194,132 @@ def test_the_context_api_reference_is_complete():
         members = {n for n in vars(cls) if not n.startswith("_")} | set(getattr(cls, "__annotations__", {}))
         missing = sorted(n for n in members if f"`{n}`" not in reference and f"`{n}(" not in reference)
         assert not missing, f"{cls.__name__} members without a line in the reference: {missing}"
+
+
+# ---------------------------------------------------------------------------
+# Citations: nothing in the repository points outside it, and every test file
+# it names exists. The reader's own files that docs show by name (the output
+# of `export -o`, a test in "your own repository", a foreign project's test)
+# are not this repository's and are listed here.
+READERS_OWN_TEST_FILES = {"test_my_race.py", "test_chunked_row_reuse.py", "test_foreign.py"}
+SCANNED_SUFFIXES = {".md", ".py", ".sh", ".toml", ".txt", ".json", ".jsonl", ".cfg", ".ini", ".yml", ".yaml"}
+SKIPPED_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "build", "dist",
+                "explore-found", ".scripted-runtime", "runs"}
+# `../x` as a path (not the tail of `.../x`), and a path naming a test file:
+# under tests/, or a basename test_*.py.
+PARENT_PATH = re.compile(r"(?<![\w.])(?:\.\./)+[\w.\-/]*")
+PY_PATH = re.compile(r"(?<![\w./-])[\w./-]*\.py\b")
+# Absolute paths of the machine the project was written on (its checkout's parent
+# is added per root), never valid in a file that travels with the repository.
+OUTSIDE_PREFIXES = ("/" + "work/",)
+
+
+def _repo_text_files(root: Path) -> List[Path]:
+    """Every text file of the repository except its VCS, virtual environment and build outputs."""
+    files = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if any(part in SKIPPED_DIRS or part.endswith(".egg-info") for part in rel.parts[:-1]):
+            continue
+        if path.is_file() and (path.suffix in SCANNED_SUFFIXES or rel.parts[0] in {"ci", ".ci"}):
+            files.append(path)
+    return files
+
+
+def citation_offences(root: Path, path: Path, text: str) -> List[str]:
+    """file:line: what, for each path outside ``root`` and each named test file that does not exist."""
+    rel = path.relative_to(root)
+    test_names = {p.name for p in (root / "tests").rglob("test_*.py")}
+    prefixes = [p for p in {*OUTSIDE_PREFIXES, str(root.resolve().parent).rstrip("/") + "/"} if p != "/"]
+    found = []
+    for n, line in enumerate(text.splitlines(), 1):
+        where = f"{rel}:{n}"
+        outside = sorted(p for p in prefixes if p in line)
+        if outside:
+            found.append(f"{where}: absolute path outside the repository ({outside[0]}...)")
+        for m in PARENT_PATH.finditer(line):
+            cited = m.group(0)
+            target = (path.parent / cited).resolve()
+            if cited.startswith("../shared") or not target.is_relative_to(root.resolve()):
+                found.append(f"{where}: path outside the repository: {cited}")
+        for m in PY_PATH.finditer(line):
+            cited = m.group(0).rstrip(".")
+            name = cited.rsplit("/", 1)[-1]
+            if cited.startswith(("/", ".")) or name in READERS_OWN_TEST_FILES:
+                continue
+            if cited.startswith("tests/"):
+                if not (root / cited).is_file():
+                    found.append(f"{where}: test file that does not exist: {cited}")
+            elif name.startswith("test_") and "/" not in cited:
+                if name not in test_names and not (path.parent / name).is_file():
+                    found.append(f"{where}: test file that does not exist: {cited}")
+    return found
+
+
+def test_nothing_cites_a_path_outside_the_repository_or_a_missing_test_file():
+    this_file = Path(__file__).resolve()  # its fixtures below spell the offences out
+    files = [p for p in _repo_text_files(ROOT) if p.resolve() != this_file]
+    assert len(files) > 100, f"only {len(files)} files scanned: is the walk broken?"
+    offences = [o for p in files for o in citation_offences(ROOT, p, p.read_text(errors="replace"))]
+    assert not offences, ("citations of paths outside the repository or of missing test files:\n"
+                          + "\n".join(offences))
+
+
+def test_citation_check_catches_each_kind_of_offence(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_real.py").write_text("")
+    (tmp_path / "docs").mkdir()
+    doc = tmp_path / "docs" / "page.md"
+    text = textwrap.dedent("""\
+        fine: [x](../README.md), tests/test_real.py, test_real.py, .../tail/x.py, test_my_race.py
+        notes in ../shared/DESIGN.md
+        a link [y](../../elsewhere.md)
+        an absolute /work/main/tests/test_real.py
+        see tests/test_gone.py and test_gone_too.py
+        """)
+    found = citation_offences(tmp_path, doc, text)
+    assert found == [
+        "docs/page.md:2: path outside the repository: ../shared/DESIGN.md",
+        "docs/page.md:3: path outside the repository: ../../elsewhere.md",
+        "docs/page.md:4: absolute path outside the repository (/work/...)",
+        "docs/page.md:5: test file that does not exist: tests/test_gone.py",
+        "docs/page.md:5: test file that does not exist: test_gone_too.py",
+    ], found
+    # A comment in a module one level down citing ../shared is caught even though
+    # <root>/shared would be inside the tree.
+    code = tmp_path / "hooks" / "x.py"
+    code.parent.mkdir()
+    assert citation_offences(tmp_path, code, "# see ../shared/DESIGN.md\n") == [
+        "hooks/x.py:1: path outside the repository: ../shared/DESIGN.md"]
+
+
+# `docs/PAGE.md, "Section"` (also wrapped across lines, in a comment or docstring)
+SECTION_CITE = re.compile(r'(docs/[\w-]+\.md)`{0,2},\s*(?:#\s*)?"([^"\n]+)"')
+
+
+def cited_section_offences(root: Path, path: Path, text: str) -> List[str]:
+    """file:line: what, for each `docs/PAGE.md, "Section"` whose page has no such heading."""
+    found = []
+    for m in SECTION_CITE.finditer(text):
+        page, section = root / m.group(1), m.group(2)
+        headings = ({h.strip().strip("`") for h in re.findall(r"^#+ (.+)$", page.read_text(), re.M)}
+                    if page.is_file() else set())
+        if section not in headings:
+            line = text.count("\n", 0, m.start()) + 1
+            found.append(f"{path.relative_to(root)}:{line}: {m.group(1)} has no section \"{section}\"")
+    return found
+
+
+def test_cited_doc_sections_exist():
+    this_file = Path(__file__).resolve()  # its fixtures spell out citations of sections that do not exist
+    offences = [o for p in _repo_text_files(ROOT) if p.resolve() != this_file
+                for o in cited_section_offences(ROOT, p, p.read_text(errors="replace"))]
+    assert not offences, "citations of doc sections that do not exist:\n" + "\n".join(offences)
+
+
+def test_cited_section_check_catches_a_missing_section(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text("# Page\n\n## Running on CPU\n")
+    code = tmp_path / "x.py"
+    text = '"""Measured (docs/page.md,\n"Running on CPU"); see ``docs/page.md``, "Running on GPU"."""\n'
+    assert cited_section_offences(tmp_path, code, text) == ['x.py:2: docs/page.md has no section "Running on GPU"']

@@ -26,7 +26,7 @@ def test_parse_version_orders_releases():
 
 
 def test_omp_bind_rule_per_release():
-    # 0.5.23: one entry per world rank; 0.5.12.post1: one per TP rank (DESIGN.md §4)
+    # 0.5.23: one entry per world rank; 0.5.12.post1: one per TP rank (docs/sglang-facts.md, "Older releases")
     assert sglang_compat.omp_bind_rule("0.5.23").value(tp_size=1, pp_size=4, cores=2) == "0|1|0|1"
     assert sglang_compat.omp_bind_rule("0.5.12.post1").value(tp_size=1, pp_size=4, cores=2) == "0-1"
     assert sglang_compat.omp_bind_rule("0.5.23").value(tp_size=1, pp_size=1, cores=2) == "0-1"

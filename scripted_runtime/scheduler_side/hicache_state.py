@@ -1,5 +1,5 @@
 """HiCache (SGLang's hierarchical cache) state, read-only, in the scheduler
-process: the one place that knows where 0.5.23 keeps it (../shared/DESIGN.md,
+process: the one place that knows where 0.5.23 keeps it (docs/sglang-facts.md,
 "HiCache on CPU"). ``scheduler.tree_cache`` holds ``cache_controller`` (its
 host pool ``mem_pool_host``, the ``write_queue``/``load_queue`` of copies
 not yet issued and the ``ack_*_queue`` of copies issued and not yet

@@ -16,7 +16,7 @@ Per run the ``WindowTracker`` counts, for every window:
 
 Windows read state through ``scripted_runtime.scheduler_side.state`` (the one place that
 knows where SGLang keeps requests); the facts behind each are in
-``../shared/DESIGN.md`` section 3.
+``docs/sglang-facts.md``, "SGLang internals that matter".
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Engine arguments: per-device defaults and the named topologies.
 
-The CPU default is the configuration measured in ../shared/DESIGN.md §4: a
-tiny Qwen2 (config.json only) with dummy weights, float32, torch-native
-attention, no CUDA graphs, 8192 KV tokens, 64-token prefill chunks.
+The CPU default is the configuration measured in docs/sglang-facts.md,
+"Running on CPU": a tiny Qwen2 (config.json only) with dummy weights,
+float32, torch-native attention, no CUDA graphs, 8192 KV tokens, 64-token
+prefill chunks.
 """
 from __future__ import annotations
 

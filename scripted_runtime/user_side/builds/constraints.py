@@ -3,7 +3,7 @@
 Old releases installed today drift: they leave some dependencies unpinned and
 today's versions of those break them at import. Each entry says which
 releases it applies to, what it pins, and what breaks without it (measured on
-this box; ../shared/DESIGN.md §4).
+the CPU box; docs/sglang-facts.md, "Older releases").
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Cached virtual environments, one per pip requirement (``sglang==X``).
 
 Each SGLang release pins its own torch/transformers/... so two releases cannot
-share an environment (../shared/DESIGN.md §4). An environment is built once
-under the cache root (``$SCRIPTED_RUNTIME_ENV_CACHE``, default
+share an environment (docs/sglang-facts.md, "Running on CPU"). An environment
+is built once under the cache root (``$SCRIPTED_RUNTIME_ENV_CACHE``, default
 ``~/.cache/scripted-runtime/envs``) and reused: a ``READY`` file written after
 a successful build and import check marks it usable. A build prints progress
 while pip runs (it takes ~5-8 minutes and ~10 GB per release), keeps pip's
