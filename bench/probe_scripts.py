@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import time
 
+from scripted_runtime.hooks import scheduler_hook
+
 
 def http_url(ctx):
     """The server's own HTTP base URL (where a plain client would post)."""
-    return ctx._driver.poster.base_url
+    return scheduler_hook.installed_driver(ctx.scheduler).poster.base_url
     yield  # noqa: unreachable - makes this a generator, as every script must be
 
 
@@ -18,7 +20,7 @@ def free_run(ctx, seconds: float):
     skipped at every iteration (only the hooks' thin wrappers stay), so a
     request posted over HTTP meanwhile is served as by a server without a
     script. Then the driver is put back and the script ends."""
-    d = ctx._driver
+    d = scheduler_hook.installed_driver(ctx.scheduler)
     stepped, recorded = d.before_iteration, d.on_run_batch
     end = time.monotonic() + seconds
 

@@ -41,6 +41,13 @@ def _driver_for(scheduler):
     return driver or None
 
 
+def installed_driver(scheduler):
+    """The driver this scheduler runs (its driver rank), else None; never
+    makes one. For harness-only probes that reach into the driver on purpose
+    (``bench/probe_scripts.py``)."""
+    return scheduler.__dict__.get(_DRIVER_ATTR) or None
+
+
 def _write_crash_file(scheduler, tb: str) -> None:
     crash_dir = os.environ.get(protocol.ENV_CRASH_DIR)
     if not crash_dir:
@@ -106,10 +113,13 @@ def install(scheduler_module) -> None:
     for name in sglang_compat.EVENT_LOOP_METHODS:
         loop = getattr(scheduler_cls, name, None)
         if loop is not None:
-            setattr(scheduler_cls, name, _report_crashes(loop))
+            setattr(scheduler_cls, name, report_crashes(loop))
 
 
-def _report_crashes(loop):
+def report_crashes(loop):
+    """``loop`` (an event loop) wrapped so that an exception that kills it is
+    written to the crash directory and, from the driver, sent to the
+    harness before it propagates (also used by patches that replace a loop)."""
     @functools.wraps(loop)
     def wrapper(self, *args, **kwargs):
         try:

@@ -215,6 +215,12 @@ def swap_tokenizer_socket(scheduler: Any, make_proxy) -> Any:
     return proxy
 
 
+def wrap_request_dispatcher(scheduler: Any, wrap) -> None:
+    """Replace the function the scheduler hands each received request to
+    (``Scheduler._request_dispatcher``) with ``wrap(dispatcher)``."""
+    scheduler._request_dispatcher = wrap(scheduler._request_dispatcher)
+
+
 def is_fully_idle(scheduler: Any) -> bool:
     """The scheduler's own idle gate, the one flush_cache trusts."""
     if hasattr(scheduler, "is_fully_idle"):

@@ -1,11 +1,13 @@
 """The import graph of a set of packages, read with ``ast`` (nothing imported).
 
 An edge ``a -> b`` means module ``a`` imports module ``b`` somewhere: at
-the top, inside a function, or in any branch, except under
-``if TYPE_CHECKING:`` (annotations only, never executed). ``from p import x``
-is an edge to ``p.x`` when that is a module of the graph, else to ``p``.
-Parents are not implied: ``import p.q`` is an edge to ``p.q`` only, as a
-package importing its own submodules is no cycle.
+the top, inside a function, in any branch, and under ``if TYPE_CHECKING:``
+too (an annotation-only import still ties the two modules together: the
+type names one the other); ``build(..., type_checking=False)`` leaves those
+out, giving the imports that can run. ``from p import x`` is an edge to
+``p.x`` when that is a module of the graph, else to ``p``. Parents are not
+implied: ``import p.q`` is an edge to ``p.q`` only, as a package importing
+its own submodules is no cycle.
 """
 from __future__ import annotations
 
@@ -37,17 +39,19 @@ def _type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(node: ast.AST, modname: str, is_pkg: bool) -> Iterator[Tuple[List[str], int]]:
-    """(candidate targets, most specific first; line) for each name imported."""
+def _imports(node: ast.AST, modname: str, is_pkg: bool,
+             type_checking: bool = True) -> Iterator[Tuple[List[str], int]]:
+    """(candidate targets, most specific first; line) for each name imported;
+    without ``type_checking``, none under ``if TYPE_CHECKING:``."""
     for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.If) and _type_checking(child.test):
+        if not type_checking and isinstance(child, ast.If) and _type_checking(child.test):
             for stmt in child.orelse:
-                yield from _imports_of_stmt(stmt, modname, is_pkg)
+                yield from _imports_of_stmt(stmt, modname, is_pkg, type_checking)
             continue
-        yield from _imports_of_stmt(child, modname, is_pkg)
+        yield from _imports_of_stmt(child, modname, is_pkg, type_checking)
 
 
-def _imports_of_stmt(child: ast.AST, modname: str, is_pkg: bool):
+def _imports_of_stmt(child: ast.AST, modname: str, is_pkg: bool, type_checking: bool):
     if isinstance(child, ast.Import):
         for alias in child.names:
             yield [alias.name], child.lineno
@@ -62,17 +66,18 @@ def _imports_of_stmt(child: ast.AST, modname: str, is_pkg: bool):
             mod = child.module or ""
         for alias in child.names:
             yield [f"{mod}.{alias.name}", mod], child.lineno
-    if not (isinstance(child, ast.If) and _type_checking(child.test)):
-        yield from _imports(child, modname, is_pkg)
+    if type_checking or not (isinstance(child, ast.If) and _type_checking(child.test)):
+        yield from _imports(child, modname, is_pkg, type_checking)
 
 
-def build(root: Path, packages: Iterable[str]) -> Graph:
+def build(root: Path, packages: Iterable[str], *, type_checking: bool = True) -> Graph:
+    """The graph; ``type_checking=False``: only imports that can run."""
     mods = module_files(root, packages)
     graph: Graph = {}
     for name, path in mods.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         deps: Dict[str, int] = {}
-        for candidates, line in _imports(tree, name, path.name == "__init__.py"):
+        for candidates, line in _imports(tree, name, path.name == "__init__.py", type_checking):
             target = next((c for c in candidates if c in mods), None)
             if target is not None and target != name:
                 deps.setdefault(target, line)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from scripted_runtime.scheduler_side import contracts
-from scripted_runtime.scheduler_side.context.requests import BatchRecord
+from scripted_runtime.scheduler_side.run_counters import BatchRecord
 from scripted_runtime.scheduler_side.invariants import InvariantChecker, StateView
 from tests.fakes import FakeReq, FakeScheduler
 

@@ -292,7 +292,7 @@ for name, loop in (("mut_normal_loop_ignores_pause", "event_loop_normal"),
         mutants.MUTANTS[name].install(sched)
         now = getattr(sched.Scheduler, loop)
         report["crash_reporting"][name] = {
-            "reports_crashes": now.__code__ is scheduler_hook._report_crashes(lambda self: None).__code__,
+            "reports_crashes": now.__code__ is scheduler_hook.report_crashes(lambda self: None).__code__,
             "wrapped_is_hooked_original": now.__wrapped__ is hooked,
         }
     finally:

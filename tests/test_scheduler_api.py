@@ -411,7 +411,9 @@ def script_update_weights_fire_and_forget(ctx, decoding, delay_s=0.3):
         yield
     else:
         yield from ctx.wait_finished(r, max_steps=50)
-    poster = ctx._driver.poster
+    from scripted_runtime.hooks import scheduler_hook
+
+    poster = scheduler_hook.installed_driver(ctx.scheduler).poster
     post = poster._post
 
     def slow_post(path, payload, answer):

@@ -23,7 +23,7 @@ def _keep_crash_reporting(scheduler_cls: type, loop: Callable) -> Callable:
         return loop
     from scripted_runtime.hooks import scheduler_hook
 
-    return scheduler_hook._report_crashes(loop)
+    return scheduler_hook.report_crashes(loop)
 
 
 # --- the pause check of the normal loop -------------------------------------------

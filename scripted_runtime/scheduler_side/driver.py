@@ -28,10 +28,12 @@ from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime import extensions, protocol
 from scripted_runtime.scheduler_side import contracts, control, reset_fingerprint, script_loader, state
 from scripted_runtime.scheduler_side.context.api import ScriptContext
-from scripted_runtime.scheduler_side.context.requests import BatchRecord, RequestTracker
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
 from scripted_runtime.scheduler_side.inbox import TokenizerInbox
+from scripted_runtime.scheduler_side.kv_holds import KvHolds
+from scripted_runtime.scheduler_side.request_tracker import RequestTracker
+from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters
 from scripted_runtime.scheduler_side.step_observer import StepObserver
 
 WARMUP_TIMEOUT_S = 180.0
@@ -46,25 +48,32 @@ class ResetError(RuntimeError):
 
 
 class Driver:
+    """Builds the run's parts and hands each one what it works with, by
+    keyword: the counters (step, iteration, batch log, I/O seconds), the
+    request tracker, the control ledger, the HTTP poster, the tokenizer
+    inbox, the KV the script holds, the step observer (windows and checks)
+    and the script's context."""
+
     def __init__(self, scheduler: Any) -> None:
         self.scheduler = scheduler
-        self.step = 0  # iterations the current script has run
-        self.iteration = 0  # iterations since the driver started
-        self.batch_log: list = []
-        self.io_s = 0.0  # seconds the current script spent in HTTP posts and arrival waits
+        counters = self.counters = RunCounters()
         self._script_gen: Optional[Any] = None  # the running script's generator
         self._reset_flushes_queued = 0  # reset flushes handed in and not dispatched yet
         self._reset_flush_answer: Any = None
         self.tracker = RequestTracker()
-        self.ledger = ControlLedger(lambda: self.step)
+        self.ledger = ControlLedger(lambda: counters.step)
         self._resetting = False  # inside _reset (a crash there is the previous script's leftover)
         self._fresh_fingerprint = None  # reset_fingerprint.take after this server's first reset
         self.poster = HttpPoster(os.environ[protocol.ENV_HTTP_URL])
         self.inbox: TokenizerInbox = sglang_compat.swap_tokenizer_socket(scheduler, TokenizerInbox)
         self.inbox.arrival_listeners.append(self.ledger.on_arrival)
-        scheduler._request_dispatcher = self._recording_dispatcher(scheduler._request_dispatcher)
-        self.ctx = ScriptContext(self)
-        self.observer = StepObserver(self)
+        sglang_compat.wrap_request_dispatcher(scheduler, self._recording_dispatcher)
+        self.kv_holds = KvHolds(scheduler)
+        self.observer = StepObserver(scheduler=scheduler, counters=counters, tracker=self.tracker,
+                                     ledger=self.ledger, kv_holds=self.kv_holds)
+        self.ctx = ScriptContext(scheduler=scheduler, counters=counters, ledger=self.ledger, poster=self.poster,
+                                 tracker=self.tracker, inbox=self.inbox, kv_holds=self.kv_holds,
+                                 observer=self.observer)
         for entry in reversed(os.environ.get(protocol.ENV_SYS_PATH, "").split(os.pathsep)):
             if entry and entry not in sys.path:
                 sys.path.insert(0, entry)
@@ -76,8 +85,8 @@ class Driver:
 
     # --- called by the hook -------------------------------------------------
     def before_iteration(self) -> None:
-        self.iteration += 1
-        hicache_gate.gate().tick(self.iteration)  # held HiCache copies age (hooks/hicache_gate.py)
+        self.counters.iteration += 1
+        hicache_gate.gate().tick(self.counters.iteration)  # held HiCache copies age (hooks/hicache_gate.py)
         next(self._main_gen)
 
     def on_run_batch(self, batch: Any) -> None:
@@ -85,9 +94,9 @@ class Driver:
         chunked = getattr(self.scheduler, "chunked_req", None)
         reqs = batch.reqs
         self.tracker.on_batch(reqs)
-        self.batch_log.append(
+        self.counters.batch_log.append(
             BatchRecord(
-                self.step,
+                self.counters.step,
                 state.pp_slot(self.scheduler),
                 mode.lower() if mode else None,
                 tuple([r.rid for r in reqs]),
@@ -108,7 +117,7 @@ class Driver:
         out = []
         for batch in queued:
             rids = tuple([r.rid for r in batch.reqs])
-            launched = next((rec for rec in reversed(self.batch_log) if rec.rids == rids), None)
+            launched = next((rec for rec in reversed(self.counters.batch_log) if rec.rids == rids), None)
             if launched is not None:
                 out.extend((rid, row) for rid, row in zip(launched.rids, launched.rows) if row is not None)
         return tuple(out)
@@ -123,35 +132,33 @@ class Driver:
             pass
 
     def _recording_dispatcher(self, dispatcher):
-        driver = self
-
         def recording_dispatcher(recv_req):
-            if driver._reset_flushes_queued and sglang_compat.is_reset_flush(recv_req):
+            if self._reset_flushes_queued and sglang_compat.is_reset_flush(recv_req):
                 # The reset's own flush: its answer is the driver's; the
                 # tokenizer never asked, so nothing is sent back to it (also
                 # for one a failed reset left queued).
-                driver._reset_flushes_queued -= 1
-                driver._reset_flush_answer = dispatcher(recv_req)
+                self._reset_flushes_queued -= 1
+                self._reset_flush_answer = dispatcher(recv_req)
                 return None
             kind = type(recv_req).__name__
-            observed = kind in contracts.OBSERVED_TYPES and driver.observer.invariants.contracts_enabled
+            observed = kind in contracts.OBSERVED_TYPES and self.observer.contracts_enabled
             if kind == contracts.ABORT_TYPE:
-                driver.tracker.on_abort(recv_req, driver.scheduler)
+                self.tracker.on_abort(recv_req, self.scheduler)
             if observed:
-                memory = driver.observer.invariants.memory.contracts
+                memory = self.observer.dispatch_contracts
                 try:
-                    before = memory.before_dispatch(driver.scheduler, recv_req)
+                    before = memory.before_dispatch(self.scheduler, recv_req)
                 except Exception:  # noqa: BLE001 - a harness bug must not kill the scheduler
                     memory.harness_error, observed = traceback.format_exc(limit=4), False
             output = dispatcher(recv_req)
             if observed:
                 try:
-                    memory.on_dispatch(driver.scheduler, recv_req, output, driver.step, before)
+                    memory.on_dispatch(self.scheduler, recv_req, output, self.counters.step, before)
                 except Exception:  # noqa: BLE001
                     memory.harness_error = traceback.format_exc(limit=4)
-            driver.ledger.on_processed(recv_req, output)
+            self.ledger.on_processed(recv_req, output)
             if kind == "TokenizedGenerateReqInput":
-                driver.tracker.on_ingested(recv_req.rid, driver.scheduler)
+                self.tracker.on_ingested(recv_req.rid, self.scheduler)
             return output
 
         recording_dispatcher.__wrapped__ = dispatcher
@@ -182,7 +189,7 @@ class Driver:
             "pp_size": pp_size,
             "tp_size": tp_size,
             "pid": os.getpid(),
-            "iterations_to_ready": self.iteration,
+            "iterations_to_ready": self.counters.iteration,
             "engine_stats": state.engine_stats(self.scheduler),
             "extensions": extensions.summary(),
         }
@@ -225,7 +232,7 @@ class Driver:
         if self._needs_drain() or tokenizer_paused:
             if sglang_compat.is_paused(s) or tokenizer_paused:
                 ctx.continue_generation()
-            ctx._release_exhausted()
+            self.kv_holds.release()
             if state.any_live(s) or self.inbox.pending():
                 ctx.abort_all()
             # else only finished requests are still held (a script that
@@ -325,11 +332,12 @@ class Driver:
     def _needs_drain(self) -> bool:
         """Whether the reset must abort and wait: anything paused, held,
         queued, taken by ``exhaust_kv`` or posted and not yet settled."""
-        return (sglang_compat.is_paused(self.scheduler) or bool(self.ctx._exhausted)
+        return (sglang_compat.is_paused(self.scheduler) or self.kv_holds.holding
                 or bool(self.ledger.unsettled()) or not self._engine_idle())
 
     def _run(self, cmd: protocol.RunScript) -> Generator[None, None, protocol.ScriptDone]:
         started = time.monotonic()
+        counters = self.counters
 
         def done(passed: bool, error: Optional[str] = None, tb: Optional[str] = None,
                  value: Any = None, reset_steps: int = 0,
@@ -341,18 +349,18 @@ class Driver:
                 value = repr(value)
             window_counts = self.observer.end() if observing else {}
             return protocol.ScriptDone(
-                passed=passed, steps=self.step, reset_steps=reset_steps,
+                passed=passed, steps=counters.step, reset_steps=reset_steps,
                 duration_s=time.monotonic() - started, error=error, traceback=tb,
                 control_log=self.ledger.log(), value=value, violation=violation,
                 windows=window_counts,
                 timeline="" if passed or not observing else self.observer.timeline_tail(),
-                reset_s=reset_s, io_s=self.io_s, script_stack=stack,
+                reset_s=reset_s, io_s=counters.io_s, script_stack=stack,
             )
 
         observing = False
         reset_s = 0.0
-        self.step = 0
-        self.io_s = 0.0
+        counters.step = 0
+        counters.io_s = 0.0
         try:
             fn = script_loader.load(cmd.target)
         except script_loader.ScriptLoadError as exc:
@@ -368,11 +376,11 @@ class Driver:
         finally:
             self._resetting = False
         reset_s = time.monotonic() - started
-        self.io_s = 0.0
+        counters.io_s = 0.0
         self.ledger.clear()
         self.tracker.clear()
-        self.batch_log.clear()
-        self.step = 0
+        counters.batch_log.clear()
+        counters.step = 0
         try:
             self.observer.begin(cmd)
         except (ValueError, OSError) as exc:
@@ -421,7 +429,7 @@ class Driver:
                 return done(True, value=value, reset_steps=reset_steps)
             problem = None
             now = time.monotonic()
-            if self.step >= cmd.max_steps:
+            if counters.step >= cmd.max_steps:
                 problem = f"StepBudgetExceeded: script still running after {cmd.max_steps} steps"
             elif now > deadline:
                 problem = f"ScriptTimeout: script still running after {cmd.timeout_s:.0f}s"
@@ -436,7 +444,7 @@ class Driver:
                 gen.close()
                 return done(False, f"{problem}; state: {self.ctx.describe()}", reset_steps=reset_steps,
                             stack=stack)
-            self.step += 1
+            counters.step += 1
             yield
 
 

@@ -34,6 +34,10 @@ class HttpAnswer:
         no further scheduler iteration."""
         return self._answered.wait(timeout_s)
 
+    def mark_answered(self) -> None:
+        """The post is over (status and body, or error, are set): wakes ``wait``."""
+        self._answered.set()
+
     def as_dict(self) -> dict:
         return {"status": self.status, "body": self.body, "error": self.error}
 
@@ -83,4 +87,4 @@ class HttpPoster:
             answer.error = f"{type(exc).__name__}: {exc}"
         finally:
             conn.close()
-            answer._answered.set()
+            answer.mark_answered()

@@ -9,24 +9,34 @@ next iteration is about to process, before SGLang's own checks run on it.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from scripted_runtime.hooks import sglang_compat
 from scripted_runtime import protocol
+from scripted_runtime.scheduler_side.request_tracker import RequestTracker
+from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.invariants import InvariantChecker, StateView, Violation
+from scripted_runtime.scheduler_side.kv_holds import KvHolds
+from scripted_runtime.scheduler_side.run_counters import RunCounters
 from scripted_runtime.scheduler_side import trace_record as trace_record
 from scripted_runtime.timeline import format_timeline
 from scripted_runtime.scheduler_side.windows import WindowTracker
-
-if TYPE_CHECKING:
-    from scripted_runtime.scheduler_side.driver import Driver
 
 TIMELINE_TAIL = 20
 
 
 class StepObserver:
-    def __init__(self, driver: "Driver") -> None:
-        self.driver = driver
+    """Owns the run's windows and checks; the script context and the driver
+    ask it (``window_detail``, ``check_enabled``, ``dispatch_contracts``)
+    rather than reaching into them."""
+
+    def __init__(self, *, scheduler: Any, counters: RunCounters, tracker: RequestTracker,
+                 ledger: ControlLedger, kv_holds: KvHolds) -> None:
+        self._scheduler = scheduler
+        self._counters = counters
+        self._tracker = tracker
+        self._ledger = ledger
+        self._kv_holds = kv_holds
         self.windows = WindowTracker()
         self.invariants = InvariantChecker()
         self.writer = trace_record.TraceWriter(None)
@@ -42,7 +52,7 @@ class StepObserver:
         self.trace_enabled = cmd.trace
         self.writer.close()
         self.writer = trace_record.TraceWriter(cmd.trace_path if cmd.trace else None)
-        s = self.driver.scheduler
+        s = self._scheduler
         _, _, pp_size, _ = sglang_compat.rank_info(s)
         self.writer.write_header(trace_record.header(
             script=cmd.target.describe(), loop=sglang_compat.loop_kind(s), pp_size=pp_size,
@@ -55,14 +65,37 @@ class StepObserver:
 
     def observe_windows(self) -> None:
         """Start of an iteration, before the script advances: which windows are open."""
-        d = self.driver
-        self._open_now = self.windows.observe(d.scheduler, sglang_compat.loop_kind(d.scheduler))
+        s = self._scheduler
+        self._open_now = self.windows.observe(s, sglang_compat.loop_kind(s))
         self._entered = []
         self._pending = True
 
     def note_entered(self, name: str) -> None:
         self.windows.mark_entered(name)
         self._entered.append(name)
+
+    def window_detail(self, name: str) -> Optional[str]:
+        """The detail of window ``name`` if it is open in this iteration, else None."""
+        return self.windows.open.get(name)
+
+    def window_stats(self) -> Dict[str, Dict[str, int]]:
+        """Per window: reached, open_steps, entered (so far this run)."""
+        return self.windows.report()
+
+    def check_enabled(self, name: str) -> bool:
+        """Whether check ``name`` runs in this script (not disabled by the run)."""
+        return self.invariants.is_enabled(name)
+
+    @property
+    def contracts_enabled(self) -> bool:
+        """Whether any control-operation contract runs (the dispatcher then
+        hands control requests to ``dispatch_contracts``)."""
+        return self.invariants.contracts_enabled
+
+    @property
+    def dispatch_contracts(self) -> Any:
+        """The contracts' bookkeeping of this script, fed by the dispatcher."""
+        return self.invariants.memory.contracts
 
     def after_script(self) -> Optional[Violation]:
         """After the script advanced, before the scheduler ingests: scan once,
@@ -74,23 +107,23 @@ class StepObserver:
         checking = self.invariants.per_iteration
         if not checking and not self.trace_enabled:
             return None  # nothing reads the scan
-        d = self.driver
-        s = d.scheduler
-        view = StateView(s, extra_held_tokens=d.ctx._exhausted_tokens())
-        violation = self.invariants.check(view, step=d.step, batch_log=d.batch_log,
-                                          tracked=d.tracker.reqs) if checking else None
+        counters = self._counters
+        s = self._scheduler
+        view = StateView(s, extra_held_tokens=self._kv_holds.tokens)
+        violation = self.invariants.check(view, step=counters.step, batch_log=counters.batch_log,
+                                          tracked=self._tracker.reqs) if checking else None
         if violation is not None:
-            violation.step = d.step
-            violation.iteration = d.iteration
+            violation.step = counters.step
+            violation.iteration = counters.iteration
         if not self.trace_enabled:
             return violation
-        step = d.step
-        launched = d.batch_log[self._batch_cursor:]
-        self._batch_cursor = len(d.batch_log)
-        rec: Dict[str, Any] = {"step": step, "it": d.iteration}
+        step = counters.step
+        launched = counters.batch_log[self._batch_cursor:]
+        self._batch_cursor = len(counters.batch_log)
+        rec: Dict[str, Any] = {"step": step, "it": counters.iteration}
         rec.update(trace_record.snapshot(s, view))
         rec["launched"] = [{"slot": b.slot, "mode": b.mode, "rids": list(b.rids)} for b in launched]
-        ops = d.ledger.ops
+        ops = self._ledger.ops
         rec["answers"] = [
             {"op": op.name, **op.scheduler_verdict()}  # not the HTTP answer: its timing varies
             for op in ops if op.processed_step == step
@@ -99,7 +132,7 @@ class StepObserver:
         rec["windows_opened"] = list(self.windows.opened_now)
         rec["entered"] = list(self._entered)
         rec["ops"] = [{"op": op.name} for op in ops if op.posted_step == step] if ops else []
-        handles = d.tracker.handles
+        handles = self._tracker.handles
         rec["started"] = ([h.rid for h in handles if h.posted_step == step]
                           if handles and handles[-1].posted_step >= step else [])
         rec["violation"] = violation.as_dict() if violation is not None else None

@@ -20,6 +20,7 @@ class _Handle:
     is_chunking = property(lambda self: self._h.is_chunking)
     chunks_done = property(lambda self: self._h.chunks_done)
     status = property(lambda self: self._h.status)
+    sglang_handle = property(lambda self: self._h)  # the handle SGLang's context returned
 
     @property
     def req_pool_idx(self):
@@ -75,7 +76,7 @@ class _Context:
         return self._ctx.abort_all()
 
     def abort(self, handle):
-        return self._ctx.abort(handle._h)
+        return self._ctx.abort(handle.sglang_handle)
 
     def flush_cache(self):
         return self._ctx.flush_cache()

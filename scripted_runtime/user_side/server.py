@@ -162,8 +162,7 @@ class ScriptedServer:
         server = cls(device=device, topology=topology, engine_kwargs=kwargs,
                      start_timeout_s=start_timeout_s, log_dir=Path(log_dir) if log_dir else None,
                      revert_fixes=revert_fixes, patches=patches, extensions=extensions)
-        server._launch()
-        return server
+        return server.launch()
 
     def restart(self) -> "ScriptedServer":
         self.shutdown()

@@ -1,6 +1,9 @@
-"""The script-facing API (runs inside the scheduler process on the driver rank)."""
-from scripted_runtime.scheduler_side.context.api import ScriptContext
-from scripted_runtime.scheduler_side.context.requests import ReqHandle
-from scripted_runtime.scheduler_side.context.waits import WaitTimeout
+"""The script-facing API (runs inside the scheduler process on the driver
+rank): ``api.ScriptContext`` (the ``ctx`` a script receives),
+``requests.ReqHandle``, ``waits`` (``wait_until``, ``WaitTimeout``) and the
+radix-tree reads in ``radix``.
 
-__all__ = ["ScriptContext", "ReqHandle", "WaitTimeout"]
+Nothing is imported here: ``radix`` and ``waits`` are read by the invariants,
+the trace record and the control ledger, which the context itself builds
+on, so importing them must not pull in the context.
+"""

@@ -13,16 +13,19 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime.scheduler_side import control, hicache_state, state, windows
 from scripted_runtime.scheduler_side.context import radix, waits
-from scripted_runtime.scheduler_side.context.requests import BatchRecord, ReqHandle
-from scripted_runtime.scheduler_side.control import ControlOp
-
-if TYPE_CHECKING:
-    from scripted_runtime.scheduler_side.driver import Driver
+from scripted_runtime.scheduler_side.context.requests import ReqHandle
+from scripted_runtime.scheduler_side.control import ControlLedger, ControlOp
+from scripted_runtime.scheduler_side.http_poster import HttpPoster
+from scripted_runtime.scheduler_side.inbox import TokenizerInbox
+from scripted_runtime.scheduler_side.kv_holds import KvHolds
+from scripted_runtime.scheduler_side.request_tracker import RequestTracker
+from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters
+from scripted_runtime.scheduler_side.step_observer import StepObserver
 
 ARRIVAL_TIMEOUT_S = 30.0
 # After the HTTP answer of an op that the tokenizer may drop (abort of a
@@ -35,9 +38,22 @@ _rid_counter = itertools.count()
 
 
 class ScriptContext:
-    def __init__(self, driver: Driver) -> None:
-        self._driver = driver
-        self._exhausted: List[Any] = []
+    """Built by the driver, which hands it the parts of the run it works
+    with: the scheduler, the run's counters, the control ledger, the HTTP
+    poster, the request tracker, the tokenizer inbox, the KV the script
+    holds and the step observer (windows and checks)."""
+
+    def __init__(self, *, scheduler: Any, counters: RunCounters, ledger: ControlLedger, poster: HttpPoster,
+                 tracker: RequestTracker, inbox: TokenizerInbox, kv_holds: KvHolds,
+                 observer: StepObserver) -> None:
+        self._scheduler = scheduler
+        self._counters = counters
+        self._ledger = ledger
+        self._poster = poster
+        self._tracker = tracker
+        self._inbox = inbox
+        self._kv_holds = kv_holds
+        self._observer = observer
         # Called as listener(op, payload) right after each control operation
         # is posted (the state then is what the next iteration starts from).
         self.control_listeners: List[Callable[[ControlOp, Optional[dict]], None]] = []
@@ -45,12 +61,12 @@ class ScriptContext:
     # --- direct access ---------------------------------------------------------
     @property
     def scheduler(self) -> Any:
-        return self._driver.scheduler
+        return self._scheduler
 
     @property
     def step(self) -> int:
         """Iterations this script has run so far."""
-        return self._driver.step
+        return self._counters.step
 
     @property
     def loop_kind(self) -> str:
@@ -58,11 +74,11 @@ class ScriptContext:
 
     @property
     def batch_log(self) -> List[BatchRecord]:
-        return self._driver.batch_log
+        return self._counters.batch_log
 
     @property
     def control_ops(self) -> List[ControlOp]:
-        return self._driver.ledger.ops
+        return self._ledger.ops
 
     # --- requests ----------------------------------------------------------------
     def start_req(
@@ -92,18 +108,19 @@ class ScriptContext:
             sampling["stop_token_ids"] = stop_token_ids
         payload = {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": False}
         t0 = time.monotonic()
-        answer = self._driver.poster.post("/generate", payload)
-        handle = ReqHandle(self, rid, answer, self.step)
-        self._driver.tracker.handles.append(handle)
+        answer = self._poster.post("/generate", payload)
+        handle = ReqHandle(rid, answer, self.step, scheduler=self._scheduler, tracker=self._tracker,
+                           counters=self._counters)
+        self._tracker.handles.append(handle)
         if await_arrival:
-            self._driver.inbox.wait_for(
+            self._inbox.wait_for(
                 lambda obj: getattr(obj, "rid", None) == rid
                 and type(obj).__name__ in sglang_compat.work_request_type_names(),
                 timeout_s=ARRIVAL_TIMEOUT_S,
                 what=f"generate request {rid!r}",
                 already_arrived=lambda: answer.done,
             )
-        self._driver.io_s += time.monotonic() - t0
+        self._counters.io_s += time.monotonic() - t0
         return handle
 
     # --- control operations --------------------------------------------------
@@ -118,8 +135,8 @@ class ScriptContext:
         await_arrival: bool = True,
     ) -> ControlOp:
         t0 = time.monotonic()
-        answer = self._driver.poster.post(path, payload)
-        op = self._driver.ledger.register(
+        answer = self._poster.post(path, payload)
+        op = self._ledger.register(
             ControlOp(name=name, request_type=request_type, rid=rid,
                       posted_step=self.step, http=answer)
         )
@@ -138,13 +155,13 @@ class ScriptContext:
             # Arrival is the ledger's verdict (it pairs frames with ops in
             # order): an earlier op's frame of the same type, still buffered,
             # must not count as this one's.
-            self._driver.inbox.wait_for(
+            self._inbox.wait_for(
                 None,
                 timeout_s=ARRIVAL_TIMEOUT_S,
                 what=f"{name} ({request_type})",
                 already_arrived=answered_without_frame,
             )
-        self._driver.io_s += time.monotonic() - t0
+        self._counters.io_s += time.monotonic() - t0
         for listener in self.control_listeners:
             listener(op, payload)
         return op
@@ -156,7 +173,7 @@ class ScriptContext:
         The tokenizer sends flushes one at a time (it waits for each answer),
         so a second flush before the first was processed could not reach the
         scheduler: that raises at once; yield first."""
-        pending = self._driver.ledger.unprocessed("flush_cache")
+        pending = self._ledger.unprocessed("flush_cache")
         if pending:
             raise RuntimeError(
                 f"flush_cache: the flush posted at step {pending[0].posted_step} has not been processed yet, and "
@@ -240,7 +257,7 @@ class ScriptContext:
         fail now, naming them, rather than after ARRIVAL_TIMEOUT_S frozen."""
         if control.pause_posted_last(self.control_ops):
             return
-        generating = [h.rid for h in self._driver.tracker.handles if not h.finished]
+        generating = [h.rid for h in self._tracker.handles if not h.finished]
         if generating:
             shown = ", ".join(generating[:4]) + (f" and {len(generating) - 4} more" if len(generating) > 4 else "")
             raise RuntimeError(
@@ -258,21 +275,14 @@ class ScriptContext:
         need = allocator.available_size() - leave_pages * self.engine_stats()["page_size"]
         if need <= 0:
             return 0
-        held = allocator.alloc(need)
-        if held is None:
+        if not self._kv_holds.take(need):
             raise RuntimeError(f"exhaust_kv: the allocator refused {need} tokens")
-        self._exhausted.append(held)
-        sglang_compat.set_script_held_tokens(self.scheduler, self._exhausted_tokens())
         return int(need)
 
-    def _exhausted_tokens(self) -> int:
-        return sum(int(held.numel()) for held in self._exhausted)
-
-    def _release_exhausted(self) -> None:
-        for held in self._exhausted:
-            self.scheduler.token_to_kv_pool_allocator.free(held)
-        self._exhausted.clear()
-        sglang_compat.set_script_held_tokens(self.scheduler, 0)
+    @property
+    def exhausted_kv_tokens(self) -> int:
+        """KV tokens ``exhaust_kv`` holds now (given back at the next reset)."""
+        return self._kv_holds.tokens
 
     # --- queries -------------------------------------------------------------
     def find_req_by_rid(self, rid: str) -> Optional[Any]:
@@ -396,11 +406,18 @@ class ScriptContext:
     def window_open(self, name: str) -> Optional[str]:
         """The detail of window ``name`` if it is open now, else None."""
         windows.get(name)
-        return self._driver.observer.windows.open.get(name)
+        return self._observer.window_detail(name)
 
     def window_stats(self) -> Dict[str, Dict[str, int]]:
         """Per window: reached (times opened), open_steps, entered (so far this run)."""
-        return self._driver.observer.windows.report()
+        return self._observer.window_stats()
+
+    def check_enabled(self, name: str) -> bool:
+        """Whether check ``name`` (an invariant, contract or the output
+        oracle's ``greedy_output``) runs in this script; False when the run
+        switched it off (``--skip-invariant NAME``, ``--no-invariants``,
+        ``server.run(..., invariants=...)``)."""
+        return self._observer.check_enabled(name)
 
     def wait_for_window(self, name: str, *, max_steps: int = 200, required: bool = True):
         """``detail = yield from ctx.wait_for_window("finished_not_pruned")``:
@@ -414,9 +431,9 @@ class ScriptContext:
             raise ValueError(
                 f"window {name!r} ({window.source}) cannot open on the {loop} loop; "
                 f"it applies to: {', '.join(window.loops)}")
-        observer = self._driver.observer
+        observer = self._observer
         for waited in range(max_steps + 1):
-            detail = observer.windows.open.get(name)
+            detail = observer.window_detail(name)
             if detail is not None:
                 observer.note_entered(name)
                 return detail

@@ -59,7 +59,7 @@ def flush_cache(ctx):
     """``yield from flush_cache(ctx)``: ``ctx.flush_cache()``, after stepping
     until an earlier flush was processed (the tokenizer sends one at a time)."""
     for _ in range(4 * _slots(ctx)):
-        if not ctx._driver.ledger.unprocessed("flush_cache"):
+        if not any(op.name == "flush_cache" and not op.processed for op in ctx.control_ops):
             break
         yield
     return ctx.flush_cache()
@@ -132,7 +132,7 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
                             f"is_fully_idle={ctx.is_fully_idle} nothing_held={ctx.nothing_held}; "
                             f"state: {ctx.describe()}")
     stats = ctx.engine_stats()
-    held_by_script = ctx._exhausted_tokens()
+    held_by_script = ctx.exhausted_kv_tokens
     problems = []
     if stats["req_pool_free"] != stats["req_pool_total"]:
         problems.append(f"req_to_token rows free {stats['req_pool_free']}/{stats['req_pool_total']}")
@@ -144,7 +144,7 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     if problems:
         raise EndStateError("pools not whole at idle: " + "; ".join(problems))
     compared = 0
-    if ctx._driver.observer.invariants.is_enabled("greedy_output"):
+    if ctx.check_enabled("greedy_output"):
         compared = yield from output_oracle.check_outputs(ctx, reqs)
     return {
         "outputs_compared": compared,

@@ -91,7 +91,7 @@ def entries() -> List[Entry]:
         info = envs.ready_info(env)
         size = info.get("size_gb") if info else None
         out.append(Entry(path=env, requirement=(info or {}).get("requirement", "?"),
-                         size_gb=float(size) if size is not None else envs._dir_size_gb(env),
+                         size_gb=float(size) if size is not None else envs.dir_size_gb(env),
                          last_used=_last_used(env), in_use=in_use(env), ready=info is not None))
     return sorted(out, key=lambda e: -e.last_used)
 

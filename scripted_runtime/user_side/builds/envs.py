@@ -86,7 +86,7 @@ def ready_info(env: Path) -> Optional[dict]:
         return None
 
 
-def _dir_size_gb(path: Path) -> float:
+def dir_size_gb(path: Path) -> float:
     total = 0
     for root, _, files in os.walk(path):
         for name in files:
@@ -122,7 +122,7 @@ def _run_logged(cmd: List[str], log: Path, *, label: str, progress: Callable[[st
 
         def report() -> None:
             while not done.wait(every_s):
-                size = f", {_dir_size_gb(watch):.1f} GB installed" if watch else ""
+                size = f", {dir_size_gb(watch):.1f} GB installed" if watch else ""
                 progress(f"{label}: {time.monotonic() - t0:.0f}s{size}; {_last_line(log)}")
 
         threading.Thread(target=report, daemon=True).start()
@@ -225,9 +225,9 @@ def cached_envs() -> List[Path]:
 def describe_cached(env: Path) -> str:
     info = ready_info(env)
     if info is None:
-        return f"{env} (unfinished build, {_dir_size_gb(env):.1f} GB)"
+        return f"{env} (unfinished build, {dir_size_gb(env):.1f} GB)"
     size = info.get("size_gb")
-    size = f"{size} GB" if size is not None else f"{_dir_size_gb(env):.1f} GB"
+    size = f"{size} GB" if size is not None else f"{dir_size_gb(env):.1f} GB"
     return f"{env} (sglang {info.get('sglang_version')}, {size}, built {info.get('built_at', '?')})"
 
 
@@ -306,7 +306,7 @@ def _build(requirement: str, env: Path, *, progress, python: str, timeout_s: flo
     (env / READY).write_text(json.dumps({
         "requirement": requirement, "sglang_version": version,
         "constraints": [p.requirement for p in pins],
-        "built_s": round(time.monotonic() - t0, 1), "size_gb": round(_dir_size_gb(env), 1),
+        "built_s": round(time.monotonic() - t0, 1), "size_gb": round(dir_size_gb(env), 1),
         "built_at": time.strftime("%Y-%m-%d %H:%M:%S"),
     }, indent=1))
     progress(f"built {env} (sglang {version}) in {time.monotonic() - t0:.0f}s")

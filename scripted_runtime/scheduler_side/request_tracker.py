@@ -1,0 +1,49 @@
+"""The requests a script started, as the scheduler saw them: kept by the
+driver (fed from the dispatcher and ``run_batch``), read by the request
+handles, the step observer and the script context."""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from scripted_runtime.scheduler_side.contracts import matches_abort
+
+
+class RequestTracker:
+    """Keeps the Req object of every request a script started, so a handle
+    can still report how it ended after the scheduler has let go of it."""
+
+    def __init__(self) -> None:
+        self.reqs: Dict[str, Any] = {}
+        self.ingested: set = set()
+        # the ReqHandles the running script started, in order (the trace's "started")
+        self.handles: List[Any] = []
+        # rids an abort_request matched as it was processed: SGLang drops an
+        # aborted waiting request without a finish reason
+        self.abort_matched: set = set()
+
+    def clear(self) -> None:
+        self.reqs.clear()
+        self.ingested.clear()
+        self.handles.clear()
+        self.abort_matched.clear()
+
+    def on_abort(self, abort_req: Any, scheduler: Any) -> None:
+        """An ``AbortReq`` is about to be processed: remember which waiting
+        requests it matches (SGLang matches by rid prefix, or all; it drops
+        a matched waiting request without a finish reason, while a running
+        one is finished with FINISH_ABORT)."""
+        for req in getattr(scheduler, "waiting_queue", ()) or ():
+            if matches_abort(abort_req, req.rid):
+                self.abort_matched.add(req.rid)
+
+    def on_ingested(self, rid: str, scheduler: Any) -> None:
+        self.ingested.add(rid)
+        for req in reversed(list(getattr(scheduler, "waiting_queue", ()) or ())):
+            if req.rid == rid:
+                self.reqs[rid] = req
+                return
+
+    def on_batch(self, reqs: Any) -> None:
+        """A forward launched with these requests."""
+        for req in reqs or ():
+            self.reqs.setdefault(req.rid, req)

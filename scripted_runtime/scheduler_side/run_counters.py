@@ -1,0 +1,43 @@
+"""What the running script has used so far: its steps, the driver's
+iterations, the forwards launched and the seconds spent waiting on HTTP.
+
+The driver owns one ``RunCounters`` and advances it; the script context,
+the request handles, the step observer and the control ledger are handed
+the same object and read it.
+"""
+from __future__ import annotations
+
+from typing import List, NamedTuple, Optional, Tuple
+
+
+class BatchRecord(NamedTuple):
+    """One forward launched by ``run_batch`` (a named tuple: one is built per
+    forward, on the scheduler's hot path)."""
+
+    step: int  # ctx.step as it launched: the script's step-1 ran just before it (step 0's request launches at 1)
+    slot: Optional[int]  # PP microbatch slot, None outside PP
+    mode: Optional[str]  # "extend", "decode", "idle", ...
+    rids: Tuple[str, ...]
+    chunked_rid: Optional[str]
+    rows: Tuple[Optional[int], ...] = ()  # req_to_token row per request, as launched
+    # (rid, row) of launched batches whose results were not processed yet at
+    # this launch (overlap): rows their forwards may still read.
+    in_flight: Tuple[Tuple[str, int], ...] = ()
+
+    def rows_taken_in_flight(self) -> List[Tuple[str, str, int]]:
+        """(new rid, in-flight rid, row): a row this batch uses that a
+        different request's still-unprocessed forward was launched with."""
+        taken = []
+        for rid, row in zip(self.rids, self.rows):
+            for old_rid, old_row in self.in_flight:
+                if row is not None and row == old_row and rid != old_rid:
+                    taken.append((rid, old_rid, row))
+        return taken
+
+
+class RunCounters:
+    def __init__(self) -> None:
+        self.step = 0  # iterations the current script has run (ctx.step)
+        self.iteration = 0  # iterations since the driver started
+        self.batch_log: List[BatchRecord] = []  # one record per forward launched (ctx.batch_log)
+        self.io_s = 0.0  # seconds the current script spent in HTTP posts and arrival waits

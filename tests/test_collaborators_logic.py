@@ -1,0 +1,91 @@
+"""The driver's parts, wired as the driver wires them, on a fake scheduler
+(pure logic): the script context, the request handles and the step
+observer read one RunCounters, one RequestTracker and one KvHolds."""
+from __future__ import annotations
+
+import torch
+
+from scripted_runtime.scheduler_side.context.api import ScriptContext
+from scripted_runtime.scheduler_side.context.requests import ReqHandle
+from scripted_runtime.scheduler_side.control import ControlLedger
+from scripted_runtime.scheduler_side.http_poster import HttpAnswer
+from scripted_runtime.scheduler_side.kv_holds import KvHolds
+from scripted_runtime.scheduler_side.request_tracker import RequestTracker
+from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters
+from scripted_runtime.scheduler_side.step_observer import StepObserver
+from tests.fakes import TOTAL, FakeReq, FakeScheduler
+
+
+def _allocating(s):
+    alloc = s.token_to_kv_pool_allocator
+
+    def take(n):
+        if n > len(alloc.free_pages):
+            return None
+        out, alloc.free_pages = alloc.free_pages[:n], alloc.free_pages[n:]
+        return out
+
+    alloc.alloc = take
+    alloc.free = lambda t: setattr(alloc, "free_pages", torch.cat([alloc.free_pages, t]))
+    return s
+
+
+def _wired(s):
+    counters, tracker = RunCounters(), RequestTracker()
+    ledger = ControlLedger(lambda: counters.step)
+    kv_holds = KvHolds(s)
+    observer = StepObserver(scheduler=s, counters=counters, tracker=tracker, ledger=ledger, kv_holds=kv_holds)
+    ctx = ScriptContext(scheduler=s, counters=counters, ledger=ledger, poster=None, tracker=tracker, inbox=None,
+                        kv_holds=kv_holds, observer=observer)
+    return ctx, counters, tracker, kv_holds, observer
+
+
+def test_exhausted_kv_is_held_counted_and_given_back():
+    s = _allocating(FakeScheduler(idle=True))
+    ctx, _, _, kv_holds, observer = _wired(s)
+    assert ctx.exhaust_kv(leave_pages=10) == TOTAL - 10
+    assert kv_holds.holding and ctx.exhausted_kv_tokens == kv_holds.tokens == TOTAL - 10
+    observer.observe_windows()
+    assert observer.after_script() is None  # the pool accounting counts the held tokens as held
+    kv_holds.release()
+    assert not kv_holds.holding and ctx.exhausted_kv_tokens == 0
+    assert len(s.token_to_kv_pool_allocator.free_pages) == TOTAL
+
+
+def test_a_kv_leak_is_still_reported_when_nothing_is_held_by_the_script():
+    s = _allocating(FakeScheduler(idle=True))
+    _, counters, _, _, observer = _wired(s)
+    s.token_to_kv_pool_allocator.alloc(10)  # taken behind the harness's back
+    counters.step, counters.iteration = 3, 7
+    observer.observe_windows()
+    violation = observer.after_script()
+    assert violation is not None and (violation.step, violation.iteration) == (3, 7)
+
+
+def test_handles_read_the_shared_tracker_and_batch_log():
+    s = FakeScheduler()
+    ctx, counters, tracker, _, _ = _wired(s)
+    handle = ReqHandle("r1", HttpAnswer(), 0, scheduler=s, tracker=tracker, counters=counters)
+    assert handle.status == "posted"
+    req = FakeReq("r1", row=1)
+    s.waiting_queue.append(req)
+    tracker.on_ingested("r1", s)
+    assert handle.status == "waiting"
+    counters.batch_log.append(BatchRecord(1, None, "extend", ("r1",), None))
+    assert handle.chunks_done == 1 and ctx.batch_log is counters.batch_log
+    s.waiting_queue.clear()
+    assert handle.status == "lost"  # held nowhere, never finished
+    tracker.abort_matched.add("r1")
+    assert handle.status == "finished"
+
+
+def test_the_context_asks_the_observer_for_checks_and_windows():
+    ctx, counters, _, _, observer = _wired(FakeScheduler())
+    counters.step = 5
+    assert ctx.step == 5
+    assert ctx.check_enabled("greedy_output") and observer.contracts_enabled
+    observer.invariants.reset(["greedy_output"])
+    assert not ctx.check_enabled("greedy_output")
+    assert observer.dispatch_contracts is observer.invariants.memory.contracts
+    observer.observe_windows()
+    assert ctx.window_stats() == observer.windows.report()
