@@ -9,7 +9,9 @@ from hypothesis import given, settings
 
 from scripted_runtime.user_side.explore import actions as A
 from scripted_runtime.user_side.explore import determinism, runner, strategies
+from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
 from scripted_runtime.user_side.explore.stats import Stats
+from scripted_runtime.user_side.server_config import ServerConfig
 from scripted_runtime.user_side.result import ScriptResult
 
 PROGRAM = [A.Start(100, 1, 4), A.Steps(3), A.Flush(), A.Pause("retract"), A.Start(8, 2, 2),
@@ -203,15 +205,15 @@ def test_search_runs_the_corpus_first_outside_the_time_budget_then_generates():
     from scripted_runtime.user_side.explore import corpus, search
 
     fake = _FakeRunner("pp1-normal")
-    result = search.search(fake, profile=search.PROFILES["ci"], max_examples=5, max_time_s=0.0, known_bugs=())
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=5, max_time_s=0.0, known_bugs=()))
     seeds = [p for _, p in corpus.programs("pp1-normal")]
     # no time budget at all: the corpus still ran, in its order, and nothing generated ran
     assert fake.ran == seeds and result.program is None
     fake = _FakeRunner("pp1-normal")
-    search.search(fake, profile=search.PROFILES["ci"], max_examples=5, max_time_s=60.0, known_bugs=())
+    search.search(fake, ExploreSettings(profile="ci", max_examples=5, max_time_s=60.0, known_bugs=()))
     assert fake.ran[:len(seeds)] == seeds and len(fake.ran) > len(seeds)
     fake = _FakeRunner("pp1-normal")
-    search.search(fake, profile=search.PROFILES["ci"], max_examples=5, corpus=False, known_bugs=())
+    search.search(fake, ExploreSettings(profile="ci", max_examples=5, corpus=False, known_bugs=()))
     assert fake.ran[0] not in seeds
 
 
@@ -220,7 +222,7 @@ def test_a_failing_corpus_program_is_the_reported_failure():
 
     target = dict(corpus.programs("pp4"))["decoding+abort_one"]
     fake = _FakeRunner("pp4", fails=lambda program: program == target)
-    result = search.search(fake, profile=search.PROFILES["ci"], max_examples=5, known_bugs=())
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=5, known_bugs=()))
     assert result.program == target and result.outcome.signature == "InvariantViolation[slot_ownership]"
     assert result.found_after_examples == [p for _, p in corpus.programs("pp4")].index(target) + 1
 
@@ -272,9 +274,9 @@ def test_standby_is_ready_then_taken_and_a_failed_or_slow_one_is_stopped():
 
 
 def test_runner_refuses_an_unknown_standby_mode_and_never_stands_by_for_a_server_it_does_not_own():
-    assert runner.ExampleRunner(topology="pp1-normal", server=object(), standby="on").standby_mode == "off"
+    assert runner.ExampleRunner(ServerConfig("pp1-normal"), server=object(), standby="on").standby_mode == "off"
     with pytest.raises(ValueError, match="standby must be one of auto, on, off"):
-        runner.ExampleRunner(topology="pp1-normal", standby="always")
+        runner.ExampleRunner(ServerConfig("pp1-normal"), standby="always")
 
 
 def test_a_program_that_leaves_an_engine_the_reset_cannot_restore_is_the_failing_one():
@@ -297,10 +299,10 @@ def test_a_program_that_leaves_an_engine_the_reset_cannot_restore_is_the_failing
             return ScriptResult(script="program", passed=True, steps=7)
 
     clean = Server(settle_crashes=False)
-    out = runner.ExampleRunner(topology="pp1-normal", server=clean, invariants=False).run([A.Start(8, 1, 2)])
+    out = runner.ExampleRunner(ServerConfig("pp1-normal", checks=False), server=clean).run([A.Start(8, 1, 2)])
     assert out.signature is None and clean.targets == [runner.INTERPRETER, runner.SETTLE]
     broken = Server(settle_crashes=True)
-    out = runner.ExampleRunner(topology="pp1-normal", server=broken, invariants=False).run([A.Start(8, 1, 2)])
+    out = runner.ExampleRunner(ServerConfig("pp1-normal", checks=False), server=broken).run([A.Start(8, 1, 2)])
     assert out.signature == "SchedulerCrashed: AssertionError: freed twice" and out.steps == 7
     assert out.failing_action is None  # after the program's last action: the end
 
