@@ -354,3 +354,80 @@ def test_every_generated_hicache_program_compiles_and_may_hold_from_its_start(pr
     assert program[first_start].prompt_len in strategies.HICACHE_PROMPT_LENGTHS
     assert len(program) <= strategies.MAX_ACTIONS
     compile(A.to_source(program).text, "<program>", "exec")
+
+
+def test_the_search_returns_every_failure_met_and_tells_its_events_in_order():
+    """``SearchResult.failures``: each signature met, its first program as
+    found and where; ``SearchEvents``: ``met`` (kept at once), then on the
+    first new failure ``found`` and ``alone``, before any shrinking."""
+    from scripted_runtime.user_side.explore import corpus, search
+
+    target = dict(corpus.programs("pp4"))["decoding+abort_one"]
+    told = []
+
+    class Events(search.SearchEvents):
+        def met(self, finding):
+            told.append(("met", finding.signature, finding.position, list(finding.program)))
+            return f"kept/{finding.position}.py"
+
+        def found(self, finding):
+            told.append(("found", finding.signature, finding.position, list(finding.program)))
+
+        def alone(self, finding):
+            told.append(("alone", finding.signature, finding.position, list(finding.program)))
+            return None
+
+    fake = _FakeRunner("pp4", fails=lambda program: program == target)
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=5, known_bugs=()), events=Events())
+    position = [p for _, p in corpus.programs("pp4")].index(target) + 1
+    signature = "InvariantViolation[slot_ownership]"
+    assert told == [(what, signature, position, target) for what in ("met", "found", "alone")]
+    [finding] = result.failures
+    assert (finding.signature, finding.program, finding.position, finding.known, finding.kept) == (
+        signature, target, position, "", f"kept/{position}.py")
+    assert result.kept == {signature: f"kept/{position}.py"} and not result.needs_history
+
+
+def test_a_failure_that_passes_alone_is_not_shrunk():
+    from scripted_runtime.user_side.explore import corpus, search
+
+    class Events(search.SearchEvents):
+        def alone(self, finding):
+            return False
+
+    programs = [p for _, p in corpus.programs("pp1-normal")]
+    fake = _FakeRunner("pp1-normal", fails=lambda program: program == programs[2])
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=5, known_bugs=()), events=Events())
+    assert result.needs_history and result.first_program == programs[2] and fake.ran == programs[:3]
+
+
+def test_a_failure_whose_keeping_failed_is_offered_again_with_its_next_program():
+    from scripted_runtime.user_side.explore import search
+
+    offered = []
+
+    class Events(search.SearchEvents):
+        def met(self, finding):
+            offered.append(finding.position)
+            if len(offered) == 1:
+                raise OSError("disk full")  # reported; the search goes on
+            return "kept.py"
+
+    fake = _FakeRunner("pp1-normal", fails=lambda program: any(isinstance(a, A.Flush) for a in program))
+    lines = []
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=30, corpus=False, shrink_time_s=5,
+                                                 known_bugs=()), events=Events(), progress=lines.append)
+    assert any("could NOT keep" in line and "disk full" in line for line in lines)
+    assert len(offered) == 2 and offered[0] < offered[1]
+    [finding] = result.failures
+    assert (finding.position, finding.kept) == (offered[0], "kept.py")
+
+
+def test_explore_takes_one_config_one_settings_value_and_at_most_six_parameters():
+    import inspect
+
+    from scripted_runtime.user_side.explore import explorer
+
+    params = inspect.signature(explorer.explore).parameters
+    assert len(params) <= 6, list(params)
+    assert list(params)[:2] == ["config", "settings"]

@@ -7,7 +7,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional
 
 from scripted_runtime import known_bugs as known_bugs_mod
 from scripted_runtime.user_side.explore import determinism, failure_db, history as history_mod, search as search_mod, writer

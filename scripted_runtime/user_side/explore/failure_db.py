@@ -23,7 +23,7 @@ import json
 import os
 import typing
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from scripted_runtime.user_side.explore import actions as A
 from scripted_runtime.user_side.server_config import ServerConfig
