@@ -42,11 +42,12 @@ def measure(topology: str, standby: str, repeat: int) -> dict:
 
     from scripted_runtime.user_side.explore import actions as A
     from scripted_runtime.user_side.explore.runner import ExampleRunner
+    from scripted_runtime.user_side.server_config import ServerConfig
 
     def progress(line: str) -> None:
         print(f"[bench] {topology} standby={standby}: {line}", file=sys.stderr, flush=True)
 
-    runner = ExampleRunner(topology=topology, standby=standby, progress=progress)
+    runner = ExampleRunner(ServerConfig(topology), standby=standby, progress=progress)
     times, standby_mib = [], []
     try:
         runner.ensure_server()

@@ -34,7 +34,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from stats import machine_line, md_table, meets, min_max  # noqa: E402
 
 from scripted_runtime.user_side.explore import search, writer  # noqa: E402
+from scripted_runtime.user_side.explore.explore_settings import ExploreSettings  # noqa: E402
 from scripted_runtime.user_side.explore.runner import ExampleRunner  # noqa: E402
+from scripted_runtime.user_side.server_config import ServerConfig  # noqa: E402
 
 TARGETS = {"pp1-overlap": 100, "pp1-normal": 100, "pp4": 30}
 # Stats.time_split keys, and the column names they get here
@@ -53,25 +55,29 @@ def measure(topology: str, seconds: float, repeat: int, *, out_dir: Path = Path(
 
     # The explorer's own progress lines (a restart and its reason above all:
     # a restart costs a server start and shows as a low programs/min).
-    runner = ExampleRunner(topology=topology, patches=list(patches), progress=progress, server=server)
+    config = ServerConfig(topology, patches=tuple(patches))
+    runner = ExampleRunner(config, progress=progress, server=server)
     runner.ensure_server()
     start_s = time.monotonic() - t0
     version = str(runner.info.get("sglang_version") or "?")
     rates, steps_per, shares, failures = [], [], {p: [] for p in PARTS.values()}, []
     try:
         for i in range(repeat):
-            def keep(program, outcome, position, known_name, run=i + 1):
-                note = f"; known SGLang bug {known_name}" if known_name else ""
-                path = writer.write_kept(
-                    out_dir, program, outcome, position=position, run=f"bench run {run}/{repeat} (seed {run})",
-                    known_name=known_name, topology=topology, sglang_version=version, seed=run, profile="dev",
-                    patches=list(patches), found_by="`bench/explore.py`")
-                failures.append(f"run {run} (seed {run}), program {position}: {outcome.signature}"
-                                f"{note} -> {path}")
-                return str(path)
+            class Keep(search.SearchEvents):
+                """Each failure's first program, written the moment it is met."""
 
-            result = search.search(runner, profile=search.PROFILES["dev"], seed=i + 1, max_time_s=seconds,
-                                   shrink_time_s=0, corpus=False, keep=keep, progress=progress)
+                def met(self, finding, run=i + 1):
+                    note = f"; known SGLang bug {finding.known}" if finding.known else ""
+                    path = writer.write_kept(
+                        out_dir, finding.program, finding.outcome, position=finding.position,
+                        run=f"bench run {run}/{repeat} (seed {run})", known_name=finding.known, config=config,
+                        sglang_version=version, seed=run, profile="dev", found_by="`bench/explore.py`")
+                    failures.append(f"run {run} (seed {run}), program {finding.position}: {finding.signature}"
+                                    f"{note} -> {path}")
+                    return str(path)
+
+            settings = ExploreSettings(profile="dev", seed=i + 1, max_time_s=seconds, shrink_time_s=0, corpus=False)
+            result = search.search(runner, settings, events=Keep(), progress=progress)
             st = result.stats
             rates.append(st.per_minute)
             steps_per.append(st.steps / max(1, st.examples))

@@ -29,7 +29,7 @@ import importlib.util
 import os
 import sys
 
-__all__ = ["ScriptedServer", "ScriptResult", "ScriptFailedError"]
+__all__ = ["ScriptedServer", "ServerConfig", "ScriptResult", "ScriptFailedError"]
 
 
 class _CheckoutHooks(importlib.abc.MetaPathFinder):
@@ -64,6 +64,10 @@ def __getattr__(name):
         from scripted_runtime.user_side.server import ScriptedServer
 
         return ScriptedServer
+    if name == "ServerConfig":
+        from scripted_runtime.user_side.server_config import ServerConfig
+
+        return ServerConfig
     if name in ("ScriptResult", "ScriptFailedError"):
         from scripted_runtime.user_side import result
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 import pytest
 
@@ -71,10 +71,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "configuration of the scripted_server fixture's server (scripted-runtime)")
 
 
-def marker_config(marker: Optional[pytest.Mark], *, revert_fixes=(), patches=(), extensions=()) -> Dict[str, Any]:
-    """The server configuration a ``scripted_runtime`` marker asks for
-    (plus the command line's build options); a bad one is a UsageError."""
+def marker_config(marker: Optional[pytest.Mark], *, device: str = "cpu", revert_fixes=(), patches=(),
+                  extensions=()) -> Any:
+    """The ``ServerConfig`` a ``scripted_runtime`` marker asks for (plus the
+    command line's device and build options); a bad one is a UsageError."""
     from scripted_runtime.user_side import engine_config
+    from scripted_runtime.user_side.server_config import ServerConfig
 
     kwargs = dict(marker.kwargs) if marker is not None else {}
     if marker is not None and marker.args:
@@ -87,10 +89,10 @@ def marker_config(marker: Optional[pytest.Mark], *, revert_fixes=(), patches=(),
         topology = engine_config.topology_for(int(kwargs.get("pp", 1)), bool(kwargs.get("overlap", True)))
     except ValueError as exc:
         raise pytest.UsageError(f"@pytest.mark.{MARKER}: {exc}") from exc
-    return {"topology": topology, "engine_overrides": dict(kwargs.get("sglang_args") or {}),
-            "revert_fixes": [*revert_fixes, *kwargs.get("revert_fixes", ())],
-            "patches": [*patches, *kwargs.get("patches", ())],
-            "extensions": [*extensions, *kwargs.get("extensions", ())]}
+    return ServerConfig(topology=topology, device=device, engine_overrides=dict(kwargs.get("sglang_args") or {}),
+                        revert_fixes=(*revert_fixes, *kwargs.get("revert_fixes", ())),
+                        patches=(*patches, *kwargs.get("patches", ())),
+                        extensions=(*extensions, *kwargs.get("extensions", ())))
 
 
 @pytest.fixture(scope="session")
@@ -143,13 +145,11 @@ class RecordingServer:
 def scripted_server(request, scripted_runtime_pool, tmp_path_factory):
     """The live server of this test's ``scripted_runtime`` marker."""
     config = request.config
-    cfg = marker_config(request.node.get_closest_marker(MARKER),
-                        revert_fixes=config.getoption("--scripted-runtime-revert-fix"),
-                        patches=config.getoption("--scripted-runtime-patch"),
-                        extensions=config.getoption("--scripted-runtime-extension"))
-    server = scripted_runtime_pool.get(cfg["topology"], engine_overrides=cfg["engine_overrides"],
-                                       revert_fixes=cfg["revert_fixes"], patches=cfg["patches"],
-                                       extensions=cfg["extensions"])
+    server = scripted_runtime_pool.get(marker_config(
+        request.node.get_closest_marker(MARKER), device=scripted_runtime_pool.device,
+        revert_fixes=config.getoption("--scripted-runtime-revert-fix"),
+        patches=config.getoption("--scripted-runtime-patch"),
+        extensions=config.getoption("--scripted-runtime-extension")))
     mode = config.getoption("--scripted-runtime-traces")
     trace_dir = None
     if mode != "none":

@@ -22,6 +22,8 @@ import pytest
 
 from scripted_runtime import known_bugs
 from scripted_runtime.user_side.explore import explorer
+from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
+from scripted_runtime.user_side.server_config import ServerConfig
 
 pytestmark = pytest.mark.sglang
 REPO = Path(__file__).resolve().parent.parent
@@ -30,8 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 def test_ci_profile_exploration_passes(server, tmp_path, capsys):
     # pp4: the corpus and 40 programs (the whole profile costs ~25 s more, over the suite's budget)
     budget = {"max_examples": 40} if server.topology == "pp4" else {}
-    report = explorer.explore(topology=server.topology, profile="ci", server=server, out_dir=tmp_path,
-                              progress=lambda line: print(f"[explore] {line}"), **budget)
+    report = explorer.explore(server.config, ExploreSettings(profile="ci", **budget), server=server,
+                              out_dir=tmp_path, progress=lambda line: print(f"[explore] {line}"))
     explorer.print_report(report, profile="ci")
     out = capsys.readouterr().out
     sys.stdout.write(out)  # the statistics stay visible with -s / in the log
@@ -103,9 +105,9 @@ def test_without_the_registry_the_pp_pause_bug_is_a_new_shrunk_finding(server_po
     server = server_pool.get("pp4")
     if not _pp_pause_bug_applies(server):
         pytest.skip(f"pp_pause_ignored is not registered for SGLang {server.info.get('sglang_version')}")
-    new = explorer.explore(topology="pp4", profile="ci", server=server, out_dir=tmp_path, known_bugs=(),
-                           shrink_time_s=20, check_determinism=False,
-                           progress=lambda line: print(f"[explore] {line}"))
+    new = explorer.explore(ServerConfig("pp4"), ExploreSettings(profile="ci", known_bugs=(), shrink_time_s=20,
+                                                                check_determinism=False),
+                           server=server, out_dir=tmp_path, progress=lambda line: print(f"[explore] {line}"))
     assert new.signature == "ContractViolation[pause]", new.stats.summary()
     source = Path(new.scenario_path).read_text()
     assert "pause_generation" in source and "# <-- FAILS here" in source

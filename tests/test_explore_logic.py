@@ -9,7 +9,9 @@ from hypothesis import given, settings
 
 from scripted_runtime.user_side.explore import actions as A
 from scripted_runtime.user_side.explore import determinism, runner, strategies
+from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
 from scripted_runtime.user_side.explore.stats import Stats
+from scripted_runtime.user_side.server_config import ServerConfig
 from scripted_runtime.user_side.result import ScriptResult
 
 PROGRAM = [A.Start(100, 1, 4), A.Steps(3), A.Flush(), A.Pause("retract"), A.Start(8, 2, 2),
@@ -203,15 +205,15 @@ def test_search_runs_the_corpus_first_outside_the_time_budget_then_generates():
     from scripted_runtime.user_side.explore import corpus, search
 
     fake = _FakeRunner("pp1-normal")
-    result = search.search(fake, profile=search.PROFILES["ci"], max_examples=5, max_time_s=0.0, known_bugs=())
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=5, max_time_s=0.0, known_bugs=()))
     seeds = [p for _, p in corpus.programs("pp1-normal")]
     # no time budget at all: the corpus still ran, in its order, and nothing generated ran
     assert fake.ran == seeds and result.program is None
     fake = _FakeRunner("pp1-normal")
-    search.search(fake, profile=search.PROFILES["ci"], max_examples=5, max_time_s=60.0, known_bugs=())
+    search.search(fake, ExploreSettings(profile="ci", max_examples=5, max_time_s=60.0, known_bugs=()))
     assert fake.ran[:len(seeds)] == seeds and len(fake.ran) > len(seeds)
     fake = _FakeRunner("pp1-normal")
-    search.search(fake, profile=search.PROFILES["ci"], max_examples=5, corpus=False, known_bugs=())
+    search.search(fake, ExploreSettings(profile="ci", max_examples=5, corpus=False, known_bugs=()))
     assert fake.ran[0] not in seeds
 
 
@@ -220,7 +222,7 @@ def test_a_failing_corpus_program_is_the_reported_failure():
 
     target = dict(corpus.programs("pp4"))["decoding+abort_one"]
     fake = _FakeRunner("pp4", fails=lambda program: program == target)
-    result = search.search(fake, profile=search.PROFILES["ci"], max_examples=5, known_bugs=())
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=5, known_bugs=()))
     assert result.program == target and result.outcome.signature == "InvariantViolation[slot_ownership]"
     assert result.found_after_examples == [p for _, p in corpus.programs("pp4")].index(target) + 1
 
@@ -272,9 +274,9 @@ def test_standby_is_ready_then_taken_and_a_failed_or_slow_one_is_stopped():
 
 
 def test_runner_refuses_an_unknown_standby_mode_and_never_stands_by_for_a_server_it_does_not_own():
-    assert runner.ExampleRunner(topology="pp1-normal", server=object(), standby="on").standby_mode == "off"
+    assert runner.ExampleRunner(ServerConfig("pp1-normal"), server=object(), standby="on").standby_mode == "off"
     with pytest.raises(ValueError, match="standby must be one of auto, on, off"):
-        runner.ExampleRunner(topology="pp1-normal", standby="always")
+        runner.ExampleRunner(ServerConfig("pp1-normal"), standby="always")
 
 
 def test_a_program_that_leaves_an_engine_the_reset_cannot_restore_is_the_failing_one():
@@ -297,10 +299,10 @@ def test_a_program_that_leaves_an_engine_the_reset_cannot_restore_is_the_failing
             return ScriptResult(script="program", passed=True, steps=7)
 
     clean = Server(settle_crashes=False)
-    out = runner.ExampleRunner(topology="pp1-normal", server=clean, invariants=False).run([A.Start(8, 1, 2)])
+    out = runner.ExampleRunner(ServerConfig("pp1-normal", checks=False), server=clean).run([A.Start(8, 1, 2)])
     assert out.signature is None and clean.targets == [runner.INTERPRETER, runner.SETTLE]
     broken = Server(settle_crashes=True)
-    out = runner.ExampleRunner(topology="pp1-normal", server=broken, invariants=False).run([A.Start(8, 1, 2)])
+    out = runner.ExampleRunner(ServerConfig("pp1-normal", checks=False), server=broken).run([A.Start(8, 1, 2)])
     assert out.signature == "SchedulerCrashed: AssertionError: freed twice" and out.steps == 7
     assert out.failing_action is None  # after the program's last action: the end
 
@@ -352,3 +354,80 @@ def test_every_generated_hicache_program_compiles_and_may_hold_from_its_start(pr
     assert program[first_start].prompt_len in strategies.HICACHE_PROMPT_LENGTHS
     assert len(program) <= strategies.MAX_ACTIONS
     compile(A.to_source(program).text, "<program>", "exec")
+
+
+def test_the_search_returns_every_failure_met_and_tells_its_events_in_order():
+    """``SearchResult.failures``: each signature met, its first program as
+    found and where; ``SearchEvents``: ``met`` (kept at once), then on the
+    first new failure ``found`` and ``alone``, before any shrinking."""
+    from scripted_runtime.user_side.explore import corpus, search
+
+    target = dict(corpus.programs("pp4"))["decoding+abort_one"]
+    told = []
+
+    class Events(search.SearchEvents):
+        def met(self, finding):
+            told.append(("met", finding.signature, finding.position, list(finding.program)))
+            return f"kept/{finding.position}.py"
+
+        def found(self, finding):
+            told.append(("found", finding.signature, finding.position, list(finding.program)))
+
+        def alone(self, finding):
+            told.append(("alone", finding.signature, finding.position, list(finding.program)))
+            return None
+
+    fake = _FakeRunner("pp4", fails=lambda program: program == target)
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=5, known_bugs=()), events=Events())
+    position = [p for _, p in corpus.programs("pp4")].index(target) + 1
+    signature = "InvariantViolation[slot_ownership]"
+    assert told == [(what, signature, position, target) for what in ("met", "found", "alone")]
+    [finding] = result.failures
+    assert (finding.signature, finding.program, finding.position, finding.known, finding.kept) == (
+        signature, target, position, "", f"kept/{position}.py")
+    assert result.kept == {signature: f"kept/{position}.py"} and not result.needs_history
+
+
+def test_a_failure_that_passes_alone_is_not_shrunk():
+    from scripted_runtime.user_side.explore import corpus, search
+
+    class Events(search.SearchEvents):
+        def alone(self, finding):
+            return False
+
+    programs = [p for _, p in corpus.programs("pp1-normal")]
+    fake = _FakeRunner("pp1-normal", fails=lambda program: program == programs[2])
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=5, known_bugs=()), events=Events())
+    assert result.needs_history and result.first_program == programs[2] and fake.ran == programs[:3]
+
+
+def test_a_failure_whose_keeping_failed_is_offered_again_with_its_next_program():
+    from scripted_runtime.user_side.explore import search
+
+    offered = []
+
+    class Events(search.SearchEvents):
+        def met(self, finding):
+            offered.append(finding.position)
+            if len(offered) == 1:
+                raise OSError("disk full")  # reported; the search goes on
+            return "kept.py"
+
+    fake = _FakeRunner("pp1-normal", fails=lambda program: any(isinstance(a, A.Flush) for a in program))
+    lines = []
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=30, corpus=False, shrink_time_s=5,
+                                                 known_bugs=()), events=Events(), progress=lines.append)
+    assert any("could NOT keep" in line and "disk full" in line for line in lines)
+    assert len(offered) == 2 and offered[0] < offered[1]
+    [finding] = result.failures
+    assert (finding.position, finding.kept) == (offered[0], "kept.py")
+
+
+def test_explore_takes_one_config_one_settings_value_and_at_most_six_parameters():
+    import inspect
+
+    from scripted_runtime.user_side.explore import explorer
+
+    params = inspect.signature(explorer.explore).parameters
+    assert len(params) <= 6, list(params)
+    assert list(params)[:2] == ["config", "settings"]

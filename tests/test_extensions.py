@@ -131,11 +131,13 @@ def test_run_shows_the_window_and_action_and_the_invariant_fails_a_broken_reques
 @pytest.mark.slow
 def test_explore_draws_the_action_counts_the_window_and_checks_the_invariant(example_server, tmp_path):
     from scripted_runtime.user_side.explore import explorer
+    from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
+    from scripted_runtime.user_side.server_config import ServerConfig
 
     lines = []
-    report = explorer.explore(topology="pp1-normal", profile="ci", server=example_server, out_dir=tmp_path,
-                              max_examples=25, corpus=False, check_determinism=False, extensions=[EXAMPLE],
-                              progress=lines.append)
+    report = explorer.explore(ServerConfig("pp1-normal", extensions=(EXAMPLE,)),
+                              ExploreSettings(profile="ci", max_examples=25, corpus=False, check_determinism=False),
+                              server=example_server, out_dir=tmp_path, progress=lines.append)
     explorer.print_report(report, profile="ci", out=lines.append)
     out = "\n".join(lines)
     assert not report.failed, out  # the invariant found nothing on the real scheduler

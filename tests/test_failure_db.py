@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from scripted_runtime.user_side.explore import actions as A, failure_db
+from scripted_runtime.user_side.server_config import ServerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "tests" / "planted" / "search_probe.py"
@@ -27,14 +28,28 @@ def test_a_program_round_trips_through_its_encoding():
 
 
 def test_keys_keep_builds_topologies_and_grammars_apart(monkeypatch):
-    base = dict(sglang_version="0.5.23", topology="pp4")
-    keys = {failure_db.key(**base), failure_db.key(**{**base, "topology": "pp1-normal"}),
-            failure_db.key(**{**base, "sglang_version": "0.5.22"}), failure_db.key(**base, patches=["mut_x"]),
-            failure_db.key(**base, revert_fixes=["pr27446"])}
-    assert len(keys) == 5
-    old = failure_db.key(**base)
+    base = ServerConfig("pp4")
+    keys = {failure_db.key(base, "0.5.23"), failure_db.key(base.replace(topology="pp1-normal"), "0.5.23"),
+            failure_db.key(base, "0.5.22"), failure_db.key(base.replace(patches=("mut_x",)), "0.5.23"),
+            failure_db.key(base.replace(revert_fixes=("pr27446",)), "0.5.23"),
+            failure_db.key(base.replace(engine_overrides={"chunked_prefill_size": 32}), "0.5.23")}
+    assert len(keys) == 6
+    old = failure_db.key(base, "0.5.23")
     monkeypatch.setattr(A, "GRAMMAR_VERSION", A.GRAMMAR_VERSION + 1)
-    assert failure_db.key(**base) != old
+    assert failure_db.key(base, "0.5.23") != old
+
+
+def test_keys_are_those_earlier_releases_wrote():
+    """A database written before ``ServerConfig`` keeps matching: the same
+    bytes (pinned), and neither the device, the extensions nor the checks
+    (never part of the key) change it."""
+    assert failure_db.key(ServerConfig("pp1-normal"), "0.5.23") == \
+        f"scripted-runtime:g{A.GRAMMAR_VERSION}:pp1-normal:1da55fdbf649939c".encode()
+    config = ServerConfig("pp4", patches=("mut_b", "mut_a"), revert_fixes=("pr27446",),
+                          engine_overrides={"enable_x": True, "chunked_prefill_size": 32})
+    pinned = f"scripted-runtime:g{A.GRAMMAR_VERSION}:pp4:1749e4fc06fc5a7e".encode()
+    assert failure_db.key(config, "0.5.23") == pinned
+    assert failure_db.key(config.replace(device="cuda", extensions=("mine.py",), checks=False), "0.5.23") == pinned
 
 
 def test_a_bad_database_is_a_one_line_usage_error():
@@ -106,7 +121,7 @@ def test_a_failure_found_by_one_process_is_replayed_first_by_another_through_red
 def test_a_stored_program_that_passes_now_is_removed(tmp_path):
     db = str(tmp_path / "db")
     store = failure_db.FailureStore(failure_db.open_database(db),
-                                    failure_db.key(sglang_version="0.5.23", topology="pp1-normal"))
+                                    failure_db.key(ServerConfig("pp1-normal"), "0.5.23"))
     fixed = [A.Start(8, 1, 1), A.Flush()]  # no pause: the probe's planted failure is not in it
     store.save(fixed)
     out = _probe(db)

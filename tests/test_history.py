@@ -21,6 +21,8 @@ import pytest
 
 from scripted_runtime.user_side import scenario_history
 from scripted_runtime.user_side.explore import explorer
+from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
+from scripted_runtime.user_side.server_config import ServerConfig
 
 pytestmark = pytest.mark.sglang
 REPO = Path(__file__).resolve().parent.parent
@@ -30,9 +32,10 @@ SIGNATURE_WORDS = "planted history fault"
 
 def _explore(tmp_path, shrink_time_s):
     lines = []
-    report = explorer.explore(topology="pp1-normal", profile="ci", patches=[PLANTED], out_dir=tmp_path,
-                              max_examples=12, shrink_time_s=shrink_time_s, corpus=False,
-                              check_determinism=False, progress=lines.append)
+    report = explorer.explore(ServerConfig("pp1-normal", patches=(PLANTED,)),
+                              ExploreSettings(profile="ci", max_examples=12, shrink_time_s=shrink_time_s, corpus=False,
+                                              check_determinism=False),
+                              out_dir=tmp_path, progress=lines.append)
     return report, lines
 
 

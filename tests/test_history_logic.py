@@ -15,6 +15,7 @@ from scripted_runtime.user_side.explore import actions as A, writer
 from scripted_runtime.user_side.explore.history import ddmin
 from scripted_runtime.user_side.explore.runner import Outcome
 from scripted_runtime.user_side.result import ScriptResult
+from scripted_runtime.user_side.server_config import ServerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +66,7 @@ def _outcome():
 
 def test_a_history_file_lists_its_earlier_programs_and_every_replay_follows_them(tmp_path):
     earlier = [[A.Pause("retract"), A.Continue()], [A.Steps(2)]]
-    path = writer.write_scenario(tmp_path, [A.Start(8, 1, 1)], _outcome(), topology="pp1-normal",
+    path = writer.write_scenario(tmp_path, [A.Start(8, 1, 1)], _outcome(), config=ServerConfig("pp1-normal"),
                                  sglang_version="0.5.23", seed=None, profile="ci", earlier=earlier,
                                  history_note="shrunk from 5 by delta debugging on 6 fresh servers")
     text = path.read_text()
@@ -80,7 +81,7 @@ def test_a_history_file_lists_its_earlier_programs_and_every_replay_follows_them
 
 
 def test_a_file_without_history_runs_nothing_before(tmp_path):
-    path = writer.write_scenario(tmp_path, [A.Start(8, 1, 1)], _outcome(), topology="pp1-normal",
+    path = writer.write_scenario(tmp_path, [A.Start(8, 1, 1)], _outcome(), config=ServerConfig("pp1-normal"),
                                  sglang_version="0.5.23", seed=None, profile="ci")
     assert "RUNS_BEFORE" not in path.read_text()
     assert scenario_history.runs_before(str(path), "program") == []

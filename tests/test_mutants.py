@@ -18,7 +18,9 @@ import pytest
 from scripted_runtime.hooks.patch_base import ALL_TOPOLOGIES
 from scripted_runtime.user_side import mutate
 from scripted_runtime.user_side.explore import explorer
+from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
 from scripted_runtime.user_side.explore.runner import signature_of
+from scripted_runtime.user_side.server_config import ServerConfig
 from tests.helpers import load_bench
 
 pytestmark = pytest.mark.sglang
@@ -92,10 +94,10 @@ def test_a_builtin_mutant_is_killed(mutant_server, tmp_path):
     from scripted_runtime.scheduler_side.invariants import NAMES
 
     topology, mutant = mutant_server.topology, mutant_server.mutant
-    report = explorer.explore(topology=topology, profile="ci", patches=[mutant], server=mutant_server,
-                              max_examples=40, max_time_s=40.0, shrink_time_s=5.0, out_dir=tmp_path / "found",
-                              check_determinism=False, progress=lambda line: None,
-                              invariants=[n for n in NAMES if n != "greedy_output"])
+    report = explorer.explore(
+        ServerConfig(topology, patches=(mutant,), checks=[n for n in NAMES if n != "greedy_output"]),
+        ExploreSettings(profile="ci", max_examples=40, max_time_s=40.0, shrink_time_s=5.0, check_determinism=False),
+        server=mutant_server, out_dir=tmp_path / "found", progress=lambda line: None)
     assert report.failed, f"{mutant} survived {report.stats.examples} programs on {topology}"
     assert mutate.caught_by(report.signature) == mutant_server.check, report.signature
     assert f"--patch {mutant}" in Path(report.scenario_path).read_text()

@@ -100,8 +100,9 @@ def _fake_explore(outcomes):
     signature (killed), None (clean), or an exception to raise."""
     calls = []
 
-    def explore(*, topology, patches, **kw):
-        calls.append((topology, tuple(patches), kw["check_determinism"]))
+    def explore(config, settings, **kw):
+        topology, patches = config.topology, config.patches
+        calls.append((topology, tuple(patches), settings.check_determinism))
         what = outcomes.get((topology, patches[0] if patches else None))
         if isinstance(what, Exception):
             raise what

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from scripted_runtime import pytest_plugin
+from scripted_runtime.user_side.server_config import ServerConfig
 
 pytest_plugins = ["pytester"]
 
@@ -68,9 +69,10 @@ def test_marker_and_command_line_build_options_combine():
     mark = pytest.mark.scripted_runtime(pp=1, overlap=False, sglang_args={"chunked_prefill_size": 32},
                                         patches=["mut_x"]).mark
     cfg = pytest_plugin.marker_config(mark, revert_fixes=["pr27446"], patches=["mine.py:P"])
-    assert cfg == {"topology": "pp1-normal", "engine_overrides": {"chunked_prefill_size": 32},
-                   "revert_fixes": ["pr27446"], "patches": ["mine.py:P", "mut_x"], "extensions": []}
-    assert pytest_plugin.marker_config(None)["topology"] == "pp1-overlap"
+    assert cfg == ServerConfig(topology="pp1-normal", engine_overrides={"chunked_prefill_size": 32},
+                               revert_fixes=("pr27446",), patches=("mine.py:P", "mut_x"), extensions=())
+    assert pytest_plugin.marker_config(None) == ServerConfig(topology="pp1-overlap")
+    assert pytest_plugin.marker_config(None, device="cuda").device == "cuda"
 
 
 def _foreign_project(pytester, pp, topology):

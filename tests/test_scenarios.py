@@ -69,10 +69,13 @@ def test_explorer_finds_pr27446_without_being_told_the_window(pp4_without_pr2744
     from scripted_runtime.scheduler_side.invariants import NAMES
     from scripted_runtime.user_side.explore import explorer
 
-    report = explorer.explore(topology="pp4", profile="ci", server=pp4_without_pr27446, out_dir=tmp_path,
-                              revert_fixes=["pr27446"], shrink_time_s=5,
-                              invariants=[n for n in NAMES if n != "greedy_output"],
-                              progress=lambda line: print(f"[explore] {line}"))
+    from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
+    from scripted_runtime.user_side.server_config import ServerConfig
+
+    report = explorer.explore(ServerConfig("pp4", revert_fixes=("pr27446",),
+                                           checks=[n for n in NAMES if n != "greedy_output"]),
+                              ExploreSettings(profile="ci", shrink_time_s=5), server=pp4_without_pr27446,
+                              out_dir=tmp_path, progress=lambda line: print(f"[explore] {line}"))
     assert report.signature == "InvariantViolation[idle_gate]", report.stats.summary()
     assert report.replay_matches, report.replay_verdict
     assert report.determinism_ok, report.determinism_verdict

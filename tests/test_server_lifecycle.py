@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from scripted_runtime import ScriptedServer
+from scripted_runtime import ScriptedServer, ServerConfig
 from scripted_runtime.user_side import processes
 from scripted_runtime.errors import ServerDeadError
 from tests.helpers import run_ok
@@ -102,8 +102,8 @@ def test_after_a_crash_a_standby_takes_over_at_once_then_shutdown_is_fast_and_le
     from scripted_runtime.user_side.explore import actions as A
     from scripted_runtime.user_side.explore.runner import ExampleRunner
 
-    runner = ExampleRunner(topology="pp1-normal", standby="on",
-                           invariants=[n for n in NAMES if n != "greedy_output"])
+    runner = ExampleRunner(ServerConfig("pp1-normal", checks=[n for n in NAMES if n != "greedy_output"]),
+                           standby="on")
     servers = []
     try:
         runner.ensure_server()

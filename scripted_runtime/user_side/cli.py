@@ -95,25 +95,53 @@ def _check_patches(specs) -> List[str]:
     return list(specs or [])
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def server_config(args: argparse.Namespace, *, topology: Optional[str] = None,
+                  patches: Optional[List[str]] = None) -> "ServerConfig":
+    """The one ``ServerConfig`` a command's flags ask for (run, explore,
+    mutate, ab, bisect-check: each reads the flags it has), validated here
+    (``ServerConfig.validate``: engine arguments, fix toggles, patches,
+    extensions loaded, invariant names), so what cannot run is a usage
+    error (exit 2) before anything starts. ``topology``: given by the
+    command itself (mutate's rows), else ``--topology`` (a feature topology,
+    explore) or ``--pp``/``--overlap``. ``patches``: the command's own list
+    instead of ``--patch``."""
     from scripted_runtime.user_side import engine_config
+    from scripted_runtime.user_side.server_config import ServerConfig
+
+    if topology is None and getattr(args, "topology", None):
+        if args.topology not in engine_config.FEATURE_TOPOLOGIES:
+            raise UsageError(f"--topology: unknown {args.topology!r}; known: "
+                             f"{', '.join(engine_config.FEATURE_TOPOLOGIES)} (the others: --pp/--no-overlap)")
+        topology = args.topology
+    elif topology is None:
+        topology = engine_config.topology_for(getattr(args, "pp", 1), getattr(args, "overlap", True))
+    overrides = engine_config.parse_engine_args(getattr(args, "sglang_arg", None) or [])
+    config = ServerConfig(topology=topology, device=getattr(args, "device", "cpu"), engine_overrides=overrides,
+                          revert_fixes=tuple(getattr(args, "revert_fix", None) or ()),
+                          patches=tuple((getattr(args, "patch", None) or ()) if patches is None else patches),
+                          extensions=tuple(getattr(args, "extension", None) or ()))
+    config.validate()  # loads the extensions first: their invariants' names are then valid
+    return config.replace(checks=_checks(args))
+
+
+def _checks(args: argparse.Namespace):
+    """``--no-invariants`` / ``--skip-invariant NAME``: False (none), True
+    (all), or the names checked (every name is validated either way)."""
+    from scripted_runtime.scheduler_side import invariants
+
+    skipped = invariants.validate_names(getattr(args, "skip_invariant", None) or [])
+    if getattr(args, "no_invariants", False):
+        return False
+    return tuple(n for n in invariants.all_names() if n not in skipped) if skipped else True
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
     from scripted_runtime.errors import EngineArgumentError, ServerStartError
     from scripted_runtime.user_side.server import ScriptedServer
 
-    from scripted_runtime.scheduler_side import invariants
-
     try:
         specs = [check_script_spec(s) for s in args.scenario]
-        topology = engine_config.topology_for(args.pp, args.overlap)
-        overrides = engine_config.parse_engine_args(args.sglang_arg or [])
-        engine_config.engine_kwargs(args.device, topology, **overrides)  # what cannot run here: exit 2 now
-        loaded = _extensions(args.extension)
-        skipped = invariants.validate_names(args.skip_invariant or [])
-        from scripted_runtime.hooks import fix_toggles
-
-        reverted = fix_toggles.validate(args.revert_fix or [])
-        patched = _check_patches(args.patch)
-        checked = False if args.no_invariants else [n for n in invariants.all_names() if n not in skipped]
+        config = server_config(args)
         if args.trace and len(specs) > 1:
             raise UsageError("--trace FILE takes one scenario; with several, traces go to the server's trace dir")
     except (UsageError, ValueError) as exc:
@@ -124,13 +152,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from scripted_runtime.hooks import sglang_compat
 
     version = sglang_compat.installed_sglang_version()
-    print(f"[scripted-runtime] starting SGLang {version} ({topology}, {args.device})...",
+    print(f"[scripted-runtime] starting SGLang {version} ({config.topology}, {config.device})...",
           file=sys.stderr, flush=True)
     t0 = time.monotonic()
     try:
-        server = ScriptedServer.start(device=args.device, topology=topology,
-                                      start_timeout_s=args.start_timeout, revert_fixes=reverted,
-                                      patches=patched, extensions=loaded, **overrides)
+        server = ScriptedServer.start(config, start_timeout_s=args.start_timeout)
     except ServerStartError as exc:
         usage = isinstance(exc, EngineArgumentError)
         print(f"scripted-runtime: {'' if usage else 'server did not start: '}{exc}", file=sys.stderr)
@@ -148,10 +174,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             if not server.alive:
                 print(f"[scripted-runtime] scheduler dead; restarting for {spec}", file=sys.stderr, flush=True)
                 server.shutdown()
-                server = ScriptedServer.start(device=args.device, topology=topology,
-                                              start_timeout_s=args.start_timeout, revert_fixes=reverted,
-                                              patches=patched, extensions=loaded, **overrides)
-            result = _run_with_history(server, spec, timeout=args.timeout, invariants=checked,
+                server = ScriptedServer.start(config, start_timeout_s=args.start_timeout)
+            result = _run_with_history(server, spec, timeout=args.timeout, invariants=config.checks,
                                        trace=args.trace or True)
             results.append(result)
             outcomes.append(outcome_of(result))
@@ -209,14 +233,9 @@ def _report(result) -> None:
 
 
 def _side_options(args: argparse.Namespace) -> dict:
-    extra = []
-    for kv in args.sglang_arg or []:
-        extra += ["--sglang-arg", kv]
-    if args.no_invariants:
-        extra.append("--no-invariants")
-    extra += ["--device", args.device]
-    return dict(pp=args.pp, overlap=args.overlap, timeout_s=args.timeout,
-                start_timeout_s=args.start_timeout, extra_args=extra)
+    """``side.run_side``'s options from ab's and bisect-check's flags (its
+    ``config``: ``server_config``; a bad flag is a usage error)."""
+    return dict(config=server_config(args), timeout_s=args.timeout, start_timeout_s=args.start_timeout)
 
 
 def _cmd_ab(args: argparse.Namespace) -> int:
@@ -226,12 +245,13 @@ def _cmd_ab(args: argparse.Namespace) -> int:
         scenarios = [check_script_spec(s) for s in args.scenario]
         sides = [build_spec.parse(args.a), build_spec.parse(args.b)]
         base = side.base_python(args.base_env)
+        options = _side_options(args)
     except (UsageError, ValueError) as exc:
         print(f"scripted-runtime: {exc}", file=sys.stderr)
         return EXIT_USAGE
     reports = []
     for s in sides:
-        report = side.run_side(s, scenarios, base_python=base, **_side_options(args))
+        report = side.run_side(s, scenarios, base_python=base, **options)
         reports.append(report)
         if not report.ran or args.verbose:
             print((report.log or "").rstrip()[-3000:], file=sys.stderr)
@@ -248,28 +268,27 @@ def _cmd_ab(args: argparse.Namespace) -> int:
 EXIT_BISECT_SKIP, EXIT_BISECT_ABORT = 125, 255
 
 
+def explore_settings(args: argparse.Namespace) -> "ExploreSettings":
+    """The ``ExploreSettings`` of ``explore``'s flags."""
+    from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
+
+    return ExploreSettings(
+        profile=args.profile, seed=args.seed, max_examples=args.max_examples, max_time_s=args.max_time,
+        shrink_time_s=args.shrink_time, stop_file=args.stop_file, check_determinism=not args.no_determinism_check,
+        sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout, example_timeout_s=args.timeout,
+        known_bugs=() if args.no_known_bugs else None, stop_at_known=args.stop_at_known,
+        corpus=not args.no_corpus, standby=args.standby, fresh_replay=not args.same_server_replay,
+        database=args.database, database_read_only=args.database_read_only)
+
+
 def _cmd_explore(args: argparse.Namespace) -> int:
     """Exit 0: no new failure found (known SGLang bugs met are listed as
     ``known: NAME``, their programs written); 1: a new failure found (and
     written out); 2: usage error or the server could not start."""
-    from scripted_runtime.user_side import engine_config
     from scripted_runtime.errors import ServerStartError
 
     try:
-        if args.topology:
-            if args.topology not in engine_config.FEATURE_TOPOLOGIES:
-                raise UsageError(f"--topology: unknown {args.topology!r}; known: "
-                                 f"{', '.join(engine_config.FEATURE_TOPOLOGIES)} (the others: --pp/--no-overlap)")
-            topology = args.topology
-        else:
-            topology = engine_config.topology_for(args.pp, args.overlap)
-        overrides = engine_config.parse_engine_args(args.sglang_arg or [])
-        engine_config.engine_kwargs(args.device, topology, **overrides)  # what cannot run here: exit 2 now
-        from scripted_runtime.hooks import fix_toggles
-
-        reverted = fix_toggles.validate(args.revert_fix or [])
-        patched = _check_patches(args.patch)
-        _extensions(args.extension)
+        config = server_config(args)
         if args.workers < 1:
             raise UsageError(f"-n must be >= 1, got {args.workers}")
         from scripted_runtime.user_side.explore import failure_db
@@ -291,20 +310,10 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     from scripted_runtime.user_side.explore import explorer, failure_db
 
     def progress(line: str) -> None:
-        print(f"[explore {args.worker_label or topology}] {line}", file=sys.stderr, flush=True)
+        print(f"[explore {args.worker_label or config.topology}] {line}", file=sys.stderr, flush=True)
 
     try:
-        report = explorer.explore(
-            topology=topology, profile=args.profile, device=args.device, seed=args.seed,
-            max_examples=args.max_examples, max_time_s=args.max_time, shrink_time_s=args.shrink_time,
-            out_dir=Path(args.out), revert_fixes=reverted, patches=patched, engine_overrides=overrides,
-            stop_file=args.stop_file, check_determinism=not args.no_determinism_check,
-            sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout,
-            invariants=not args.no_invariants, example_timeout_s=args.timeout,
-            known_bugs=() if args.no_known_bugs else None, stop_at_known=args.stop_at_known,
-            corpus=not args.no_corpus, standby=args.standby,
-            fresh_replay=not args.same_server_replay, database=args.database, extensions=args.extension or [],
-            database_read_only=args.database_read_only, progress=progress)
+        report = explorer.explore(config, explore_settings(args), out_dir=Path(args.out), progress=progress)
     except ServerStartError as exc:
         print(f"scripted-runtime: server did not start: {exc}", file=sys.stderr)
         _write_json(args.stats_json, {"status": "NO-START", "error": str(exc)})
@@ -327,10 +336,11 @@ def _cmd_bisect_check(args: argparse.Namespace) -> int:
         scenario = check_script_spec(args.scenario)
         build = build_spec.parse(args.sglang)
         base = side.base_python(args.base_env)
+        options = _side_options(args)
     except (UsageError, ValueError) as exc:
         print(f"scripted-runtime: {exc}", file=sys.stderr)
         return EXIT_BISECT_ABORT
-    report = side.run_side(build, [scenario], base_python=base, **_side_options(args))
+    report = side.run_side(build, [scenario], base_python=base, **options)
     outcome = report.outcomes[0]
     print((report.log or "").rstrip()[-4000:], file=sys.stderr)
     verdict = {"PASS": EXIT_PASS, "FAIL": EXIT_FAIL, "CRASH": EXIT_FAIL,
@@ -402,6 +412,7 @@ def _cmd_mutate(args: argparse.Namespace) -> int:
         if bad:
             raise UsageError(f"--mutant: unknown {bad}; built-in mutants: {', '.join(known)}")
         specs = names + _check_patches(args.patch)
+        config = server_config(args, topology=topologies[0], patches=[])  # each row: its topology, its mutant
     except (UsageError, ValueError) as exc:
         print(f"scripted-runtime: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -409,11 +420,12 @@ def _cmd_mutate(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    rows = mutate.run_table(topologies=topologies, mutants=specs, profile=args.profile,
-                            max_examples=args.max_examples, max_time_s=args.max_time,
-                            shrink_time_s=args.shrink_time, out_dir=Path(args.out), device=args.device,
-                            start_timeout_s=args.start_timeout, corpus=not args.no_corpus,
-                            fresh_replay=not args.same_server_replay, progress=progress)
+    settings = mutate.SETTINGS.replace(profile=args.profile, max_examples=args.max_examples,
+                                       max_time_s=args.max_time, shrink_time_s=args.shrink_time,
+                                       start_timeout_s=args.start_timeout, corpus=not args.no_corpus,
+                                       fresh_replay=not args.same_server_replay)
+    rows = mutate.run_table(config, settings, topologies=topologies, mutants=specs, out_dir=Path(args.out),
+                            progress=progress)
     print(mutate.format_table(rows))
     _write_json(args.json, mutate.as_json(rows))
     return EXIT_FAIL if mutate.void_topologies(rows) else EXIT_PASS

@@ -19,6 +19,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from scripted_runtime.hooks import mutants as builtin_mutants
 from scripted_runtime.hooks import patches as patch_specs
+from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
+from scripted_runtime.user_side.server_config import ServerConfig
 
 BASELINE = "(unmutated)"
 
@@ -83,12 +85,16 @@ def out_dir_for(out_dir: Path, topology: str, mutant: str) -> Path:
     return Path(out_dir) / topology / ("unmutated" if mutant == BASELINE else patch_specs.label(mutant))
 
 
-def run_table(*, topologies: Sequence[str], mutants: Sequence[str], profile: str = "ci",
-              max_examples: Optional[int] = None, max_time_s: Optional[float] = None,
-              shrink_time_s: Optional[float] = 20.0, out_dir: Path = Path("mutate-found"),
-              device: str = "cpu", start_timeout_s: float = 300.0, corpus: bool = True,
-              fresh_replay: bool = True, progress: Callable[[str], None] = print,
+SETTINGS = ExploreSettings(profile="ci", shrink_time_s=20.0)  # the command's defaults
+
+
+def run_table(config: ServerConfig = ServerConfig(), settings: ExploreSettings = SETTINGS, *,
+              topologies: Sequence[str], mutants: Sequence[str], out_dir: Path = Path("mutate-found"),
+              progress: Callable[[str], None] = print,
               explore_fn: Optional[Callable[..., Any]] = None) -> List[KillRow]:
+    """One exploration per row, each of ``config`` on that row's topology
+    with that row's mutant as its only patch, with ``settings`` (no
+    determinism check: a row asks only whether the mutant is found)."""
     from scripted_runtime.errors import ServerStartError
     from scripted_runtime.user_side.explore import explorer
 
@@ -98,18 +104,16 @@ def run_table(*, topologies: Sequence[str], mutants: Sequence[str], profile: str
     t_start = time.monotonic()
     for i, (topology, mutant) in enumerate(plan, 1):
         label = f"[mutate {i}/{len(plan)} {topology} {mutant}]"
-        progress(f"{label} exploring ({profile} profile); {time.monotonic() - t_start:.0f}s elapsed")
+        progress(f"{label} exploring ({settings.profile} profile); {time.monotonic() - t_start:.0f}s elapsed")
         t0 = time.monotonic()
         patches = [] if mutant == BASELINE else [mutant]
         row = KillRow(topology=topology, mutant=mutant, status="", expected=expected_of(mutant) if patches else "")
         try:
             report = explore_fn(
-                topology=topology, profile=profile, device=device, max_examples=max_examples,
-                max_time_s=max_time_s, shrink_time_s=shrink_time_s,
+                config.replace(topology=topology, patches=tuple(patches)),
+                settings.replace(check_determinism=False,
+                                 found_by=f"`scripted-runtime mutate` ({mutant} on {topology})"),
                 out_dir=out_dir_for(out_dir, topology, mutant),
-                patches=patches, check_determinism=False, start_timeout_s=start_timeout_s, corpus=corpus,
-                fresh_replay=fresh_replay,
-                found_by=f"`scripted-runtime mutate` ({mutant} on {topology})",
                 progress=lambda line: progress(f"{label} {line}"))
         except ServerStartError as exc:
             first = next((ln for ln in str(exc).splitlines() if ln.strip()), "")

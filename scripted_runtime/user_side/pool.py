@@ -1,51 +1,53 @@
-"""One live server per configuration (topology, engine arguments, reverted
-fixes, patches), started on first use and restarted when dead."""
+"""One live server per configuration (``ServerConfig.key()``: device,
+topology, engine arguments, reverted fixes, patches, extensions), started on
+first use and restarted when dead."""
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Union
 
 from scripted_runtime.user_side.server import ScriptedServer
-
-
-def config_key(topology: str, engine_overrides: Optional[Dict[str, Any]] = None, revert_fixes: Iterable[str] = (),
-               patches: Iterable[str] = (), extensions: Iterable[str] = ()) -> Tuple:
-    return (topology, json.dumps(engine_overrides or {}, sort_keys=True, default=str), tuple(revert_fixes),
-            tuple(patches), tuple(extensions))
+from scripted_runtime.user_side.server_config import ServerConfig
 
 
 class ServerPool:
     def __init__(self, *, device: str = "cpu", log_dir: Optional[Path] = None, **engine_overrides: Any) -> None:
+        """``device`` and ``engine_overrides``: what ``get(topology)`` builds
+        its configurations with (a ``ServerConfig`` passed in is used as is)."""
         self.device = device
         self.log_dir = log_dir
         self.engine_overrides = engine_overrides
-        self.servers: Dict[Tuple, ScriptedServer] = {}
+        self.servers: Dict[str, ScriptedServer] = {}
 
-    def get(self, topology: str, *, engine_overrides: Optional[Dict[str, Any]] = None,
-            revert_fixes: Iterable[str] = (), patches: Iterable[str] = (),
-            extensions: Iterable[str] = ()) -> ScriptedServer:
-        """The live server of this configuration (the pool's engine
-        arguments updated with ``engine_overrides``)."""
-        overrides = {**self.engine_overrides, **(engine_overrides or {})}
-        revert_fixes, patches, extensions = list(revert_fixes), list(patches), list(extensions)
-        key = config_key(topology, overrides, revert_fixes, patches, extensions)
+    def config(self, topology: str, *, engine_overrides: Optional[Dict[str, Any]] = None,
+               revert_fixes: Iterable[str] = (), patches: Iterable[str] = (),
+               extensions: Iterable[str] = ()) -> ServerConfig:
+        """The configuration ``get(topology, ...)`` means: the pool's device,
+        its engine arguments updated with ``engine_overrides``."""
+        return ServerConfig(topology=topology, device=self.device,
+                            engine_overrides={**self.engine_overrides, **(engine_overrides or {})},
+                            revert_fixes=tuple(revert_fixes), patches=tuple(patches), extensions=tuple(extensions))
+
+    def get(self, config: Union[ServerConfig, str], **by_topology: Any) -> ScriptedServer:
+        """The live server of ``config`` (a ``ServerConfig``, or a topology
+        name with ``config``'s keywords)."""
+        if not isinstance(config, ServerConfig):
+            config = self.config(config, **by_topology)
+        elif by_topology:
+            raise TypeError(f"ServerPool.get: a ServerConfig takes no keywords (got {', '.join(sorted(by_topology))})")
+        key = config.key()
         server = self.servers.get(key)
         if server is not None and server.alive:
             return server
         t0 = time.monotonic()
-        what = topology + "".join(f" --revert-fix {f}" for f in revert_fixes) + "".join(
-            f" --patch {p}" for p in patches) + "".join(f" --extension {e}" for e in extensions) + "".join(
-            f" {k}={v}" for k, v in (engine_overrides or {}).items())
-        print(f"\n[scripted-runtime] starting {what} server on {self.device}...", file=sys.stderr, flush=True)
+        what = config.describe()
+        print(f"\n[scripted-runtime] starting {what} server on {config.device}...", file=sys.stderr, flush=True)
         if server is not None:
             server.restart()
         else:
-            server = ScriptedServer.start(device=self.device, topology=topology, log_dir=self.log_dir,
-                                          revert_fixes=revert_fixes, patches=patches, extensions=extensions,
-                                          **overrides)
+            server = ScriptedServer.start(config, log_dir=self.log_dir)
             self.servers[key] = server
         print(f"[scripted-runtime] {what} ready in {time.monotonic() - t0:.1f}s", file=sys.stderr, flush=True)
         return server

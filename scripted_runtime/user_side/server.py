@@ -35,6 +35,7 @@ from scripted_runtime.errors import EngineArgumentError, ServerDeadError, Server
 from scripted_runtime.user_side.launch import BAD_ARGS_MARKER, EXIT_BAD_ENGINE_ARGS
 from scripted_runtime.user_side.models import files as model_files
 from scripted_runtime.user_side.result import ScriptResult
+from scripted_runtime.user_side.server_config import ServerConfig
 from scripted_runtime import timeline
 
 HOST = "127.0.0.1"
@@ -111,20 +112,28 @@ def invariant_selection(invariants: Union[bool, Iterable[str]]) -> Tuple[str, ..
     return tuple(n for n in invariant_names.all_names() if n not in wanted)
 
 
+def config_from_keywords(*, device: str = "cpu", topology: str = "pp1-overlap", revert_fixes: Iterable[str] = (),
+                        patches: Iterable[str] = (), extensions: Iterable[str] = (),
+                        **engine_overrides: Any) -> ServerConfig:
+    """The ``ServerConfig`` of ``ScriptedServer.start``'s keyword form."""
+    return ServerConfig(topology=topology, device=device, engine_overrides=engine_overrides,
+                        revert_fixes=tuple(revert_fixes), patches=tuple(patches), extensions=tuple(extensions))
+
+
 class ScriptedServer:
-    def __init__(self, *, device: str, topology: str, engine_kwargs: Dict[str, Any],
-                 start_timeout_s: float, log_dir: Optional[Path],
-                 revert_fixes: Iterable[str] = (), patches: Iterable[str] = (),
-                 extensions: Iterable[str] = ()) -> None:
-        self.device = device
-        self.revert_fixes = fix_toggles.validate(list(revert_fixes))
-        self.patches = list(patches)
-        self._patch_specs = [patch_specs.check(p) for p in self.patches]
-        self.extensions = list(extensions)
-        self._extension_specs = [extension_points.resolve(e) for e in self.extensions]
-        extension_points.activate(spec for spec, _ in self._extension_specs)  # here too: names, actions
-        self.topology = topology
-        self.engine_kwargs = engine_kwargs
+    def __init__(self, config: ServerConfig, *, start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+                 log_dir: Optional[Path] = None) -> None:
+        """A server of ``config`` (validated here: a ValueError before
+        anything starts), not yet started: ``launch()`` starts it."""
+        self.config = config
+        self.device = config.device
+        self.topology = config.topology
+        self.engine_kwargs = config.engine_kwargs()
+        self.revert_fixes = config.resolved_revert_fixes()
+        self.patches = list(config.patches)
+        self._patch_specs = config.resolved_patches()
+        self.extensions = list(config.extensions)
+        self._extension_specs = config.resolved_extensions()  # loaded here too: names, actions
         self.start_timeout_s = start_timeout_s
         self._log_dir = log_dir
         self.info: Dict[str, Any] = {}
@@ -145,23 +154,28 @@ class ScriptedServer:
 
     # --- lifecycle ----------------------------------------------------------
     @classmethod
-    def start(cls, *, device: str = "cpu", topology: str = "pp1-overlap",
-              start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
-              log_dir: Optional[Union[str, Path]] = None, revert_fixes: Iterable[str] = (),
-              patches: Iterable[str] = (), extensions: Iterable[str] = (),
-              **engine_overrides: Any) -> "ScriptedServer":
-        """Start a server. ``revert_fixes`` names SGLang fixes to undo
+    def start(cls, config: Optional[ServerConfig] = None, *, start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+              log_dir: Optional[Union[str, Path]] = None, **legacy: Any) -> "ScriptedServer":
+        """Start a server of ``config`` (``server_config.ServerConfig``:
+        device, topology, engine overrides, reverted fixes, patches,
+        extensions); blocks until it is ready. An unknown fix, patch or
+        extension is a ValueError before anything starts.
+
+        The keyword form builds the config: ``start(topology="pp4",
+        device="cpu", revert_fixes=[...], patches=[...], extensions=[...],
+        **engine_overrides)``. ``revert_fixes`` names SGLang fixes to undo
         in-process (``hooks/fix_toggles.py``), e.g. ``["pr27446"]``;
         ``patches`` names patches to apply in every scheduler rank: built-in
         fix toggles and mutants (``hooks/mutants/``), or a user's own as
-        ``MODULE:ATTR`` / ``PATH.py:ATTR`` (``hooks/patches.py``). An unknown
-        one is a ValueError before anything starts. ``extensions``: modules
-        of windows, invariants and explorer actions
+        ``MODULE:ATTR`` / ``PATH.py:ATTR`` (``hooks/patches.py``).
+        ``extensions``: modules of windows, invariants and explorer actions
         (``scripted_runtime/extensions.py``), loaded here and in every rank."""
-        kwargs = engine_config.engine_kwargs(device, topology, **engine_overrides)
-        server = cls(device=device, topology=topology, engine_kwargs=kwargs,
-                     start_timeout_s=start_timeout_s, log_dir=Path(log_dir) if log_dir else None,
-                     revert_fixes=revert_fixes, patches=patches, extensions=extensions)
+        if config is None:
+            config = config_from_keywords(**legacy)
+        elif legacy:
+            raise TypeError(f"ScriptedServer.start: pass a ServerConfig or keywords, not both "
+                            f"(got {', '.join(sorted(legacy))})")
+        server = cls(config, start_timeout_s=start_timeout_s, log_dir=Path(log_dir) if log_dir else None)
         return server.launch()
 
     def restart(self) -> "ScriptedServer":
@@ -172,9 +186,7 @@ class ScriptedServer:
     def sibling(self) -> "ScriptedServer":
         """A new, not yet started server of the same configuration (build,
         topology, engine arguments, fix toggles, patches); ``launch()`` starts it."""
-        return ScriptedServer(device=self.device, topology=self.topology, engine_kwargs=dict(self.engine_kwargs),
-                              start_timeout_s=self.start_timeout_s, log_dir=self._log_dir,
-                              revert_fixes=self.revert_fixes, patches=self.patches, extensions=self.extensions)
+        return ScriptedServer(self.config, start_timeout_s=self.start_timeout_s, log_dir=self._log_dir)
 
     def launch(self) -> "ScriptedServer":
         """Start this (not yet started) server; blocks until it is ready."""

@@ -9,7 +9,9 @@ import json
 import sys
 
 from scripted_runtime.user_side.explore import actions as A, failure_db, search
+from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
 from scripted_runtime.user_side.explore.runner import Outcome
+from scripted_runtime.user_side.server_config import ServerConfig
 
 
 class PauseFails:
@@ -29,10 +31,10 @@ class PauseFails:
 def main() -> None:
     spec, read_only = sys.argv[1], "--read-only" in sys.argv
     db = failure_db.open_database(spec, read_only=read_only)
-    store = failure_db.FailureStore(db, failure_db.key(sglang_version="0.5.23", topology="pp1-normal"))
+    store = failure_db.FailureStore(db, failure_db.key(ServerConfig("pp1-normal"), "0.5.23"))
     runner, lines = PauseFails(), []
-    result = search.search(runner, profile=search.PROFILES["ci"], max_examples=30, shrink_time_s=5, corpus=False,
-                           store=store, known_bugs=(), progress=lines.append)
+    result = search.search(runner, ExploreSettings(profile="ci", max_examples=30, shrink_time_s=5, corpus=False,
+                                                   known_bugs=()), store=store, progress=lines.append)
     if result.program is not None:
         store.save(result.program)
     print(json.dumps({"ran": runner.ran, "progress": lines, "stored": [failure_db.encode(p).decode()

@@ -27,6 +27,7 @@ from scripted_runtime.errors import UsageError
 from scripted_runtime.user_side.builds import envs, worktrees
 from scripted_runtime.user_side.builds import spec as build_spec
 from scripted_runtime.user_side.builds.spec import BuildSpec, find_package_dir
+from scripted_runtime.user_side.server_config import ServerConfig
 
 STATUSES = ("PASS", "FAIL", "CRASH", "NO-START", "ERROR")
 
@@ -111,10 +112,11 @@ def child_environment(build: PreparedBuild) -> dict:
     return env
 
 
-def run_side(spec: BuildSpec, scenarios: List[str], *, pp: int = 1, overlap: bool = True,
+def run_side(spec: BuildSpec, scenarios: List[str], *, config: ServerConfig = ServerConfig(),
              timeout_s: float = 120.0, start_timeout_s: float = 300.0, base_python: str = sys.executable,
-             extra_args: Optional[List[str]] = None,
              progress: Optional[Callable[[str], None]] = None) -> SideReport:
+    """Run ``scenarios`` on ``config``'s server in ``spec``'s build (the
+    SPEC's reverted fixes added to it)."""
     progress = progress or (lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True))
     report = SideReport(side=spec.label)
     t0 = time.monotonic()
@@ -131,15 +133,12 @@ def run_side(spec: BuildSpec, scenarios: List[str], *, pp: int = 1, overlap: boo
         return report
     with tempfile.TemporaryDirectory(prefix="scripted-runtime-side-") as tmp:
         result_file = os.path.join(tmp, "result.json")
-        cmd = [build.python, "-m", "scripted_runtime.user_side.cli", "run", *scenarios, "--pp", str(pp),
-               "--overlap" if overlap else "--no-overlap", "--timeout", str(timeout_s),
-               "--start-timeout", str(start_timeout_s), "--result-json", result_file]
-        for name in spec.revert:
-            cmd += ["--revert-fix", name]
-        cmd += list(extra_args or [])
+        config = config.replace(revert_fixes=(*config.revert_fixes, *spec.revert))
+        cmd = [build.python, "-m", "scripted_runtime.user_side.cli", "run", *scenarios, *config.as_argv(),
+               "--timeout", str(timeout_s), "--start-timeout", str(start_timeout_s), "--result-json", result_file]
         env = child_environment(build)
         deadline = start_timeout_s * 2 + len(scenarios) * (timeout_s + 30) + 60
-        progress(f"{spec.label}: running {len(scenarios)} scenario(s) (pp={pp}) with {build.python}")
+        progress(f"{spec.label}: running {len(scenarios)} scenario(s) (pp={config.pp_size()}) with {build.python}")
         log_path = os.path.join(tmp, "side.log")
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=module_paths.harness_path_entry(),

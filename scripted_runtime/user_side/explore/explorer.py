@@ -7,12 +7,14 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional
 
 from scripted_runtime import known_bugs as known_bugs_mod
 from scripted_runtime.user_side.explore import determinism, failure_db, history as history_mod, search as search_mod, writer
+from scripted_runtime.user_side.explore.explore_settings import FOUND_BY, ExploreSettings
 from scripted_runtime.user_side.explore.runner import ExampleRunner, signature_of
 from scripted_runtime.user_side.explore.stats import Stats
+from scripted_runtime.user_side.server_config import ServerConfig
 
 DEFAULT_OUT = "explore-found"
 
@@ -53,81 +55,58 @@ class ExploreReport:
         return out
 
 
-def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Optional[int] = None,
-            max_examples: Optional[int] = None, max_time_s: Optional[float] = None,
-            shrink_time_s: Optional[float] = None,
-            out_dir: Path = Path(DEFAULT_OUT), revert_fixes: Iterable[str] = (), patches: Iterable[str] = (),
-            engine_overrides: Optional[Dict[str, Any]] = None, server: Any = None,
-            stop_file: Optional[str] = None, check_determinism: bool = True,
-            sglang_spec: Optional[str] = None, start_timeout_s: float = 300.0,
-            log_dir: Optional[Path] = None, invariants: Any = True, example_timeout_s: float = 120.0,
-            known_bugs: Optional[Sequence[Any]] = None, stop_at_known: bool = False, corpus: bool = True,
-            found_by: str = "`scripted-runtime explore`", standby: str = "auto", fresh_replay: bool = True,
-            database: Optional[str] = "none", database_read_only: bool = False, extensions: Iterable[str] = (),
-            progress: Callable[[str], None] = print) -> ExploreReport:
-    """``known_bugs``: the registry to match failures against (default the
-    built-in one; ``()``: every failure is new). Every failure met is kept
-    (``OUT/kept/``, as found) the moment it is met; a new one is then also
-    shrunk and written to ``OUT``.
+def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(), *, server: Any = None,
+            out_dir: Path = Path(DEFAULT_OUT), progress: Callable[[str], None] = print) -> ExploreReport:
+    """Explore ``config``'s server with ``settings`` (``ExploreSettings``:
+    the budget, the seed, the corpus, the failure database, the known bugs,
+    the replay mode, the standby...); ``server``: a running server of that
+    configuration to explore instead of starting one (it is not shut down).
 
-    ``fresh_replay``: the written file is replayed on a fresh server (the
-    standby, started when the failure is found, else a restart); if it does
-    not fail there, the server's history is replayed and shrunk
-    (``history.recover``). Only with a server of its own (``server`` None):
-    a passed-in server is replayed on as it is, and the report says so.
+    Every failure met is kept (``OUT/kept/``, as found) the moment it is
+    met; a new one is then also shrunk and written to ``OUT``.
 
-    ``database``: the failure database (``failure_db.open_database``: a
-    directory, ``redis://HOST:PORT``, ``none``; None: the local default):
+    ``settings.fresh_replay``: the written file is replayed on a fresh
+    server (the standby, started when the failure is found, else a
+    restart); if it does not fail there, the server's history is replayed
+    and shrunk (``history.recover``). Only with a server of its own
+    (``server`` None): a passed-in server is replayed on as it is, and the
+    report says so.
+
+    ``settings.database``: the failure database (``failure_db.open_database``:
+    a directory, ``redis://HOST:PORT``, ``none``; None: the local default):
     its programs for this build and topology run first, new failures are
     saved to it (unless ``database_read_only``). The command's default is
-    the local directory; this function's is ``none``."""
-    db = failure_db.open_database(database, read_only=database_read_only)
+    the local directory; ``ExploreSettings``'s is ``none``."""
+    db = failure_db.open_database(settings.database, read_only=settings.database_read_only)
+    profile = settings.profile
     prof = search_mod.PROFILES[profile]
-    extensions = list(extensions)
-    revert_fixes = list(revert_fixes)
-    patches = list(patches)
-    runner = ExampleRunner(topology=topology, device=device, revert_fixes=revert_fixes, patches=patches,
-                           extensions=extensions,
-                           engine_overrides=engine_overrides, server=server, progress=progress,
-                           start_timeout_s=start_timeout_s, log_dir=log_dir, invariants=invariants,
-                           example_timeout_s=example_timeout_s, standby=standby)
+    topology = config.topology
+    runner = ExampleRunner(config, server=server, progress=progress, start_timeout_s=settings.start_timeout_s,
+                           log_dir=settings.log_dir, example_timeout_s=settings.example_timeout_s,
+                           standby=settings.standby)
     try:
         start_s = runner.ensure_server()
         warm_s = runner.warm_s  # the output oracle's references, computed before the first program
         version = str(runner.info.get("sglang_version") or "?")
+        seed = settings.seed
         progress(f"exploring {topology} with the {profile} profile: up to "
-                 f"{max_examples or prof.max_examples} programs / {max_time_s or prof.max_time_s:.0f}s"
+                 f"{settings.max_examples or prof.max_examples} programs / "
+                 f"{settings.max_time_s or prof.max_time_s:.0f}s"
                  + (f", seed {seed}" if seed is not None else ""))
         if seed is None and not prof.derandomize:
             seed = random.randrange(2**31)  # chosen here, so the kept files name it too
-        run_label = f"seed {seed}" if seed is not None else "derandomized"
-
-        def keep(program, outcome, position, known_name):
-            # Never lost: the first program of every failure, as found, written at once.
-            return str(writer.write_kept(
-                Path(out_dir) / "kept", program, outcome, position=position, known_name=known_name,
-                run=f"the run ({profile} profile, {run_label})", topology=topology, sglang_version=version,
-                seed=seed, profile=profile, revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
-                invariants=invariants, found_by=found_by, extensions=extensions))
-
-        store = failure_db.FailureStore(db, failure_db.key(
-            sglang_version=version, topology=topology, patches=patches, revert_fixes=revert_fixes,
-            engine_overrides=engine_overrides)) if db is not None else None
-        result = search_mod.search(runner, profile=prof, store=store, seed=seed, max_examples=max_examples,
-                                   max_time_s=max_time_s, shrink_time_s=shrink_time_s,
-                                   stop_file=stop_file, progress=progress, stop_at_known=stop_at_known,
-                                   corpus=corpus, keep=keep,
-                                   on_found=runner.start_standby if fresh_replay and runner.owns_server
-                                   else (lambda: None),
-                                   check_alone=lambda program, outcome: _alone_after_crash(
-                                       runner, program, outcome) if fresh_replay else None,
-                                   known_bugs=known_bugs_mod.REGISTRY if known_bugs is None else known_bugs)
+        settings = settings.replace(seed=seed)
+        written = dict(config=config, sglang_version=version, profile=profile, sglang_spec=settings.sglang_spec,
+                       found_by=settings.found_by)
+        store = failure_db.FailureStore(db, failure_db.key(config, version)) if db is not None else None
+        result = search_mod.search(runner, settings, store=store, progress=progress,
+                                   events=_Events(runner, settings, Path(out_dir) / "kept", written))
         stats = result.stats
         stats.start_s = start_s
         stats.sglang_version = version
         report = ExploreReport(stats=stats, seed=result.seed)
         trace_dir = Path(out_dir) / "traces" / time.strftime("%Y%m%d-%H%M%S")
-        report.kept = dict(result.kept)
+        report.kept = result.kept
         for name, (program, outcome, after) in result.known.items():
             report.known[name] = {"signature": outcome.signature, "after_programs": after,
                                   "scenario": result.kept.get(outcome.signature)}
@@ -146,15 +125,13 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
 
             def write(program, earlier=(), note="", failed=outcome, shrunk=True):
                 return writer.write_scenario(
-                    Path(out_dir), program, failed, topology=topology, sglang_version=version, seed=result.seed,
-                    profile=profile, revert_fixes=revert_fixes, patches=patches, sglang_spec=sglang_spec,
-                    found_after=found_after, invariants=invariants, earlier=earlier, history_note=note,
-                    extensions=extensions, shrunk=shrunk)
+                    Path(out_dir), program, failed, **{**written, "found_by": FOUND_BY}, seed=result.seed,
+                    found_after=found_after, earlier=earlier, history_note=note, shrunk=shrunk)
 
             path = write(result.program, shrunk=not result.needs_history)
             trace_dir = Path(out_dir) / "traces" / path.stem
             report.scenario_path = str(path)
-            budget_s = prof.shrink_time_s if shrink_time_s is None else shrink_time_s
+            budget_s = prof.shrink_time_s if settings.shrink_time_s is None else settings.shrink_time_s
             progress(f"wrote {path} ({len(result.program)} actions, "
                      + ("as first found: it needs its history)" if result.needs_history else
                         f"shrunk from {len(result.first_program or result.program)})"))
@@ -177,18 +154,18 @@ def explore(*, topology: str, profile: str = "ci", device: str = "cpu", seed: Op
                                      if report.replay_matches else
                                      f"the written file did NOT reproduce it on the explorer's server: "
                                      f"got {sig or 'PASS'}")
-            if check_determinism:
+            if settings.check_determinism:
                 again_trace = trace_dir / "replay-of-program.jsonl"
                 again = runner.run(result.program, trace=again_trace)
                 report.determinism_ok, report.determinism_verdict = determinism.check_traces(
                     (sig, str(file_trace)), (again.signature, str(again_trace)), topology=topology)
-            if fresh_replay and runner.owns_server:
+            if settings.fresh_replay and runner.owns_server:
                 _replay_fresh(runner, report, result, path, trace_dir, budget_s=budget_s, same_trace=file_trace,
                               same_sig=sig, write=write, progress=progress)
-            elif fresh_replay:
+            elif settings.fresh_replay:
                 report.replay_verdict += " (not a fresh one: the server was passed in, so it is replayed on as is)"
             progress(report.replay_verdict)
-        elif check_determinism and result.longest_passing:
+        elif settings.check_determinism and result.longest_passing:
             report.determinism_ok, report.determinism_verdict = determinism.check(
                 runner, result.longest_passing, trace_dir=trace_dir, label="longest")
         return _finish(report, runner, progress)
@@ -201,6 +178,35 @@ def _finish(report: ExploreReport, runner: ExampleRunner, progress=lambda line: 
         progress(report.determinism_verdict)
     report.stats.restarts = runner.restarts
     return report
+
+
+class _Events(search_mod.SearchEvents):
+    """What the explorer does during its search (``search.SearchEvents``
+    says why these three cannot wait for it to return): keep the first
+    program of every failure as found (``OUT/kept/``), start the standby
+    when the first new failure is found (its fresh replay will want a fresh
+    server), and say whether that failure comes back alone on a fresh
+    server (only with ``fresh_replay``)."""
+
+    def __init__(self, runner: ExampleRunner, settings: ExploreSettings, kept_dir: Path,
+                 written: Dict[str, Any]) -> None:
+        self.runner, self.settings, self.kept_dir, self.written = runner, settings, kept_dir, written
+        seed = settings.seed
+        self.run_label = f"the run ({settings.profile} profile, {f'seed {seed}' if seed is not None else 'derandomized'})"
+
+    def met(self, finding: search_mod.Finding) -> Optional[str]:
+        # Never lost: the first program of every failure, as found, written at once.
+        return str(writer.write_kept(self.kept_dir, finding.program, finding.outcome, position=finding.position,
+                                     known_name=finding.known, run=self.run_label, seed=self.settings.seed,
+                                     **self.written))
+
+    def found(self, finding: search_mod.Finding) -> None:
+        if self.settings.fresh_replay and self.runner.owns_server:
+            self.runner.start_standby()
+
+    def alone(self, finding: search_mod.Finding) -> Optional[bool]:
+        return _alone_after_crash(self.runner, finding.program, finding.outcome) if self.settings.fresh_replay \
+            else None
 
 
 def _alone_after_crash(runner: ExampleRunner, program, outcome) -> Optional[bool]:

@@ -23,9 +23,10 @@ import json
 import os
 import typing
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from scripted_runtime.user_side.explore import actions as A
+from scripted_runtime.user_side.server_config import ServerConfig
 
 DEFAULT_DIR = ".scripted-runtime/failures"
 NONE = "none"
@@ -62,14 +63,17 @@ def decode(blob: bytes) -> Optional[List[Any]]:
         return None
 
 
-def key(*, sglang_version: str, topology: str, patches: Iterable[str] = (), revert_fixes: Iterable[str] = (),
-        engine_overrides: Optional[Dict[str, Any]] = None) -> bytes:
-    """The database key of one configuration: build, topology, grammar."""
-    build = json.dumps({"sglang": sglang_version, "patches": sorted(patches), "reverted": sorted(revert_fixes),
-                        "engine": {k: str(v) for k, v in sorted((engine_overrides or {}).items())}},
+def key(config: ServerConfig, sglang_version: str) -> bytes:
+    """The database key of one configuration: build (SGLang version, the
+    patches and reverted fixes applied, the engine overrides), topology,
+    grammar. The device, the extensions and the checks are not in it (they
+    never were: a key written by an earlier release still matches)."""
+    build = json.dumps({"sglang": sglang_version, "patches": sorted(config.patches),
+                        "reverted": sorted(config.revert_fixes),
+                        "engine": {k: str(v) for k, v in sorted(config.engine_overrides)}},
                        sort_keys=True)
     digest = hashlib.sha256(build.encode()).hexdigest()[:16]
-    return f"scripted-runtime:g{A.GRAMMAR_VERSION}:{topology}:{digest}".encode()
+    return f"scripted-runtime:g{A.GRAMMAR_VERSION}:{config.topology}:{digest}".encode()
 
 
 def open_database(spec: Optional[str], *, read_only: bool = False) -> Any:

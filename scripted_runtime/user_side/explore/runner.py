@@ -12,13 +12,14 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from scripted_runtime import extensions as extension_points, protocol
 from scripted_runtime.user_side import scenario_history
 from scripted_runtime.user_side.explore import actions as A
 from scripted_runtime.user_side.explore.determinism import RID
 from scripted_runtime.user_side.result import ScriptResult, violation_signature
+from scripted_runtime.user_side.server_config import ServerConfig
 from scripted_runtime.user_side.standby import Standby
 
 INTERPRETER = protocol.ScriptTarget(qualname="run_source", module="scripted_runtime.scheduler_side.explore.interpreter")
@@ -102,28 +103,23 @@ class ExampleRunner:
     after a crash. Pass ``server`` to reuse a running one (it is then not
     shut down by ``close``)."""
 
-    def __init__(self, *, topology: str, device: str = "cpu", revert_fixes: Iterable[str] = (),
-                 patches: Iterable[str] = (), extensions: Iterable[str] = (),
-                 engine_overrides: Optional[Dict[str, Any]] = None, log_dir: Optional[Path] = None,
+    def __init__(self, config: ServerConfig, *, log_dir: Optional[Path] = None,
                  server: Any = None, start_timeout_s: float = 300.0,
-                 example_timeout_s: float = EXAMPLE_TIMEOUT_S, invariants: Any = True,
-                 standby: str = "auto", progress=None) -> None:
-        """``standby``: keep a second server ready to swap in when the live
-        one dies (``standby.py``): ``auto`` from the first restart on (a run
-        that never crashes pays nothing), ``on`` from the start, ``off``.
-        Only for a server this runner owns."""
+                 example_timeout_s: float = EXAMPLE_TIMEOUT_S, standby: str = "auto", progress=None) -> None:
+        """``config``: the server's configuration (its ``checks`` are what
+        every program is checked with). ``standby``: keep a second server
+        ready to swap in when the live one dies (``standby.py``): ``auto``
+        from the first restart on (a run that never crashes pays nothing),
+        ``on`` from the start, ``off``. Only for a server this runner owns."""
         if standby not in STANDBY_MODES:
             raise ValueError(f"standby must be one of {', '.join(STANDBY_MODES)}, got {standby!r}")
         self.standby_mode = standby if server is None else "off"
         self._standby: Optional[Standby] = None
         self.swaps = 0  # restarts served by the standby
-        self.invariants = invariants
-        self.topology = topology
-        self.device = device
-        self.revert_fixes = list(revert_fixes)
-        self.patches = list(patches)
-        self.extensions = list(extensions)
-        self.engine_overrides = dict(engine_overrides or {})
+        self.config = config
+        self.invariants = config.checks
+        self.topology = config.topology
+        self.device = config.device
         self.log_dir = log_dir
         self.start_timeout_s = start_timeout_s
         self.example_timeout_s = example_timeout_s
@@ -158,12 +154,8 @@ class ExampleRunner:
         t0 = time.monotonic()
         if self.server is None:
             self.progress(f"starting the {self.topology} server ({self.device})...")
-            self.server = ScriptedServer.start(device=self.device, topology=self.topology,
-                                               start_timeout_s=self.start_timeout_s,
-                                               revert_fixes=self.revert_fixes, patches=self.patches,
-                                               extensions=self.extensions,
-                                               log_dir=self.log_dir,
-                                               **self.engine_overrides)
+            self.server = ScriptedServer.start(self.config, start_timeout_s=self.start_timeout_s,
+                                               log_dir=self.log_dir)
             self.start_s = time.monotonic() - t0
             self.progress(f"server ready in {self.start_s:.1f}s (sglang {self.info.get('sglang_version')}, "
                           f"loop {self.info.get('loop_kind')})")

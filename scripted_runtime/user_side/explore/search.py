@@ -20,14 +20,15 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from scripted_runtime import known_bugs as known_bugs_mod
-from scripted_runtime.user_side import engine_config
+from scripted_runtime.user_side.server_config import ServerConfig
 from scripted_runtime.user_side.explore import corpus as corpus_mod, failure_db, strategies
+from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
 from scripted_runtime.user_side.explore.runner import ExampleRunner, Outcome
 from scripted_runtime.user_side.explore.stats import Stats
 
@@ -81,6 +82,49 @@ def failure_class(signature: str) -> type:
 
 
 @dataclass
+class Finding:
+    """A failure signature met by the search: its first program, as found
+    (before any shrinking), known bugs included."""
+
+    signature: str
+    program: list
+    outcome: Outcome
+    position: int  # programs run by then (this one included)
+    known: str = ""  # the registered SGLang bug it is, if any
+    # the file ``SearchEvents.met`` kept it in (a later program of the same signature if keeping
+    # the first failed: every one is offered until one is kept)
+    kept: Optional[str] = None
+
+
+class SearchEvents:
+    """What the caller does *during* the search, at three moments; the
+    defaults do nothing. Everything else comes back in ``SearchResult``.
+
+    These cannot wait for the search to return: ``met`` writes the first
+    program of each failure the moment it is met, so no failure is lost
+    whatever happens to the search after (a kill while shrinking, a full
+    disk later); ``found`` starts what the failure will need soon (the
+    standby server for its fresh replay) while it is shrunk; and ``alone``
+    decides whether it is shrunk at all."""
+
+    def met(self, finding: Finding) -> Optional[str]:
+        """The first program of a failure signature (``finding``): keep it;
+        the path written, or None (offered again with the next program of
+        that signature). An OSError is reported and the search goes on."""
+        return None
+
+    def found(self, finding: Finding) -> None:
+        """Once, the first new (not known) failure, before its shrinking."""
+
+    def alone(self, finding: Finding) -> Optional[bool]:
+        """Then: whether that program fails the same way alone on a fresh
+        server (None: not checked). False ends the search unshrunk
+        (``SearchResult.needs_history``): shrinking it on a server whose
+        state it needs would shrink the wrong thing."""
+        return None
+
+
+@dataclass
 class SearchResult:
     stats: Stats
     program: Optional[list] = None  # the shrunk failing program
@@ -92,50 +136,48 @@ class SearchResult:
     longest_passing: Optional[list] = None  # for the determinism check when nothing failed
     # known SGLang bug name -> (the first program that hit it, its outcome, programs run by then)
     known: Dict[str, Tuple[list, Outcome, int]] = field(default_factory=dict)
-    # failure signature -> the file ``keep`` wrote for its first program, as found
-    kept: Dict[str, str] = field(default_factory=dict)
-    # the first failing program passed alone on a fresh server (``check_alone``): it needs what its
-    # server ran before it, so it was not shrunk here (``history.recover`` does that)
+    # every failure signature met, in the order met (``Finding``)
+    failures: List[Finding] = field(default_factory=list)
+    # the first failing program passed alone on a fresh server (``SearchEvents.alone``): it needs what
+    # its server ran before it, so it was not shrunk here (``history.recover`` does that)
     needs_history: bool = False
 
+    @property
+    def kept(self) -> Dict[str, str]:
+        """Failure signature -> the file its first program was kept in."""
+        return {f.signature: f.kept for f in self.failures if f.kept}
 
-def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = None,
-           max_examples: Optional[int] = None, max_time_s: Optional[float] = None,
-           shrink_time_s: Optional[float] = None, stop_file: Optional[str] = None,
-           known_bugs: Sequence[known_bugs_mod.KnownBug] = known_bugs_mod.REGISTRY, stop_at_known: bool = False,
-           corpus: bool = True, keep: Optional[Callable[[list, Outcome, int, str], Optional[str]]] = None,
-           on_found: Callable[[], None] = lambda: None,
-           check_alone: Callable[[list, Outcome], Optional[bool]] = lambda program, outcome: None,
-           store: Optional[failure_db.FailureStore] = None,
+
+def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[failure_db.FailureStore] = None,
+           events: Optional[SearchEvents] = None,
            progress: Callable[[str], None] = lambda line: None) -> SearchResult:
-    """Search until a new failure (shrunk, returned) or the budget is spent.
-    A failure that is a registered SGLang bug (``known_bugs``; pass ``()`` to
-    treat every failure as new) is counted as ``known: NAME``, its first
-    program kept, and the search goes on, unless ``stop_at_known``.
+    """Search until a new failure (shrunk, returned) or the budget is spent
+    (``settings``: the profile and its overrides, the seed, the corpus, the
+    known bugs, the stop file). A failure that is a registered SGLang bug
+    (``settings.known_bugs``; ``()`` treats every failure as new) is
+    counted as ``known: NAME`` and the search goes on, unless
+    ``stop_at_known``. Every failure signature met is in ``result.failures``.
 
     ``corpus``: run the seed corpus (``corpus.py``) first, outside the time
     budget (it is a fixed, bounded set) and the example count.
 
-    ``keep(program, outcome, position, known_name)``: called for the first
-    program of every failure signature the moment it is met (before any
-    shrinking, known bugs included), so no failure is lost whatever happens
-    to the search after; returns the path it wrote (kept in
-    ``result.kept``). ``on_found()``: called once, when the first new
-    failure is met (before its shrinking). ``check_alone(program,
-    outcome)``: then, whether that program fails the same way alone on a
-    fresh server (None: not checked); False ends the search unshrunk
-    (``result.needs_history``): shrinking it on a server whose state it
-    needs would shrink the wrong thing.
+    ``events``: what the caller does during the search (``SearchEvents``:
+    keep each failure's first program at once, act on the first new
+    failure, say whether it needs its server's history).
 
     ``store``: the failure database (``failure_db``): its programs run
     first (before the corpus, outside the budget); one that passes now is
     deleted from it, and the first program of every new failure is saved
     (the explorer saves the shrunk one too)."""
+    events = events or SearchEvents()
+    profile = PROFILES[settings.profile]
+    seed, known_bugs, stop_at_known, stop_file = (settings.seed, settings.registry(), settings.stop_at_known,
+                                                  settings.stop_file)
     topology = runner.topology
     stats = Stats(topology=topology)
-    limit_examples = max_examples or profile.max_examples
-    limit_s = profile.max_time_s if max_time_s is None else max_time_s
-    shrink_s = profile.shrink_time_s if shrink_time_s is None else shrink_time_s
+    limit_examples = settings.max_examples or profile.max_examples
+    limit_s = profile.max_time_s if settings.max_time_s is None else settings.max_time_s
+    shrink_s = profile.shrink_time_s if settings.shrink_time_s is None else settings.shrink_time_s
     if not profile.derandomize and seed is None:
         seed = random.randrange(2**31)
     memo: Dict[Tuple, Outcome] = {}
@@ -143,26 +185,29 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
     first: Dict[str, object] = {}
     longest: List[object] = [None, -1]
     met_known: Dict[str, Tuple[list, Outcome, int]] = {}
-    kept: Dict[str, str] = {}
+    findings: Dict[str, Finding] = {}
     saved: set = set()  # failure signatures whose first program went to the failure database
 
-    def keep_first(program: list, outcome: Outcome, known_name: str = "") -> None:
-        if keep is None or outcome.signature in kept:
+    def meet(current: Finding) -> None:
+        """Record ``current`` if its signature is new; offer it to be kept
+        until one program of its signature is."""
+        finding = findings.setdefault(current.signature, current)
+        if finding.kept:
             return
         try:
-            path = keep(list(program), outcome, stats.examples, known_name)
+            path = events.met(current)
         except OSError as exc:  # a full disk must not end the search; say it loudly
-            progress(f"could NOT keep the failing program ({outcome.signature}): {exc}")
+            progress(f"could NOT keep the failing program ({current.signature}): {exc}")
             return
         if path:
-            kept[outcome.signature] = path
-            progress(f"kept: program {stats.examples} of the run ({outcome.signature}) -> {path}")
+            finding.kept = path
+            progress(f"kept: program {current.position} of the run ({current.signature}) -> {path}")
     version = str(runner.info.get("sglang_version") or "") or None
     t0 = time.monotonic()
     last_note = [t0]
 
-    features = engine_config.features_of(topology, getattr(runner, "engine_overrides", None))
-    seeds = corpus_mod.programs(topology, features) if corpus else []
+    features = (getattr(runner, "config", None) or ServerConfig(topology)).features()
+    seeds = corpus_mod.programs(topology, features) if settings.corpus else []
     stored = store.programs() if store is not None else []
     stored_keys = {tuple(program) for program in stored}
     if stored:
@@ -205,8 +250,10 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
                                       message=outcome.message, registry=known_bugs) \
                 if outcome.failed and not stop_at_known else None
             stats.add(outcome, shrinking="at" in first, known=bug.name if bug else "")
-            if outcome.failed:
-                keep_first(program, outcome, bug.name if bug else "")
+            current = Finding(signature=outcome.signature, program=list(program), outcome=outcome,
+                              position=stats.examples, known=bug.name if bug else "") if outcome.failed else None
+            if current is not None:
+                meet(current)
             if store is not None and key in stored_keys and not outcome.failed:
                 store.delete(program)
                 progress("a stored failing program passes now: removed from the failure database")
@@ -231,8 +278,8 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
                     open(stop_file, "a").close()
                 progress(f"FOUND {outcome.signature} after {stats.examples} programs in "
                          f"{stats.first_failure_s:.1f}s; shrinking (up to {shrink_s:.0f}s)")
-                on_found()
-                if check_alone(list(program), outcome) is False:
+                events.found(current)
+                if events.alone(current) is False:
                     first["needs_history"] = True
                     progress("it passes alone on a fresh server: it needs what its server ran before it, so "
                              "it is not shrunk here (the history is replayed and shrunk instead)")
@@ -255,7 +302,7 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
     explored = hypothesis_settings(profile, limit_examples)(explored)
     if seed is not None:
         explored = hypothesis_seed(seed)(explored)
-    result = SearchResult(stats=stats, seed=seed, known=met_known, kept=kept)
+    result = SearchResult(stats=stats, seed=seed, known=met_known)
     try:
         explored()
     except ProgramFailed as exc:
@@ -267,5 +314,6 @@ def search(runner: ExampleRunner, *, profile: Profile, seed: Optional[int] = Non
         result.found_after_examples = first.get("examples")
     stats.wall_s = time.monotonic() - t0
     result.longest_passing = longest[0]
+    result.failures = list(findings.values())
     note(force=True)
     return result

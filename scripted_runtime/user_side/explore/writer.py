@@ -6,30 +6,25 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from scripted_runtime.user_side import engine_config
+from scripted_runtime.user_side.server_config import ServerConfig
 from scripted_runtime.user_side.explore import actions as A
 
 
-def replay_command(path: str, *, topology: str, revert_fixes: Sequence[str] = (),
-                   sglang: Optional[str] = None, invariants: bool = True,
-                   patches: Sequence[str] = (), extensions: Sequence[str] = ()) -> str:
-    opts = engine_config.run_options(topology)
-    opts += "" if invariants else " --no-invariants"
-    reverts = "".join(f" --revert-fix {f}" for f in revert_fixes)
-    reverts += "".join(f" --patch {p}" for p in patches)
-    opts += "".join(f" --extension {e}" for e in extensions)
+def replay_command(path: str, config: ServerConfig, *, sglang: Optional[str] = None) -> str:
+    """The command that replays the scenario at ``path`` on ``config``'s
+    server (``ServerConfig.as_cli_args``): ``run``, or ``bisect-check`` on
+    another build ``sglang`` (which names the build, so no fix or patch
+    options)."""
     if sglang and sglang != "current":
-        return f"scripted-runtime bisect-check {path}:{A.PROGRAM_FUNCTION} --sglang {sglang}{opts}"
-    return f"scripted-runtime run {path}:{A.PROGRAM_FUNCTION}{opts}{reverts}"
+        return (f"scripted-runtime bisect-check {path}:{A.PROGRAM_FUNCTION} --sglang {sglang}"
+                f"{config.as_cli_args(build_options=False)}")
+    return f"scripted-runtime run {path}:{A.PROGRAM_FUNCTION}{config.as_cli_args()}"
 
 
-def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topology: str,
-                   sglang_version: str, seed: Optional[int], profile: str,
-                   revert_fixes: Sequence[str] = (), sglang_spec: Optional[str] = None,
-                   found_after: str = "", invariants: bool = True, patches: Sequence[str] = (),
-                   shrunk: bool = True, found_by: str = "`scripted-runtime explore`",
-                   earlier: Sequence[Sequence[A.Action]] = (), history_note: str = "",
-                   extensions: Sequence[str] = ()) -> Path:
+def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, config: ServerConfig,
+                   sglang_version: str, seed: Optional[int], profile: str, sglang_spec: Optional[str] = None,
+                   found_after: str = "", shrunk: bool = True, found_by: str = "`scripted-runtime explore`",
+                   earlier: Sequence[Sequence[A.Action]] = (), history_note: str = "") -> Path:
     """``shrunk``: the program is Hypothesis's shrunk form (else as first
     found). ``found_by``: the command that met it, for the header.
     ``earlier``: programs the failure needs to have run before it on the
@@ -38,6 +33,7 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topol
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^A-Za-z0-9]+", "_", outcome.signature).strip("_").lower()[:40]
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    topology, revert_fixes, patches = config.topology, config.revert_fixes, config.patches
     base = f"found_{topology.replace('-', '_')}_{slug}_{stamp}"
     path = out_dir / f"{base}.py"
     n = 1
@@ -48,7 +44,7 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topol
              else "the end-state checks")
     build = f"SGLang {sglang_version}" + (f" with fixes reverted: {', '.join(revert_fixes)}" if revert_fixes else "")
     build += f" with patches: {', '.join(patches)}" if patches else ""
-    build += "" if invariants else " (invariants off)"
+    build += "" if config.checks else " (invariants off)"
     lines: List[str] = [
         f"Found by {found_by} ({profile} profile, seed {seed if seed is not None else 'derandomized'})",
         f"on {build}, topology {topology}{(', ' + found_after) if found_after else ''}.",
@@ -59,7 +55,7 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, topol
                                   else "") + " (marked below).",
         "",
         "Replay:",
-        f"  {replay_command(str(path), topology=topology, revert_fixes=revert_fixes, sglang=sglang_spec, invariants=invariants, patches=patches, extensions=extensions)}",
+        f"  {replay_command(str(path), config, sglang=sglang_spec)}",
         "",
     ]
     if earlier:

@@ -1,0 +1,65 @@
+"""``ExploreSettings``: how one exploration searches, as one frozen value
+(harness process). Which server it explores is the other value,
+``server_config.ServerConfig``; ``explorer.explore(config, settings)``
+takes both.
+
+Budget: ``profile`` (``search.PROFILES``), and ``max_examples``,
+``max_time_s``, ``shrink_time_s`` to override it; ``seed`` (None: the
+profile's, chosen at random unless derandomized). What runs first:
+``corpus`` (the seed corpus), ``database`` (the failure database:
+``failure_db.open_database``'s SPEC; this value's default is ``none``, the
+command's the local directory) and ``database_read_only``. What a failure
+does: ``known_bugs`` (the registry to match against; None: the built-in
+one, ``()``: every failure is new) and ``stop_at_known``;
+``fresh_replay`` (the written file is replayed on a fresh server, else on
+the explorer's own); ``check_determinism``. The servers: ``standby``
+(``auto``/``on``/``off``), ``start_timeout_s``, ``example_timeout_s``,
+``log_dir``. Labels for what is written: ``found_by`` (the command, for the
+file's header), ``sglang_spec`` (the build SPEC this process explores, for
+the replay command). ``stop_file``: workers stop searching once it exists.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+FOUND_BY = "`scripted-runtime explore`"
+
+
+@dataclass(frozen=True)
+class ExploreSettings:
+    profile: str = "ci"
+    max_examples: Optional[int] = None
+    max_time_s: Optional[float] = None
+    shrink_time_s: Optional[float] = None
+    seed: Optional[int] = None
+    corpus: bool = True
+    database: Optional[str] = "none"
+    database_read_only: bool = False
+    known_bugs: Optional[Sequence[Any]] = None
+    stop_at_known: bool = False
+    fresh_replay: bool = True
+    check_determinism: bool = True
+    standby: str = "auto"
+    start_timeout_s: float = 300.0
+    example_timeout_s: float = 120.0
+    log_dir: Optional[Path] = None
+    found_by: str = FOUND_BY
+    sglang_spec: Optional[str] = None
+    stop_file: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.known_bugs is not None:
+            object.__setattr__(self, "known_bugs", tuple(self.known_bugs))
+
+    def replace(self, **changes: Any) -> "ExploreSettings":
+        return replace(self, **changes)
+
+    def registry(self) -> Sequence[Any]:
+        """The known-bug registry failures are matched against."""
+        if self.known_bugs is not None:
+            return self.known_bugs
+        from scripted_runtime import known_bugs
+
+        return known_bugs.REGISTRY
