@@ -154,8 +154,8 @@ def test_run_table_gives_an_absolute_path_patch_a_folder_under_out(user_tree):
     absolute = f"{user_tree}/abs/dir/my_mutants.py:NAME"
     seen = []
 
-    def explore(*, topology, patches, out_dir, **kw):
-        seen.append((tuple(patches), out_dir))
+    def explore(config, settings, *, out_dir, **kw):
+        seen.append((tuple(config.patches), out_dir))
         return SimpleNamespace(failed=False, signature=None, stats=SimpleNamespace(examples=1))
 
     mutate.run_table(topologies=["pp1-overlap"], mutants=[absolute], out_dir=Path("found"),
