@@ -90,6 +90,7 @@ class Window:
 
 
 _builtin: Dict[str, Check] = {}
+_builtin_order: List[Check] = []  # _builtin group by group, rebuilt when a built-in check registers
 _extension_checks: Dict[str, Check] = {}
 _builtin_windows: Dict[str, Window] = {}
 _extension_windows: Dict[str, Window] = {}
@@ -99,8 +100,13 @@ def register(check: Check) -> Check:
     """Add ``check`` (group ``extension``: a user's, else a built-in one)."""
     if check.group not in GROUPS:
         raise ValueError(f"check {check.name!r}: unknown group {check.group!r}; known: {', '.join(GROUPS)}")
-    table = _extension_checks if check.group == "extension" else _builtin
-    table[check.name] = check
+    if check.group == "extension":
+        _extension_checks[check.name] = check
+        return check
+    _builtin[check.name] = check
+    order = {group: i for i, group in enumerate(GROUPS)}
+    # stable: registration order within a group
+    _builtin_order[:] = sorted(_builtin.values(), key=lambda c: order[c.group])
     return check
 
 
@@ -152,8 +158,7 @@ def window(name: str, *, loops: Tuple[str, ...], source: str, doc: str, needs: s
 
 def builtin_checks() -> List[Check]:
     """The built-in checks registered so far, group by group."""
-    order = {group: i for i, group in enumerate(GROUPS)}
-    return sorted(_builtin.values(), key=lambda c: order[c.group])  # stable: registration order in a group
+    return list(_builtin_order)
 
 
 def extension_checks() -> Dict[str, Check]:
