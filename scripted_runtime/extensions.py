@@ -37,17 +37,23 @@ loads the module in the harness and in every scheduler rank:
   its actions (``reqs``: the program's request handles so far); its runs
   are a row of the coverage table.
 
+Windows and invariants go in the one registry of checks and windows
+(``scheduler_side/check_registry.py``), where the built-in ones are
+registered the same way; an invariant's ``fn(view) -> message`` is wrapped
+there into a check that reports a ``Violation``, like every other check.
 The names are the functions' names; one that clashes with a built-in or
 another extension is an ``ExtensionError``. This module is plain Python
 (no SGLang import): it is loaded by both sides.
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from scripted_runtime import specs as spec_forms
+from scripted_runtime.scheduler_side import check_registry
 
 ENV_EXTENSIONS = "SCRIPTED_RUNTIME_EXTENSIONS"
 ALL_LOOPS = ("normal", "overlap", "pp")
@@ -58,31 +64,13 @@ class ExtensionError(ValueError):
 
 
 @dataclass(frozen=True)
-class WindowExtension:
-    name: str
-    fn: Callable[[Any], Optional[str]] = field(repr=False)  # the predicate: fn(scheduler)
-    doc: str
-    loops: Tuple[str, ...] = ALL_LOOPS
-    source: str = "extension"
-
-
-@dataclass(frozen=True)
-class InvariantExtension:
-    name: str
-    fn: Callable[[Any], Optional[str]] = field(repr=False)  # the check: fn(view) -> message or None
-    doc: str
-
-
-@dataclass(frozen=True)
 class ActionExtension:
     name: str
     fn: Callable[..., Any] = field(repr=False)  # the action: a generator fn(ctx, reqs)
     doc: str
 
 
-_windows: Dict[str, WindowExtension] = {}
-_invariants: Dict[str, InvariantExtension] = {}
-_actions: Dict[str, ActionExtension] = {}
+_actions: Dict[str, ActionExtension] = {}  # windows and invariants: in check_registry
 _loaded: List[str] = []  # specs loaded in this process, in order
 _registered: set = set()  # extension windows put in the window table by register_windows
 
@@ -95,15 +83,38 @@ def _claim(f: Callable, kind: str) -> None:
     """``f``'s name is free, or taken by this same function: its module
     imported again (a scenario file that is also the extension module is
     imported by the script loader too), which re-registers it."""
-    for other_kind, table in (("window", _windows), ("invariant", _invariants), ("action", _actions)):
+    for other_kind, table in (("window", check_registry.extension_windows()),
+                              ("invariant", check_registry.extension_checks()), ("action", _actions)):
         taken = table.get(f.__name__)
         if taken is None:
             continue
-        fn = taken.fn
+        fn = _user_function(taken)
         same = other_kind == kind and getattr(fn, "__code__", None) is not None and \
             (fn.__code__.co_filename, fn.__qualname__) == (f.__code__.co_filename, f.__qualname__)
         if not same:
             raise ExtensionError(f"extension {kind} {f.__name__!r}: the name is already an extension {other_kind}")
+
+
+def _user_function(entry: Any) -> Callable:
+    """The function a user registered, behind a registry entry."""
+    if isinstance(entry, check_registry.Window):
+        return entry.predicate
+    if isinstance(entry, check_registry.Check):
+        return entry.run.__wrapped__  # as_check wraps it
+    return entry.fn
+
+
+def as_check(f: Callable[[Any], Optional[str]]) -> check_registry.Run:
+    """The user's invariant ``f(view) -> message or None`` as a check
+    ``run(view, memory) -> Optional[Violation]`` (named as ``f``)."""
+    name = f.__name__
+
+    @functools.wraps(f)
+    def run(view: Any, memory: Any) -> Optional[check_registry.Violation]:
+        message = f(view)
+        return check_registry.Violation(name, str(message)) if message else None
+
+    return run
 
 
 def window(fn: Optional[Callable] = None, *, loops: Sequence[str] = ALL_LOOPS, source: str = "extension",
@@ -113,38 +124,41 @@ def window(fn: Optional[Callable] = None, *, loops: Sequence[str] = ALL_LOOPS, s
     if bad:
         raise ExtensionError(f"extension window: unknown loop kind(s) {bad}; known: {', '.join(ALL_LOOPS)}")
 
-    return _registrar(fn, "window", _windows,
-                      lambda f: WindowExtension(f.__name__, f, doc or _doc(f), tuple(loops), source))
+    def add(f: Callable) -> None:
+        check_registry.register_window(check_registry.Window(f.__name__, tuple(loops), source, doc or _doc(f), f),
+                                       extension=True)
+
+    return _registrar(fn, "window", add)
 
 
 def invariant(fn: Optional[Callable] = None, *, doc: str = ""):
     """Register ``fn(view) -> Optional[str]`` (a message when broken) as an invariant."""
-    return _registrar(fn, "invariant", _invariants, lambda f: InvariantExtension(f.__name__, f, doc or _doc(f)))
+
+    def add(f: Callable) -> None:
+        check_registry.register(check_registry.Check(f.__name__, "extension", doc or _doc(f), as_check(f)))
+
+    return _registrar(fn, "invariant", add)
 
 
 def action(fn: Optional[Callable] = None, *, doc: str = ""):
     """Register the generator ``fn(ctx, reqs)`` as an explorer action."""
-    return _registrar(fn, "action", _actions, lambda f: ActionExtension(f.__name__, f, doc or _doc(f)))
+
+    def add(f: Callable) -> None:
+        _actions[f.__name__] = ActionExtension(f.__name__, f, doc or _doc(f))
+
+    return _registrar(fn, "action", add)
 
 
-def _registrar(fn: Optional[Callable], kind: str, table: Dict[str, Any], make: Callable[[Callable], Any]):
+def _registrar(fn: Optional[Callable], kind: str, add: Callable[[Callable], Any]):
     """The decorator (used bare, ``@ext.window``, or called, ``@ext.window(...)``)
-    that puts ``make(f)`` in ``table`` under ``f``'s name."""
+    that checks ``f``'s name is free and registers it with ``add(f)``."""
 
     def register(f: Callable) -> Callable:
         _claim(f, kind)
-        table[f.__name__] = make(f)
+        add(f)
         return f
 
     return register(fn) if fn is not None else register
-
-
-def windows() -> Dict[str, WindowExtension]:
-    return dict(_windows)
-
-
-def invariants() -> Dict[str, InvariantExtension]:
-    return dict(_invariants)
 
 
 def actions() -> Dict[str, ActionExtension]:
@@ -217,10 +231,10 @@ def register_windows() -> None:
     ``invariants.all_names``)."""
     from scripted_runtime.scheduler_side import windows as window_table
 
-    for ext in _windows.values():
+    for ext in check_registry.extension_windows().values():
         if ext.name in window_table.BUILTIN and ext.name not in _registered:
             raise ExtensionError(f"extension window {ext.name!r}: a built-in window has that name")
-        window_table.WINDOWS[ext.name] = window_table.Window(ext.name, ext.loops, ext.source, ext.doc, ext.fn)
+        window_table.WINDOWS[ext.name] = ext
         _registered.add(ext.name)
 
 
@@ -234,7 +248,8 @@ def activate(specs: Iterable[str]) -> None:
 
 def summary() -> Dict[str, List[str]]:
     """What is loaded, by kind (the server's info and ``run`` print it)."""
-    return {"windows": sorted(_windows), "invariants": sorted(_invariants), "actions": sorted(_actions)}
+    return {"windows": sorted(check_registry.extension_windows()),
+            "invariants": sorted(check_registry.extension_checks()), "actions": sorted(_actions)}
 
 
 def loaded_line(info: Dict[str, Any]) -> Optional[str]:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import find
 
 from scripted_runtime import extensions as ext
-from scripted_runtime.scheduler_side import windows
+from scripted_runtime.scheduler_side import check_registry, windows
 from scripted_runtime.user_side.explore import actions as A, strategies
 from scripted_runtime.user_side.explore.stats import Stats
 
@@ -23,8 +23,9 @@ EXAMPLE = "scenarios/extension_example.py"
 
 def _isolate(mp: pytest.MonkeyPatch) -> None:
     """Registrations made from here on do not leak into the rest of the session."""
-    for name in ("_windows", "_invariants", "_actions"):
-        mp.setattr(ext, name, {})
+    mp.setattr(check_registry, "_extension_windows", {})
+    mp.setattr(check_registry, "_extension_checks", {})
+    mp.setattr(ext, "_actions", {})
     mp.setattr(ext, "_loaded", [])
     mp.setattr(ext, "_registered", set())
     mp.setattr(windows, "WINDOWS", dict(windows.WINDOWS))

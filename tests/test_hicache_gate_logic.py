@@ -16,6 +16,16 @@ from scripted_runtime.hooks import hicache_gate
 from scripted_runtime.scheduler_side import hicache_checks
 
 
+def _view(s):
+    """The checks' view of one iteration: they read only its scheduler."""
+    return SimpleNamespace(s=s)
+
+
+def _memory(free_counts):
+    """The run's memory: the checks read only its free-KV counts."""
+    return SimpleNamespace(free_kv_counts=lambda s: free_counts)
+
+
 @pytest.fixture
 def gate(monkeypatch):
     g = hicache_gate.TransferGate()
@@ -108,11 +118,11 @@ def test_batch_reads_are_the_rows_up_to_each_sequence_length(gate):
 
 
 def test_load_before_read_reports_the_forward_and_clears(gate):
-    assert hicache_checks.check_load_before_read(None, lambda: None) is None
+    assert hicache_checks.check_load_before_read(_view(None), _memory(None)) is None
     gate.unwaited_reads += [{"transfer": 3, "rid": "r7", "mode": "extend", "slots": [95, 96], "n_slots": 85,
                              "consumer_index": 0}, {"transfer": 3, "rid": "r7", "mode": "decode", "slots": [95],
                                                     "n_slots": 85, "consumer_index": 0}]
-    msg = hicache_checks.check_load_before_read(None, lambda: None)
+    msg = hicache_checks.check_load_before_read(_view(None), _memory(None)).message
     assert "extend forward read 85 KV slot(s) [95, 96] of request r7" in msg and "load #3" in msg
     assert "1 more" in msg and not gate.unwaited_reads
 
@@ -128,12 +138,12 @@ def test_transfer_slots_fire_only_for_free_slots_of_unreaped_transfers(gate):
     t.completion = SimpleNamespace(finish_event=hicache_gate.GateEvent(t))
     counts = np.zeros(16, dtype=np.int32)
     s = _scheduler()
-    assert hicache_checks.check_transfer_slots(s, lambda: counts) is None  # none of its slots free
+    assert hicache_checks.check_transfer_slots(_view(s), _memory(counts)) is None  # none of its slots free
     counts[[5, 6]] = 1
-    msg = hicache_checks.check_transfer_slots(s, lambda: counts)
+    msg = hicache_checks.check_transfer_slots(_view(s), _memory(counts)).message
     assert "2 device KV slot(s) [5, 6] that backup #1 (held" in msg and "reads" in msg
     gate.release()  # released and its ack no longer queued (reaped): forgotten, not checked
-    assert hicache_checks.check_transfer_slots(s, lambda: counts) is None and not gate.transfers
+    assert hicache_checks.check_transfer_slots(_view(s), _memory(counts)) is None and not gate.transfers
 
 
 def test_a_released_transfer_whose_ack_is_still_queued_is_still_checked(gate):
@@ -142,7 +152,7 @@ def test_a_released_transfer_whose_ack_is_still_queued_is_still_checked(gate):
     s = _scheduler(acks=[SimpleNamespace(finish_event=t.completion.finish_event)])
     counts = np.zeros(8, dtype=np.int32)
     counts[2] = 1
-    assert "load #1 (released" in hicache_checks.check_transfer_slots(s, lambda: counts)
+    assert "load #1 (released" in hicache_checks.check_transfer_slots(_view(s), _memory(counts)).message
 
 
 def _node(host_value=None, children=()):
@@ -165,18 +175,18 @@ def _host_scheduler(used, *nodes):
 
 def test_host_accounting_holds_when_every_used_slot_is_one_nodes():
     s = _host_scheduler([1, 2, 3], _node(torch.tensor([1, 2]), children=[_node(torch.tensor([3]))]))
-    assert hicache_checks.check_host_accounting(s, lambda: None) is None
+    assert hicache_checks.check_host_accounting(_view(s), _memory(None)) is None
 
 
 def test_host_accounting_names_a_leak_a_freed_slot_and_a_shared_one():
     leak = _host_scheduler([1, 2, 3, 7], _node(torch.tensor([1, 2, 3])))
     assert "4 slots allocated but the tree holds 3 (+1: leaked)" in hicache_checks.check_host_accounting(
-        leak, lambda: None)
+        _view(leak), _memory(None)).message
     freed = _host_scheduler([1], _node(torch.tensor([1, 2])))
     assert "host slot(s) [2] held by tree nodes are free" in hicache_checks.check_host_accounting(
-        freed, lambda: None)
+        _view(freed), _memory(None)).message
     shared = _host_scheduler([1, 2], _node(torch.tensor([1, 2]), children=[_node(torch.tensor([2]))]))
-    assert "held by two tree nodes" in hicache_checks.check_host_accounting(shared, lambda: None)
+    assert "held by two tree nodes" in hicache_checks.check_host_accounting(_view(shared), _memory(None)).message
 
 
 def test_the_record_stays_bounded_where_nothing_forgets_reaped_transfers(gate):

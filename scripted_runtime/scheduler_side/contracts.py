@@ -50,17 +50,28 @@ loop does otherwise, the contract reports it (a finding), it does not bend.
 
 Bookkeeping (``ContractMemory.on_dispatch``) runs only when a control
 request is dispatched; the per-iteration checks are a few comparisons
-unless a pause or abort is pending.
+unless a pause or abort is pending. The five are one check ``check(view,
+mem) -> Optional[Violation]`` registered in ``check_registry`` under each
+contract's name (``@check_registry.contract``): it runs once an iteration
+when any of them is on, and skips the rules of those that are off.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from scripted_runtime.hooks import sglang_compat
-from scripted_runtime.scheduler_side import state
+from scripted_runtime.scheduler_side import check_registry, state
+from scripted_runtime.scheduler_side.check_registry import Violation
 
 NAMES = ("pause", "continue", "abort", "flush", "update_weights")
+DOCS = {
+    "pause": "from a processed pause_generation until continue, no forward is launched and no request gains a token",
+    "continue": "after continue_generation, live work moves again within a few iterations",
+    "abort": "an aborted request finishes (FINISH_ABORT) within a bound, is never launched again and keeps no row",
+    "flush": "flush_cache is accepted only with no live KV, and then empties the pools; a refused one changes nothing",
+    "update_weights": "update_weights_from_disk(flush_cache=True) leaves the pools as the flush it answers says",
+}
 
 # Decode forwards an aborted request may still take part in: the one
 # launched in the abort's own iteration (normal: it applies to_finish),
@@ -226,9 +237,18 @@ def _lengths(view: Any, tracked: Dict[str, Any]) -> Dict[str, int]:
     return out
 
 
-def check(view: Any, mem: ContractMemory, *, step: int, batch_log: List[Any], tracked: Dict[str, Any],
-          enabled: Callable[[str], bool]) -> Optional[Tuple[str, str, List[Any]]]:
-    """(contract, message, requests involved) of the first broken contract, or None."""
+def _broken(view: Any, contract: str, message: str, reqs: List[Any]) -> Violation:
+    return Violation(contract, message, view.owner_info(reqs))
+
+
+@check_registry.contract(*NAMES, docs=DOCS)
+def check(view: Any, memory: Any) -> Optional[Violation]:
+    """The first broken contract (only those ``memory.step_inputs.enabled``),
+    or None. ``memory``: the run's ``invariants.InvariantMemory``, holding
+    the contracts' own (``memory.contracts``) and this step's inputs."""
+    mem: ContractMemory = memory.contracts
+    inputs = memory.step_inputs
+    step, batch_log, tracked, enabled = inputs.step, inputs.batch_log, inputs.tracked, inputs.enabled
     if mem.harness_error:
         error, mem.harness_error = mem.harness_error, None
         raise RuntimeError(f"the contracts' bookkeeping failed at a dispatch: {error}")
@@ -238,17 +258,18 @@ def check(view: Any, mem: ContractMemory, *, step: int, batch_log: List[Any], tr
         contract, message = mem.problems.pop(0)
         if enabled(contract):
             mem.problems.clear()
-            return contract, message, []
+            return _broken(view, contract, message, [])
     slots = max(1, state.mbs_slots(view.s))
     paused = mem.pause_step is not None
     if paused and enabled("pause"):
         during = [b for b in launched if b.step >= mem.pause_step]
         if during:
             b = during[0]
-            return ("pause", f"a {b.mode} forward of [{', '.join(b.rids[:6])}] was launched at step {b.step}"
-                             + (f" (PP slot {b.slot})" if b.slot is not None else "")
-                             + f", while paused ({mem.pause_mode}) since step {mem.pause_step}",
-                    [r for r in view.reqs if r.rid in b.rids])
+            return _broken(view, "pause",
+                           f"a {b.mode} forward of [{', '.join(b.rids[:6])}] was launched at step {b.step}"
+                           + (f" (PP slot {b.slot})" if b.slot is not None else "")
+                           + f", while paused ({mem.pause_mode}) since step {mem.pause_step}",
+                           [r for r in view.reqs if r.rid in b.rids])
         # Forwards launched before the pause may still deliver: on the PP loop
         # one per slot, within a round; the baseline is taken after it.
         grace = slots if view.loop == "pp" else 0
@@ -262,9 +283,9 @@ def check(view: Any, mem: ContractMemory, *, step: int, batch_log: List[Any], tr
                     if n > mem.paused_lengths.get(rid, 0)]
             if grew:
                 rid, a, b = grew[0]
-                return ("pause", f"request {rid} went from {a} to {b} output tokens while paused "
-                                 f"({mem.pause_mode}) since step {mem.pause_step}",
-                        [r for r in view.reqs if r.rid == rid])
+                return _broken(view, "pause", f"request {rid} went from {a} to {b} output tokens while paused "
+                                              f"({mem.pause_mode}) since step {mem.pause_step}",
+                               [r for r in view.reqs if r.rid == rid])
     if mem.continue_step is not None and enabled("continue"):
         unfinished = [r for r in view.reqs if not r.finished()]
         if paused or launched or not unfinished or view.extra_held_tokens:
@@ -272,17 +293,18 @@ def check(view: Any, mem: ContractMemory, *, step: int, batch_log: List[Any], tr
         elif step - mem.continue_step >= CONTINUE_ITERATIONS * slots:
             since = mem.continue_step
             mem.continue_step = None
-            return ("continue", f"continue_generation processed at step {since}, yet no forward was launched "
-                                f"in {step - since} iterations with {len(unfinished)} unfinished request(s): "
-                                + ", ".join(f"{r.rid} in {'+'.join(view.holders_of(r))}" for r in unfinished[:6]),
-                    unfinished[:6])
+            return _broken(view, "continue",
+                           f"continue_generation processed at step {since}, yet no forward was launched "
+                           f"in {step - since} iterations with {len(unfinished)} unfinished request(s): "
+                           + ", ".join(f"{r.rid} in {'+'.join(view.holders_of(r))}" for r in unfinished[:6]),
+                           unfinished[:6])
     if mem.aborts and enabled("abort"):
         return _check_aborts(view, mem, launched, slots, paused, step)
     return None
 
 
 def _check_aborts(view: Any, mem: ContractMemory, launched: List[Any], slots: int,
-                  paused: bool, step: int) -> Optional[Tuple[str, str, List[Any]]]:
+                  paused: bool, step: int) -> Optional[Violation]:
     loop = view.loop
     cap = ABORT_ITERATION_CAP * slots
     allowed = ABORT_DECODE_LAUNCHES.get(loop, 2)
@@ -293,22 +315,25 @@ def _check_aborts(view: Any, mem: ContractMemory, launched: List[Any], slots: in
         if w.finished_step is not None:
             again = [b for b in mine if b.step > w.finished_step]
             if again:
-                return ("abort", f"request {rid}, finished by abort at step {w.finished_step}, was launched "
-                                 f"again in a {again[0].mode} forward at step {again[0].step}", [req])
+                return _broken(view, "abort",
+                               f"request {rid}, finished by abort at step {w.finished_step}, was launched "
+                               f"again in a {again[0].mode} forward at step {again[0].step}", [req])
         elif not req.finished():
             w.decode_launches += sum(1 for b in mine if b.mode == "decode")
             if w.decode_launches > allowed:
-                return ("abort", f"request {rid} took part in {w.decode_launches} decode forwards after its abort "
-                                 f"was processed at step {w.dispatched_step} and is still not finished (at most "
-                                 f"{allowed} on the {loop} loop)", [req])
+                return _broken(view, "abort",
+                               f"request {rid} took part in {w.decode_launches} decode forwards after its abort "
+                               f"was processed at step {w.dispatched_step} and is still not finished (at most "
+                               f"{allowed} on the {loop} loop)", [req])
         if id(req) not in held:
             row = state.req_pool_idx(req)
             if row is not None and row not in set(getattr(view.s.req_to_token_pool, "free_slots", ()) or ()):
-                return ("abort", f"aborted request {rid} is held nowhere but still holds req_to_token row {row}",
-                        [req])
+                return _broken(view, "abort",
+                               f"aborted request {rid} is held nowhere but still holds req_to_token row {row}", [req])
             if not req.finished() and not w.waiting_only:
-                return ("abort", f"aborted request {rid} vanished from the scheduler without a finish reason; it "
-                                 "was running when the abort came (only a waiting request is dropped so)", [req])
+                return _broken(view, "abort",
+                               f"aborted request {rid} vanished from the scheduler without a finish reason; it "
+                               "was running when the abort came (only a waiting request is dropped so)", [req])
             del mem.aborts[rid]
             continue
         if req.finished():
@@ -318,6 +343,7 @@ def _check_aborts(view: Any, mem: ContractMemory, launched: List[Any], slots: in
         if not paused:
             w.unpaused_iterations += 1
         if w.unpaused_iterations > cap:
-            return ("abort", f"request {rid} is still live {w.unpaused_iterations} iterations after its abort was "
-                             f"processed at step {w.dispatched_step} (at most {cap} on the {loop} loop)", [req])
+            return _broken(view, "abort",
+                           f"request {rid} is still live {w.unpaused_iterations} iterations after its abort was "
+                           f"processed at step {w.dispatched_step} (at most {cap} on the {loop} loop)", [req])
     return None

@@ -1,5 +1,8 @@
 """HiCache checks, run every iteration with the invariants (scheduler
-process); each is a no-op when HiCache is off.
+process); each is a no-op when HiCache is off. Each is a check
+``check(view, mem) -> Optional[Violation]`` like the invariants, registered
+in ``check_registry`` (group ``hicache``) by ``@hicache_check``, which runs
+it only when HiCache is on.
 
 What they hold SGLang to, in its own words (0.5.23):
 
@@ -25,28 +28,53 @@ What they hold SGLang to, in its own words (0.5.23):
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+import functools
+from typing import Any, Callable, Optional
 
 from scripted_runtime.hooks import hicache_gate
-from scripted_runtime.scheduler_side import hicache_state
+from scripted_runtime.scheduler_side import check_registry, hicache_state
+from scripted_runtime.scheduler_side.check_registry import Violation
 
-NAMES = ("hicache_load_before_read", "hicache_transfer_slots", "hicache_host_accounting")
+
+def active(s: Any) -> bool:
+    """Whether HiCache is on in this scheduler (the checks cost nothing otherwise)."""
+    return hicache_state.controller(s) is not None
 
 
-def check_load_before_read(s: Any, free_counts: Callable[[], Any]) -> Optional[str]:
+def hicache_check(name: str, *, doc: str):
+    """Register ``check(view, mem)`` as the HiCache check ``name``, run only
+    when HiCache is on (the function itself stays callable as written)."""
+
+    def add(check: Callable[[Any, Any], Optional[Violation]]) -> Callable[[Any, Any], Optional[Violation]]:
+        @functools.wraps(check)
+        def run(view: Any, mem: Any) -> Optional[Violation]:
+            return check(view, mem) if active(view.s) else None
+
+        check_registry.invariant(name, doc=doc, group="hicache")(run)
+        return check
+
+    return add
+
+
+@hicache_check("hicache_load_before_read", doc="no forward reads KV slots of a load-back that has copied nothing "
+                                               "yet, without waiting on it")
+def check_load_before_read(v: Any, mem: Any) -> Optional[Violation]:
     gate = hicache_gate.gate()
     if not gate.unwaited_reads:
         return None
     read = gate.unwaited_reads[0]
     more = len(gate.unwaited_reads) - 1
     gate.unwaited_reads.clear()
-    return (f"the {read['mode']} forward read {read['n_slots']} KV slot(s) {read['slots']} of request {read['rid']} "
-            f"that load #{read['transfer']} (held, nothing copied yet) still writes, without waiting on it "
-            f"(batch hicache_consumer_index={read['consumer_index']})"
-            + (f"; {more} more such read(s)" if more > 0 else ""))
+    return Violation("hicache_load_before_read",
+                     f"the {read['mode']} forward read {read['n_slots']} KV slot(s) {read['slots']} of request "
+                     f"{read['rid']} that load #{read['transfer']} (held, nothing copied yet) still writes, without "
+                     f"waiting on it (batch hicache_consumer_index={read['consumer_index']})"
+                     + (f"; {more} more such read(s)" if more > 0 else ""))
 
 
-def check_transfer_slots(s: Any, free_counts: Callable[[], Any]) -> Optional[str]:
+@hicache_check("hicache_transfer_slots", doc="no device KV slot of a copy SGLang has not reaped yet is free")
+def check_transfer_slots(v: Any, mem: Any) -> Optional[Violation]:
+    s = v.s
     gate = hicache_gate.gate()
     if not gate.transfers:
         return None
@@ -54,7 +82,7 @@ def check_transfer_slots(s: Any, free_counts: Callable[[], Any]) -> Optional[str
     gate.forget_reaped(lambda t: id(getattr(t.completion, "finish_event", None)) in queued)
     if not gate.transfers:
         return None
-    counts = free_counts()
+    counts = mem.free_kv_counts(s)
     if counts is None:
         return None
     for t in gate.transfers:
@@ -66,13 +94,17 @@ def check_transfer_slots(s: Any, free_counts: Callable[[], Any]) -> Optional[str
         free = idx[counts.take(idx) > 0]
         if free.size:
             writes = "writes" if t.kind == "load" else "reads"
-            return (f"{free.size} device KV slot(s) {free[:6].tolist()} that {t.kind} #{t.seq} ({t.state}, "
-                    f"{t.device_indices.numel()} tokens, not reaped by SGLang) {writes} are in the allocator's "
-                    f"free list")
+            return Violation("hicache_transfer_slots",
+                             f"{free.size} device KV slot(s) {free[:6].tolist()} that {t.kind} #{t.seq} ({t.state}, "
+                             f"{t.device_indices.numel()} tokens, not reaped by SGLang) {writes} are in the "
+                             f"allocator's free list")
     return None
 
 
-def check_host_accounting(s: Any, free_counts: Callable[[], Any]) -> Optional[str]:
+@hicache_check("hicache_host_accounting", doc="every host slot a tree node holds is allocated, to one node, "
+                                              "and no allocated one is unheld")
+def check_host_accounting(v: Any, mem: Any) -> Optional[Violation]:
+    s = v.s
     host = hicache_state.host_pool(s)
     if host is None or hicache_state.storage_enabled(s):
         return None
@@ -86,27 +118,22 @@ def check_host_accounting(s: Any, free_counts: Callable[[], Any]) -> Optional[st
     if held.size:
         not_used = held[~used[held]]
         if not_used.size:
-            return (f"host slot(s) {np.unique(not_used)[:6].tolist()} held by tree nodes are free in the host "
-                    f"pool ({not_used.size} in all): a later load-back would read whatever is written there next")
+            return Violation("hicache_host_accounting",
+                             f"host slot(s) {np.unique(not_used)[:6].tolist()} held by tree nodes are free in the "
+                             f"host pool ({not_used.size} in all): a later load-back would read whatever is written "
+                             f"there next")
         mark = np.zeros(used.size, dtype=bool)
         mark[held] = True
         distinct = int(np.count_nonzero(mark))
         if distinct != held.size:
-            return f"{held.size - distinct} host slot(s) are held by two tree nodes"
+            return Violation("hicache_host_accounting",
+                             f"{held.size - distinct} host slot(s) are held by two tree nodes")
     n_used = int(np.count_nonzero(used))
     if n_used != held.size:
-        return (f"host pool: {n_used} slots allocated but the tree holds {held.size} "
-                f"({n_used - held.size:+d}: " + ("leaked" if n_used > held.size else "missing") + ")")
+        return Violation("hicache_host_accounting",
+                         f"host pool: {n_used} slots allocated but the tree holds {held.size} "
+                         f"({n_used - held.size:+d}: " + ("leaked" if n_used > held.size else "missing") + ")")
     return None
 
 
-CHECKS: Dict[str, Callable[[Any, Callable[[], Any]], Optional[str]]] = {
-    "hicache_load_before_read": check_load_before_read,
-    "hicache_transfer_slots": check_transfer_slots,
-    "hicache_host_accounting": check_host_accounting,
-}
-
-
-def active(s: Any) -> bool:
-    """Whether HiCache is on in this scheduler (the checks cost nothing otherwise)."""
-    return hicache_state.controller(s) is not None
+NAMES = check_registry.names("hicache")

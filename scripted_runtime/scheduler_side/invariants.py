@@ -1,10 +1,15 @@
 """Invariants checked once per iteration, after the script advanced and
 before the scheduler ingests (scheduler process).
 
-Each invariant is a function ``check(view) -> Optional[Violation]`` over one
-``StateView`` (a single scan of scheduler state shared by all checks, so the
-per-iteration cost is one scan). All are on by default; each can be switched
-off per run by name.
+Each invariant is a function ``check(view, mem) -> Optional[Violation]``
+over one ``StateView`` (a single scan of scheduler state shared by all
+checks, so the per-iteration cost is one scan) and the run's
+``InvariantMemory``, registered in ``check_registry`` with
+``@check_registry.invariant(NAME, doc=...)``, as the HiCache checks
+(``hicache_checks.py``), the contracts (``contracts.py``), the end check
+(``output_oracle.py``) and a user's extension invariants are. All are on by
+default; each can be switched off per run by name. ``InvariantChecker``
+runs every registered check in the registry's order.
 
 * ``idle_gate``: whenever the scheduler's own idle gate (``is_fully_idle``,
   what ``flush_cache`` trusts) says idle, the harness's complete scan (all PP
@@ -30,41 +35,12 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from scripted_runtime.hooks import sglang_compat
 from scripted_runtime import extensions
-from scripted_runtime.scheduler_side import contracts, hicache_checks, state
+from scripted_runtime.scheduler_side import check_registry, contracts, state
+# Imported for the checks they register: once this module is imported, every
+# built-in check is in check_registry.
+from scripted_runtime.scheduler_side import hicache_checks, output_oracle  # noqa: F401
+from scripted_runtime.scheduler_side.check_registry import Violation
 from scripted_runtime.scheduler_side.context import radix
-
-INVARIANT_NAMES = ("idle_gate", "slot_ownership", "radix_locks", "pool_accounting") + hicache_checks.NAMES
-CONTRACT_NAMES = contracts.NAMES  # checked by the same machinery: scheduler_side/contracts.py
-# Checked once, at a program's end-state check (scheduler_side/output_oracle.py),
-# switched on and off like the others.
-END_CHECK_NAMES = ("greedy_output",)
-NAMES = INVARIANT_NAMES + CONTRACT_NAMES + END_CHECK_NAMES
-
-
-def kind_of(name: str) -> str:
-    """``ContractViolation`` for a contract's name, else ``InvariantViolation``."""
-    return "ContractViolation" if name in CONTRACT_NAMES else "InvariantViolation"
-
-
-@dataclass
-class Violation:
-    invariant: str
-    message: str
-    owners: Dict[str, Any] = field(default_factory=dict)  # rid -> {"row":..,"holders":[..]}
-    iteration: Optional[int] = None
-    step: Optional[int] = None
-
-    @property
-    def kind(self) -> str:
-        return kind_of(self.invariant)
-
-    def headline(self) -> str:
-        where = f" at step {self.step}" if self.step is not None else ""
-        return f"{self.kind}[{self.invariant}]{where}: {self.message}"
-
-    def as_dict(self) -> Dict[str, Any]:
-        return {"invariant": self.invariant, "kind": self.kind, "message": self.message, "owners": self.owners,
-                "iteration": self.iteration, "step": self.step}
 
 
 class StateView:
@@ -122,18 +98,38 @@ class StateView:
         return self.fully_idle and self.nothing_held
 
 
-Check = Callable[[StateView, "InvariantMemory"], Optional[Violation]]
+@dataclass
+class StepInputs:
+    """What one round of checks is given besides the scan (the contracts read it)."""
+
+    step: int = 0
+    batch_log: List[Any] = field(default_factory=list)  # every forward launched in the run so far
+    tracked: Dict[str, Any] = field(default_factory=dict)  # rid -> the script's requests
+    enabled: Callable[[str], bool] = lambda name: True  # whether the check of that name is on
 
 
 @dataclass
 class InvariantMemory:
-    """What a check remembers across iterations of one run."""
+    """What a check remembers across iterations of one run, and this
+    iteration's inputs (``step_inputs``, set by the checker)."""
 
     chunked_rows: Dict[str, int] = field(default_factory=dict)  # rid -> row at first chunk
     free_rows: "FreeRowsCache" = field(default_factory=lambda: FreeRowsCache())
     free_kv: "KvFreeCounts" = field(default_factory=lambda: KvFreeCounts())
     rows: "RowTable" = field(default_factory=lambda: RowTable())
     contracts: contracts.ContractMemory = field(default_factory=contracts.ContractMemory)
+    step_inputs: StepInputs = field(default_factory=StepInputs)
+
+    def free_kv_counts(self, s: Any) -> Any:
+        """Per KV index, how often it is in the allocator's free list (a numpy
+        array, cached across iterations), or None where the release hides it."""
+        allocator = s.token_to_kv_pool_allocator
+        parts = sglang_compat.allocator_free_index_parts(allocator)
+        if not parts:
+            return None
+        # KV indices run to the pool size plus a page (index 0 is padding).
+        page_size = getattr(allocator, "page_size", 1) or 1
+        return self.free_kv.update(parts, (getattr(allocator, "size", 0) or 0) + 2 * page_size + 1)
 
 
 class FreeRowsCache:
@@ -236,6 +232,8 @@ class RowTable:
         return table[row, :n].cpu().numpy()
 
 
+@check_registry.invariant("idle_gate", doc="whenever is_fully_idle() says idle, the harness's complete scan finds "
+                                            "no live request")
 def check_idle_gate(v: StateView, mem: InvariantMemory) -> Optional[Violation]:
     if not v.fully_idle or not v.live:
         return None
@@ -248,6 +246,8 @@ def check_idle_gate(v: StateView, mem: InvariantMemory) -> Optional[Violation]:
     )
 
 
+@check_registry.invariant("slot_ownership", doc="live owners hold distinct rows, none of them free, and no KV "
+                                                 "index of a live row is free")
 def check_slot_ownership(v: StateView, mem: InvariantMemory) -> Optional[Violation]:
     pool = v.s.req_to_token_pool
     free_list = getattr(pool, "free_slots", None)
@@ -296,22 +296,10 @@ def check_slot_ownership(v: StateView, mem: InvariantMemory) -> Optional[Violati
     return _check_kv_not_free(v, by_row, mem)
 
 
-def _free_kv_counts(v: StateView, mem: InvariantMemory) -> Any:
-    """Per KV index, how often it is in the allocator's free list (a numpy
-    array, cached across iterations), or None where the release hides it."""
-    allocator = v.s.token_to_kv_pool_allocator
-    parts = sglang_compat.allocator_free_index_parts(allocator)
-    if not parts:
-        return None
-    # KV indices run to the pool size plus a page (index 0 is padding).
-    page_size = getattr(allocator, "page_size", 1) or 1
-    return mem.free_kv.update(parts, (getattr(allocator, "size", 0) or 0) + 2 * page_size + 1)
-
-
 def _check_kv_not_free(v: StateView, by_row: Dict[int, List[Any]], mem: InvariantMemory) -> Optional[Violation]:
     if not by_row:
         return None
-    counts = _free_kv_counts(v, mem)
+    counts = mem.free_kv_counts(v.s)
     if counts is None:
         return None
     import numpy as np  # lazily: the harness process reads this module too
@@ -336,6 +324,8 @@ def _check_kv_not_free(v: StateView, by_row: Dict[int, List[Any]], mem: Invarian
     return None
 
 
+@check_registry.invariant("radix_locks", doc="no live request holds a node of a vanished tree; at idle no "
+                                              "node is locked")
 def check_radix_locks(v: StateView, mem: InvariantMemory) -> Optional[Violation]:
     tree = v.s.tree_cache
     for r in v.live:
@@ -354,6 +344,7 @@ def check_radix_locks(v: StateView, mem: InvariantMemory) -> Optional[Violation]
     return None
 
 
+@check_registry.invariant("pool_accounting", doc="available + evictable + protected + uncached == total KV")
 def check_pool_accounting(v: StateView, mem: InvariantMemory) -> Optional[Violation]:
     s = v.s
     stats = v.stats
@@ -386,33 +377,20 @@ def _rids(reqs) -> str:
     return ",".join(r.rid for r in reqs)
 
 
-def _hicache_check(name: str) -> Check:
-    run = hicache_checks.CHECKS[name]
-
-    def check(v: StateView, mem: InvariantMemory) -> Optional[Violation]:
-        if not hicache_checks.active(v.s):
-            return None
-        message = run(v.s, lambda: _free_kv_counts(v, mem))
-        return Violation(name, message) if message else None
-
-    check.__name__ = f"check_{name}"
-    return check
-
-
-CHECKS: Dict[str, Check] = {
-    "idle_gate": check_idle_gate,
-    "slot_ownership": check_slot_ownership,
-    "radix_locks": check_radix_locks,
-    "pool_accounting": check_pool_accounting,
-    **{name: _hicache_check(name) for name in hicache_checks.NAMES},
-}
+# Every built-in check is registered by now (this module imports those that define them).
+INVARIANT_NAMES = check_registry.names("invariant", "hicache")
+CONTRACT_NAMES = check_registry.names("contract")
+# Checked once, at a program's end-state check (scheduler_side/output_oracle.py),
+# switched on and off like the others.
+END_CHECK_NAMES = check_registry.names("end_check")
+NAMES = check_registry.names()
 
 
 def all_names() -> Tuple[str, ...]:
     """The built-in checks, then the loaded extension invariants
     (``scripted_runtime/extensions.py``); one named like a built-in check
     is an ``ExtensionError``."""
-    loaded = tuple(extensions.invariants())
+    loaded = tuple(check_registry.extension_checks())
     clash = sorted(set(loaded) & set(NAMES))
     if clash:
         raise extensions.ExtensionError(f"extension invariant {clash[0]!r}: a built-in check has that name")
@@ -451,25 +429,23 @@ class InvariantChecker:
     @property
     def per_iteration(self) -> bool:
         """Whether anything is checked after each iteration."""
-        return any(n not in self.disabled for n in INVARIANT_NAMES + CONTRACT_NAMES + tuple(extensions.invariants()))
+        return bool(self._runs())
+
+    def _runs(self) -> List[check_registry.Run]:
+        """The run of every enabled per-iteration check, in the registry's
+        order, each once (the contracts share one)."""
+        runs: List[check_registry.Run] = []
+        for c in check_registry.builtin_checks() + list(check_registry.extension_checks().values()):
+            if c.run is not None and c.name not in self.disabled and c.run not in runs:
+                runs.append(c.run)
+        return runs
 
     def check(self, view: StateView, *, step: int = 0, batch_log: Optional[List[Any]] = None,
               tracked: Optional[Dict[str, Any]] = None) -> Optional[Violation]:
         memory = self.memory
-        for name in INVARIANT_NAMES:
-            if name not in self.disabled:
-                violation = CHECKS[name](view, memory)
-                if violation is not None:
-                    return violation
-        if any(n not in self.disabled for n in CONTRACT_NAMES):
-            broken = contracts.check(view, memory.contracts, step=step, batch_log=batch_log or [],
-                                     tracked=tracked or {}, enabled=self.is_enabled)
-            if broken is not None:
-                name, message, reqs = broken
-                return Violation(name, message, view.owner_info(reqs))
-        for name, ext in extensions.invariants().items():
-            if name not in self.disabled:
-                message = ext.fn(view)
-                if message:
-                    return Violation(name, str(message))
+        memory.step_inputs = StepInputs(step, batch_log or [], tracked or {}, self.is_enabled)
+        for run in self._runs():
+            violation = run(view, memory)
+            if violation is not None:
+                return violation
         return None

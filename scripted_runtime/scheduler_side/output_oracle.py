@@ -42,6 +42,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from scripted_runtime.scheduler_side import check_registry
+
 # New tokens computed per reference (the explorer asks for at most 12).
 REFERENCE_TOKENS = 16
 REFERENCE_STEPS = 400  # per PP slot: a reference that needs more is an engine fault
@@ -162,6 +164,8 @@ def warm(ctx, prompts: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, reloa
     return computed["references"] - before
 
 
+@check_registry.end_check("greedy_output", doc="every greedy request that finished by length output its "
+                                                "reference's tokens; an aborted one a prefix of them")
 def check_outputs(ctx: Any, handles: Sequence[Any]):
     """``yield from check_outputs(ctx, handles)``: every greedy handle that
     finished by length equals its reference; every aborted one is a prefix

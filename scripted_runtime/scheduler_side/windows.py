@@ -14,29 +14,20 @@ Per run the ``WindowTracker`` counts, for every window:
 * ``entered``: how many times a script's ``wait_for_window`` returned inside
   it, i.e. the script got control in the window and could inject.
 
-Windows read state through ``scripted_runtime.scheduler_side.state`` (the one place that
-knows where SGLang keeps requests); the facts behind each are in
-``docs/sglang-facts.md``, "SGLang internals that matter".
+Each window is registered with ``check_registry.window`` next to its
+predicate, as an extension's ``@ext.window`` is. Windows read state through
+``scripted_runtime.scheduler_side.state`` (the one place that knows where
+SGLang keeps requests); what each means is in docs/checks.md, and the facts
+behind them in ``docs/sglang-facts.md``, "SGLang internals that matter".
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
 
 from scripted_runtime.hooks import sglang_compat
-from scripted_runtime.scheduler_side import hicache_state, state
-
-Predicate = Callable[[Any], Optional[str]]
-
-
-@dataclass(frozen=True)
-class Window:
-    name: str
-    loops: Tuple[str, ...]  # loop kinds where it can open: "normal", "overlap", "pp"
-    source: str  # the SGLang issue / PR it comes from
-    doc: str
-    predicate: Predicate = field(repr=False, compare=False)
-    needs: str = ""  # an engine feature it can only open with ("hicache"); the explorer draws it only then
+from scripted_runtime.scheduler_side import check_registry, hicache_state, state
+from scripted_runtime.scheduler_side.check_registry import Predicate, Window
 
 
 def _rids(reqs) -> str:
@@ -52,6 +43,14 @@ def _is_extend(batch: Any) -> bool:
     return mode is not None and mode.is_extend()
 
 
+@check_registry.window(
+    "pp_inflight_after_last_chunk", loops=("pp",), source="PR 27446",
+    doc=(
+        "Under PP: the last chunk of a request was dispatched (chunked_req is None) and its "
+        "extend batch still sits in an mbs slot, every running_mbs is empty and the queues "
+        "are empty. Before 0.5.13 is_fully_idle() said idle here and a flush reset the tree "
+        "under the in-flight chunk."),
+)
 def pp_inflight_after_last_chunk(s: Any) -> Optional[str]:
     if getattr(s, "chunked_req", None) is not None or list(getattr(s, "waiting_queue", ()) or ()):
         return None
@@ -63,6 +62,14 @@ def pp_inflight_after_last_chunk(s: Any) -> Optional[str]:
     return None
 
 
+@check_registry.window(
+    "finished_not_pruned", loops=("normal", "overlap", "pp"), source="issue 14062",
+    doc=(
+        "A finished request still sits in running_batch (or last_batch / result_queue / "
+        "running_mbs) at the start of an iteration: ingest runs before "
+        "get_next_batch_to_run prunes it. update_weights(flush_cache=True) here asserted "
+        "(<=0.5.21) or is refused (0.5.22+)."),
+)
 def finished_not_pruned(s: Any) -> Optional[str]:
     # PP slots in flight (mbs, last_mbs) are pp_inflight's business. Runs
     # every iteration, so it walks the places without building holders.
@@ -75,6 +82,12 @@ def finished_not_pruned(s: Any) -> Optional[str]:
     return None
 
 
+@check_registry.window(
+    "chunked_between_chunks", loops=("normal", "overlap", "pp"), source="PR 17850",
+    doc=(
+        "A chunked-prefill request is parked between two of its chunks (chunked_req set) "
+        "and holds its req_to_token row. Before 0.5.9 it released the row after every chunk."),
+)
 def chunked_between_chunks(s: Any) -> Optional[str]:
     req = getattr(s, "chunked_req", None)
     if req is None or req.finished():
@@ -85,6 +98,13 @@ def chunked_between_chunks(s: Any) -> Optional[str]:
     return f"{req.rid}@row{row}"
 
 
+@check_registry.window(
+    "overlap_result_pending", loops=("overlap",), source="issue 18744",
+    doc=(
+        "Overlap loop: a launched batch whose result is not processed yet (result_queue) "
+        "holds a request that has already finished; its row is free while that forward "
+        "still reads it."),
+)
 def overlap_result_pending(s: Any) -> Optional[str]:
     if sglang_compat.loop_kind(s) != "overlap":
         return None
@@ -96,6 +116,12 @@ def overlap_result_pending(s: Any) -> Optional[str]:
     return None
 
 
+@check_registry.window(
+    "paused_in_place_busy", loops=("normal", "overlap", "pp"), source="PR 10071",
+    doc=(
+        "Engine paused with mode=in_place while a batch still holds a live request: "
+        "flush_cache is refused for the whole pause."),
+)
 def paused_in_place_busy(s: Any) -> Optional[str]:
     if not sglang_compat.is_paused(s):
         return None
@@ -108,6 +134,13 @@ def paused_in_place_busy(s: Any) -> Optional[str]:
     return None
 
 
+@check_registry.window(
+    "paused_retract_waiting_with_kv", loops=("normal", "overlap", "pp"), source="PR 10071",
+    doc=(
+        "Engine paused with mode=retract: live requests were moved back to the waiting "
+        "queue and their KV sits in the radix tree (or a row). A flush here drops that "
+        "cache; it was refused until 0.5.21 (ignore_waiting)."),
+)
 def paused_retract_waiting_with_kv(s: Any) -> Optional[str]:
     if not sglang_compat.is_paused(s):
         return None
@@ -123,76 +156,34 @@ def paused_retract_waiting_with_kv(s: Any) -> Optional[str]:
     return None
 
 
+@check_registry.window(
+    "hicache_write_through_pending", loops=("normal", "overlap", "pp"), source="HiCache",
+    doc=(
+        "HiCache: a device->host backup was issued and is not reaped yet (ongoing_write_through); "
+        "is_fully_idle is false, so a flush here is refused. Closed when HiCache is off."),
+    needs="hicache",
+)
 def hicache_write_through_pending(s: Any) -> Optional[str]:
     n = hicache_state.write_through_pending(s)
     return f"backups={n}" if n else None
 
 
+@check_registry.window(
+    "hicache_load_in_progress", loops=("normal", "overlap", "pp"), source="PR 19177",
+    doc=(
+        "HiCache: a host->device load was issued and is not reaped yet (ongoing_load_back); a batch "
+        "scheduled now may read rows the load writes (PR 19177's race, with the copy still in flight "
+        "on a GPU). Closed when HiCache is off."),
+    needs="hicache",
+)
 def hicache_load_in_progress(s: Any) -> Optional[str]:
     n = hicache_state.load_back_pending(s)
     return f"loads={n}" if n else None
 
 
-WINDOWS: Dict[str, Window] = {
-    w.name: w
-    for w in (
-        Window(
-            "pp_inflight_after_last_chunk", ("pp",), "PR 27446",
-            "Under PP: the last chunk of a request was dispatched (chunked_req is None) and its "
-            "extend batch still sits in an mbs slot, every running_mbs is empty and the queues "
-            "are empty. Before 0.5.13 is_fully_idle() said idle here and a flush reset the tree "
-            "under the in-flight chunk.",
-            pp_inflight_after_last_chunk,
-        ),
-        Window(
-            "finished_not_pruned", ("normal", "overlap", "pp"), "issue 14062",
-            "A finished request still sits in running_batch (or last_batch / result_queue / "
-            "running_mbs) at the start of an iteration: ingest runs before "
-            "get_next_batch_to_run prunes it. update_weights(flush_cache=True) here asserted "
-            "(<=0.5.21) or is refused (0.5.22+).",
-            finished_not_pruned,
-        ),
-        Window(
-            "chunked_between_chunks", ("normal", "overlap", "pp"), "PR 17850",
-            "A chunked-prefill request is parked between two of its chunks (chunked_req set) "
-            "and holds its req_to_token row. Before 0.5.9 it released the row after every chunk.",
-            chunked_between_chunks,
-        ),
-        Window(
-            "overlap_result_pending", ("overlap",), "issue 18744",
-            "Overlap loop: a launched batch whose result is not processed yet (result_queue) "
-            "holds a request that has already finished; its row is free while that forward "
-            "still reads it.",
-            overlap_result_pending,
-        ),
-        Window(
-            "paused_in_place_busy", ("normal", "overlap", "pp"), "PR 10071",
-            "Engine paused with mode=in_place while a batch still holds a live request: "
-            "flush_cache is refused for the whole pause.",
-            paused_in_place_busy,
-        ),
-        Window(
-            "paused_retract_waiting_with_kv", ("normal", "overlap", "pp"), "PR 10071",
-            "Engine paused with mode=retract: live requests were moved back to the waiting "
-            "queue and their KV sits in the radix tree (or a row). A flush here drops that "
-            "cache; it was refused until 0.5.21 (ignore_waiting).",
-            paused_retract_waiting_with_kv,
-        ),
-        Window(
-            "hicache_write_through_pending", ("normal", "overlap", "pp"), "HiCache",
-            "HiCache: a device->host backup was issued and is not reaped yet (ongoing_write_through); "
-            "is_fully_idle is false, so a flush here is refused. Closed when HiCache is off.",
-            hicache_write_through_pending, needs="hicache",
-        ),
-        Window(
-            "hicache_load_in_progress", ("normal", "overlap", "pp"), "PR 19177",
-            "HiCache: a host->device load was issued and is not reaped yet (ongoing_load_back); a batch "
-            "scheduled now may read rows the load writes (PR 19177's race, with the copy still in flight "
-            "on a GPU). Closed when HiCache is off.",
-            hicache_load_in_progress, needs="hicache",
-        ),
-    )
-}
+# The table the tracker, ctx.wait_for_window and the explorer read: the built-in
+# windows, then the extension windows extensions.register_windows adds.
+WINDOWS: Dict[str, Window] = check_registry.builtin_windows()
 
 
 BUILTIN = frozenset(WINDOWS)  # extension windows (scripted_runtime/extensions.py) are added to WINDOWS

@@ -27,12 +27,16 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 from scripted_runtime import specs as spec_forms
 from scripted_runtime.errors import UsageError
 from scripted_runtime.user_side import scenario_history
 from scripted_runtime.user_side.result import violation_signature
+
+if TYPE_CHECKING:
+    from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
+    from scripted_runtime.user_side.server_config import ServerConfig
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
