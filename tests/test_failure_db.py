@@ -128,3 +128,17 @@ def test_a_stored_program_that_passes_now_is_removed(tmp_path):
     assert out["ran"][0] == failure_db.encode(fixed).decode()
     assert any("passes now: removed" in l for l in out["progress"])
     assert failure_db.encode(fixed).decode() not in out["stored"]
+
+
+def test_the_default_database_lives_under_out(tmp_path, monkeypatch):
+    """A command writes only under its --out: the default database is OUT/failure-db
+    (or $SCRIPTED_RUNTIME_DATABASE), never a folder of the current directory."""
+    monkeypatch.delenv("SCRIPTED_RUNTIME_DATABASE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    db = failure_db.open_database(None, out_dir=tmp_path / "found")
+    db.save(b"k", b"v")
+    assert (tmp_path / "found" / failure_db.DEFAULT_DIR).is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["found"]
+    monkeypatch.setenv("SCRIPTED_RUNTIME_DATABASE", str(tmp_path / "shared"))
+    failure_db.open_database(None, out_dir=tmp_path / "found").save(b"k", b"v")
+    assert (tmp_path / "shared").is_dir()

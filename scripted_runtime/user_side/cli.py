@@ -297,7 +297,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
             raise UsageError(f"-n must be >= 1, got {args.workers}")
         from scripted_runtime.user_side.explore import failure_db
 
-        failure_db.open_database(args.database, read_only=args.database_read_only)  # a bad one: exit 2 now
+        failure_db.open_database(args.database, read_only=args.database_read_only, out_dir=Path(args.out))  # a bad one: exit 2 now
     except (UsageError, ValueError) as exc:
         print(f"scripted-runtime: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -554,7 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "the first crash on, on from the start, off (docs/exploring.md)")
     exp.add_argument("--database", metavar="SPEC", default=None,
                      help="the failure database: stored failing programs run first, new ones are saved. A "
-                          "directory (default: $SCRIPTED_RUNTIME_DATABASE or .scripted-runtime/failures), "
+                          "directory (default: $SCRIPTED_RUNTIME_DATABASE or failure-db under --out), "
                           "redis://HOST:PORT[/DB] (shared), or none (docs/exploring.md)")
     exp.add_argument("--database-read-only", action="store_true",
                      help="replay the database's failures first but save nothing (pull-request runs)")

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from hypothesis import configuration as hypothesis_configuration
+
 from scripted_runtime import known_bugs as known_bugs_mod
 from scripted_runtime.user_side.explore import determinism, failure_db, history as history_mod, search as search_mod, writer
 from scripted_runtime.user_side.explore.explore_settings import FOUND_BY, ExploreSettings
@@ -73,11 +75,11 @@ def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(),
     report says so.
 
     ``settings.database``: the failure database (``failure_db.open_database``:
-    a directory, ``redis://HOST:PORT``, ``none``; None: the local default):
+    a directory, ``redis://HOST:PORT``, ``none``; None: ``OUT/failure-db``):
     its programs for this build and topology run first, new failures are
     saved to it (unless ``database_read_only``). The command's default is
     the local directory; ``ExploreSettings``'s is ``none``."""
-    db = failure_db.open_database(settings.database, read_only=settings.database_read_only)
+    db = failure_db.open_database(settings.database, read_only=settings.database_read_only, out_dir=Path(out_dir))
     profile = settings.profile
     prof = search_mod.PROFILES[profile]
     topology = config.topology
@@ -99,6 +101,9 @@ def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(),
         written = dict(config=config, sglang_version=version, profile=profile, sglang_spec=settings.sglang_spec,
                        found_by=settings.found_by)
         store = failure_db.FailureStore(db, failure_db.key(config, version)) if db is not None else None
+        # Hypothesis keeps caches of its own (e.g. .hypothesis/constants) in the
+        # working directory unless told otherwise: keep them under --out.
+        hypothesis_configuration.set_hypothesis_home_dir(Path(out_dir) / ".hypothesis")
         result = search_mod.search(runner, settings, store=store, progress=progress,
                                    events=_Events(runner, settings, Path(out_dir) / "kept", written))
         stats = result.stats

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from scripted_runtime.user_side.explore import actions as A
 from scripted_runtime.user_side.server_config import ServerConfig
 
-DEFAULT_DIR = ".scripted-runtime/failures"
+DEFAULT_DIR = "failure-db"  # under the exploration's --out: a command writes only there
 NONE = "none"
 _TYPES = {cls.__name__: cls for cls in typing.get_args(A.Action)}  # every action the grammar has
 
@@ -76,14 +76,16 @@ def key(config: ServerConfig, sglang_version: str) -> bytes:
     return f"scripted-runtime:g{A.GRAMMAR_VERSION}:{config.topology}:{digest}".encode()
 
 
-def open_database(spec: Optional[str], *, read_only: bool = False) -> Any:
-    """``spec``: None (the local default, ``DEFAULT_DIR``), a directory,
+def open_database(spec: Optional[str], *, read_only: bool = False, out_dir: Optional[Path] = None) -> Any:
+    """``spec``: None (the local default: ``$SCRIPTED_RUNTIME_DATABASE``,
+    else ``DEFAULT_DIR`` under ``out_dir``, else under the current directory), a directory,
     ``redis://HOST:PORT[/DB]``, or ``none``. Returns a Hypothesis
     ``ExampleDatabase`` or None. A Redis server that does not answer is a
     ``DatabaseError`` naming it."""
     from hypothesis.database import DirectoryBasedExampleDatabase, ReadOnlyDatabase
 
-    spec = spec if spec is not None else os.environ.get("SCRIPTED_RUNTIME_DATABASE", DEFAULT_DIR)
+    if spec is None:
+        spec = os.environ.get("SCRIPTED_RUNTIME_DATABASE") or str(Path(out_dir or ".") / DEFAULT_DIR)
     if spec == NONE:
         return None
     if spec.startswith("redis://"):
