@@ -82,7 +82,6 @@ def _write_json(path: Optional[str], payload: dict) -> None:
     if not path:
         return
     import json
-    from pathlib import Path
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
@@ -309,7 +308,6 @@ def _cmd_explore(args: argparse.Namespace) -> int:
         from scripted_runtime.user_side.explore import parallel
 
         return parallel.run_workers(args)
-    from pathlib import Path
 
     from scripted_runtime.user_side.explore import explorer, failure_db
 
