@@ -12,11 +12,8 @@ import textwrap
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
-import pytest
-
 from scripted_runtime.errors import UsageError
 from scripted_runtime.user_side import cli
-from tests.helpers import run_ok
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -26,7 +23,6 @@ COMMAND = re.compile(r"(?:^|(?<=[\s/`]))scripted-runtime[ \t]+(?P<args>[^`\n]*)"
 SHELL_END = re.compile(r"\s(?:\||&&|;|>|2>|<)\s?.*$")
 FUNCTION_SPEC = re.compile(r"^(?P<path>[\w./-]+\.py):(?P<func>[\w.]+)$")
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
-TUTORIAL_FUNCTION = "two_requests"
 
 
 def _code_lines(text: str) -> Iterator[Tuple[int, str, bool]]:
@@ -156,23 +152,6 @@ def test_relative_links_resolve():
                 if not (doc.parent / target).exists():
                     broken.append(f"{doc.relative_to(ROOT)}:{n}: {m['target']}")
     assert not broken, "links to files that do not exist:\n" + "\n".join(broken)
-
-
-def tutorial_source() -> str:
-    """The README's two-request scenario, as a newcomer would paste it."""
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    hits = [b for b in blocks if f"def {TUTORIAL_FUNCTION}(ctx" in b]
-    assert len(hits) == 1, f"README.md should show one python block defining {TUTORIAL_FUNCTION}(ctx)"
-    return hits[0]
-
-
-@pytest.mark.sglang
-def test_the_readme_tutorial_scenario_runs(server, tmp_path):
-    path = tmp_path / "my_race.py"
-    path.write_text(tutorial_source())
-    result = run_ok(server, f"{path}:{TUTORIAL_FUNCTION}", timeout=120)
-    assert result.steps > 0
 
 
 def test_the_context_api_reference_is_complete():

@@ -4,7 +4,6 @@ package, loaded in every scheduler rank, and seen in ``run`` and
 ``explore`` output (the example module ``scenarios/extension_example.py``)."""
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,27 +12,18 @@ import pytest
 from hypothesis import find
 
 from scripted_runtime import extensions as ext
-from scripted_runtime.scheduler_side import check_registry, windows
+from scripted_runtime.scheduler_side import windows
 from scripted_runtime.user_side.explore import actions as A, strategies
 from scripted_runtime.user_side.explore.stats import Stats
+from tests.helpers import isolate_extensions
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = "scenarios/extension_example.py"
 
 
-def _isolate(mp: pytest.MonkeyPatch) -> None:
-    """Registrations made from here on do not leak into the rest of the session."""
-    mp.setattr(check_registry, "_extension_windows", {})
-    mp.setattr(check_registry, "_extension_checks", {})
-    mp.setattr(ext, "_actions", {})
-    mp.setattr(ext, "_loaded", [])
-    mp.setattr(ext, "_registered", set())
-    mp.setattr(windows, "WINDOWS", dict(windows.WINDOWS))
-
-
 @pytest.fixture
 def clean_registry(monkeypatch):
-    _isolate(monkeypatch)
+    isolate_extensions(monkeypatch)
 
 
 def test_the_example_module_registers_one_of_each_and_the_explorer_draws_its_action(clean_registry):
@@ -96,52 +86,3 @@ def test_a_missing_extension_is_a_one_line_usage_error(spec, words):
                            "scenarios/demo.py:chunked_then_decode", "--extension", spec],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-
-
-@pytest.fixture(scope="module")
-def example_server(server_pool):
-    """One pp1-normal server with the example module loaded in its rank
-    (the plugin's pool: started once, shared by the two tests below)."""
-    with pytest.MonkeyPatch.context() as mp:
-        _isolate(mp)
-        ext.activate([str(ROOT / EXAMPLE)])  # in this process too, as --extension does
-        yield server_pool.get("pp1-normal", extensions=[EXAMPLE])
-
-
-@pytest.mark.sglang
-@pytest.mark.slow  # a server of its own (~25 s); the default lane keeps the pure tests above
-def test_run_shows_the_window_and_action_and_the_invariant_fails_a_broken_request(example_server, capsys):
-    """What ``scripted-runtime run --extension ...`` prints, through the
-    command's own output functions, for both example scenarios."""
-    from scripted_runtime.user_side import cli
-
-    cli._print_extensions(example_server.info)
-    results = [example_server.run(f"{ROOT / EXAMPLE}:{name}", trace=False)
-               for name in ("uses_all_three", "budget_broken")]
-    for result in results:
-        cli._report(result)
-    out = capsys.readouterr().out
-    assert ("extensions loaded in the scheduler: windows two_or_more_waiting; invariants output_within_budget; "
-            "actions abort_newest_then_step") in out
-    assert results[0].passed, out
-    assert re.search(r"windows reached: .*two_or_more_waiting x\d", out), out
-    assert not results[1].passed and "InvariantViolation[output_within_budget]" in out, out
-
-
-@pytest.mark.sglang
-@pytest.mark.slow
-def test_explore_draws_the_action_counts_the_window_and_checks_the_invariant(example_server, tmp_path):
-    from scripted_runtime.user_side.explore import explorer
-    from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
-    from scripted_runtime.user_side.server_config import ServerConfig
-
-    lines = []
-    report = explorer.explore(ServerConfig("pp1-normal", extensions=(EXAMPLE,)),
-                              ExploreSettings(profile="ci", max_examples=25, corpus=False, check_determinism=False),
-                              server=example_server, out_dir=tmp_path, progress=lines.append)
-    explorer.print_report(report, profile="ci", out=lines.append)
-    out = "\n".join(lines)
-    assert not report.failed, out  # the invariant found nothing on the real scheduler
-    assert re.search(r"windows \(reached/entered\): .*two_or_more_waiting \d+/\d+", out), out
-    row = next((line for line in lines if "ext:abort_newest_then_step" in line), "")
-    assert re.search(r"\| +\d+ ", row), out  # the action ran in some phase

@@ -33,7 +33,7 @@ class Recorder(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def server():
+def http_server():
     Recorder.seen = []
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
@@ -43,8 +43,8 @@ def server():
     srv.server_close()
 
 
-def test_json_payload_and_answer(server):
-    answer = HttpPoster(server + "/").post("/generate", {"text": "hi", "n": 2})
+def test_json_payload_and_answer(http_server):
+    answer = HttpPoster(http_server + "/").post("/generate", {"text": "hi", "n": 2})
     assert answer.wait(10)
     assert answer.status == 200 and answer.error is None
     assert json.loads(answer.body["echo"]) == {"text": "hi", "n": 2}
@@ -52,15 +52,15 @@ def test_json_payload_and_answer(server):
     assert (path, ctype) == ("/generate", "application/json")
 
 
-def test_no_payload_sends_no_body(server):
-    answer = HttpPoster(server).post("/flush_cache", None)
+def test_no_payload_sends_no_body(http_server):
+    answer = HttpPoster(http_server).post("/flush_cache", None)
     assert answer.wait(10)
     assert answer.status == 200 and answer.body == {"echo": None}
     assert Recorder.seen[0] == ("/flush_cache", None, b"")
 
 
-def test_non_json_answer_kept_as_text(server):
-    answer = HttpPoster(server).post("/text", {})
+def test_non_json_answer_kept_as_text(http_server):
+    answer = HttpPoster(http_server).post("/text", {})
     assert answer.wait(10)
     assert (answer.status, answer.body) == (503, "not json")
 

@@ -11,7 +11,6 @@ import pytest
 
 from scripted_runtime.user_side import cli
 
-pytestmark = pytest.mark.sglang
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 CHUNKED_ROW = f"{SCENARIOS / 'chunked_row_reuse.py'}:chunked_row_reuse"

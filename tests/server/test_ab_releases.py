@@ -10,7 +10,7 @@ import pytest
 
 from scripted_runtime.user_side import cli
 
-pytestmark = [pytest.mark.ab, pytest.mark.sglang]
+pytestmark = pytest.mark.ab
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 PP_FLUSH = f"{SCENARIOS / 'pp_flush_inflight.py'}:flush_with_chunk_in_flight"

@@ -5,9 +5,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.sglang
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -25,7 +25,6 @@ from scripted_runtime.user_side.explore import explorer
 from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
 from scripted_runtime.user_side.server_config import ServerConfig
 
-pytestmark = pytest.mark.sglang
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -11,8 +11,6 @@ from scripted_runtime.scheduler_side import invariants
 from scripted_runtime import timeline
 from tests.helpers import run_ok
 
-pytestmark = pytest.mark.sglang
-
 
 @pytest.fixture
 def overlap_server(server_pool):

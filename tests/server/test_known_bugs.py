@@ -13,7 +13,6 @@ import pytest
 from scripted_runtime import known_bugs
 from scripted_runtime.user_side.explore.runner import signature_of
 
-pytestmark = pytest.mark.sglang
 ROOT = Path(__file__).resolve().parents[2]
 
 # A scenario that kills the scheduler runs after every other test (conftest):

@@ -23,7 +23,6 @@ from scripted_runtime.user_side.explore.runner import signature_of
 from scripted_runtime.user_side.server_config import ServerConfig
 from tests.helpers import load_bench
 
-pytestmark = pytest.mark.sglang
 ROOT = Path(__file__).resolve().parents[2]
 
 # A team's own mutant, kept in their repo: pause_generation(in_place) is

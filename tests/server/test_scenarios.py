@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.sglang
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 

@@ -10,8 +10,6 @@ import pytest
 
 from tests.helpers import run_ok
 
-pytestmark = pytest.mark.sglang
-
 
 # --- request lifecycle ----------------------------------------------------------
 

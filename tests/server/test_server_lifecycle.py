@@ -11,8 +11,6 @@ from scripted_runtime.errors import ServerDeadError
 from tests.helpers import run_ok
 from tests.server.test_scheduler_api import script_lifecycle
 
-pytestmark = pytest.mark.sglang
-
 
 def script_sabotage(ctx):
     """Make the scheduler's own event loop raise in the next iteration."""

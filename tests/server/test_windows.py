@@ -8,7 +8,6 @@ import pytest
 
 from tests.helpers import run_ok
 
-pytestmark = pytest.mark.sglang
 WINDOWS = Path(__file__).resolve().parents[2] / "scenarios" / "windows.py"
 
 
