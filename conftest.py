@@ -14,20 +14,29 @@ Options:
                            builds or reuses one environment per SGLang release,
                            ~10 GB and ~8 min each the first time)
 
+Lanes by directory: every test under tests/server/ gets the ``sglang`` marker
+here (it drives the real scheduler); tests/logic/ holds the tests without an
+SGLang process. ``-m sglang`` / ``-m "not sglang"`` select on that marker.
+
 Fixtures:
   server_pool  the plugin's session pool: one live server per configuration
   server       parametrized over the topologies; a test using it runs once per
                topology (pp4 runs carry the ``pp4`` marker)
+  wheel, fresh_env  a wheel built from this checkout and a fresh environment
+               with it installed, once per session (tests/wheel_env.py)
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from scripted_runtime.user_side.engine_config import TOPOLOGIES
 
 TOPOLOGY_MARKS = {"pp4": [pytest.mark.pp4]}
+# The lane that drives the real SGLang scheduler: its tests carry the ``sglang`` marker.
+SERVER_TESTS = Path(__file__).resolve().parent / "tests" / "server"
 # `explore` run by a test (in a subprocess too) neither replays nor keeps failures in a
 # database of the checkout; the failure-database tests pass theirs explicitly.
 os.environ["SCRIPTED_RUNTIME_DATABASE"] = "none"
@@ -53,6 +62,12 @@ def pytest_configure(config):
         config.option.scripted_runtime_device = config.getoption("--device")
     if config.getoption("--server-log-dir"):
         config.option.scripted_runtime_log_dir = config.getoption("--server-log-dir")
+
+
+def pytest_itemcollected(item):
+    """The ``sglang`` marker comes from the directory, before ``-m`` selects."""
+    if item.path.resolve().is_relative_to(SERVER_TESTS):
+        item.add_marker(pytest.mark.sglang)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -97,3 +112,19 @@ def server_pool(scripted_runtime_pool):
 @pytest.fixture(params=[pytest.param(t, marks=TOPOLOGY_MARKS.get(t, [])) for t in TOPOLOGIES])
 def server(request, server_pool):
     return server_pool.get(request.param)
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory):
+    """A wheel built from this checkout (tests/wheel_env.py), once per session."""
+    from tests import wheel_env
+
+    return wheel_env.build_wheel(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def fresh_env(wheel, tmp_path_factory):
+    """A fresh virtual environment with the wheel installed (tests/wheel_env.py)."""
+    from tests import wheel_env
+
+    return wheel_env.make_fresh_env(wheel, tmp_path_factory)

@@ -15,7 +15,7 @@ if ! command -v redis-server >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "[install] installing redis-server with apt-get (the shared failure database's test)"
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } >/dev/null 2>&1 \
-      || echo "[install] could not install redis-server: tests/test_failure_db.py's Redis test will be skipped"
+      || echo "[install] could not install redis-server: tests/logic/test_failure_db.py's Redis test will be skipped"
   else
     echo "[install] redis-server is missing and apt-get cannot run as root here: the Redis test will be skipped"
   fi

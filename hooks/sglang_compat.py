@@ -1,7 +1,7 @@
 """Every SGLang-version difference the harness knows about, in one place.
 
 Supporting a new SGLang release means editing this module (and its tests: the
-version rules in tests/test_pure_logic.py and tests/test_builds.py), not
+version rules in tests/logic/test_sglang_compat.py and tests/logic/test_builds.py), not
 grepping the tree. Each fact names the
 releases it was read off. Where a feature test is possible it is preferred to
 a version comparison, so that source trees between releases also work.

@@ -2,7 +2,7 @@
 (``scripted_runtime/known_bugs.py``).
 
 Each asserts what SGLang *should* do, so it fails on a build with the bug
-and passes on one without it; ``tests/test_known_bugs.py`` runs each as a
+and passes on one without it; ``tests/server/test_known_bugs.py`` runs each as a
 strict xfail on the topologies its entry names.
 
     .venv/bin/scripted-runtime run scenarios/known_bugs.py:pp_pause_ignored --pp 4

@@ -10,7 +10,7 @@ Used by:
   as ``known: NAME`` and the search goes on looking for others
   (``--stop-at-known`` stops at it instead, ``--no-known-bugs`` treats it as
   a new finding, shrunk and written out like any other);
-* ``tests/test_known_bugs.py``: every entry's scenario runs as a strict
+* ``tests/server/test_known_bugs.py``: every entry's scenario runs as a strict
   xfail on the topologies it affects, so the day SGLang fixes the bug the
   suite says so (XPASS fails it) and the entry can be retired.
 

@@ -1,5 +1,6 @@
-"""Shared helpers for tests that run scripts on the real scheduler, and for
-loading the benchmarks (``bench/*.py`` are scripts, not a package)."""
+"""Shared helpers for tests that run scripts on the real scheduler, for
+loading the benchmarks (``bench/*.py`` are scripts, not a package), and for
+tests that register extensions."""
 from __future__ import annotations
 
 import importlib.util
@@ -14,6 +15,20 @@ def load_bench(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def isolate_extensions(mp) -> None:
+    """Extension registrations made from here on (through the monkeypatch
+    ``mp``) do not leak into the rest of the session."""
+    from scripted_runtime import extensions as ext
+    from scripted_runtime.scheduler_side import check_registry, windows
+
+    mp.setattr(check_registry, "_extension_windows", {})
+    mp.setattr(check_registry, "_extension_checks", {})
+    mp.setattr(ext, "_actions", {})
+    mp.setattr(ext, "_loaded", [])
+    mp.setattr(ext, "_registered", set())
+    mp.setattr(windows, "WINDOWS", dict(windows.WINDOWS))
 
 
 def run_ok(server, script, *args, **kwargs):

@@ -1,0 +1,41 @@
+"""Command-line usage errors: a bad scenario spec or option, or an unknown
+fix toggle, exits 2 with one line, before any server starts."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from scripted_runtime.user_side import cli
+
+
+def test_cli_usage_errors_exit_2(tmp_path):
+    scenario = tmp_path / "s.py"
+    scenario.write_text("def real(ctx):\n    yield\n")
+    assert cli.check_script_spec(f"{scenario}:real").endswith("s.py:real")
+    for spec, message in [
+        (f"{tmp_path}/missing.py:real", "scenario file not found"),
+        (f"{scenario}:nope", "has no function 'nope' (functions: real)"),
+        ("no.such.module:fn", "scenario module not found"),
+        ("justaname", "PATH.py:FUNCTION"),
+    ]:
+        with pytest.raises(cli.UsageError, match=re.escape(message)):
+            cli.check_script_spec(spec)
+    proc = subprocess.run([sys.executable, "-m", "scripted_runtime.user_side.cli", "run", f"{scenario}:nope"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0, "a usage error is one line"
+    proc = subprocess.run([sys.executable, "-m", "scripted_runtime.user_side.cli", "run", f"{scenario}:real", "--pp", "3"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--pp must be 1 or 4" in proc.stderr
+
+
+def test_fix_toggle_names_are_validated(capsys):
+    from scripted_runtime.hooks import fix_toggles
+
+    with pytest.raises(ValueError, match=r"unknown fix toggle\(s\) \['pr1'\]; known: pr27446"):
+        fix_toggles.validate(["pr1"])
+    assert cli.main(["run", "scenarios/demo.py:chunked_then_decode", "--revert-fix", "pr1"]) == 2
+    assert "unknown fix toggle(s) ['pr1']" in capsys.readouterr().err

@@ -1,0 +1,433 @@
+"""The explorer's pure parts: program source, failure signatures, trace
+normalization, statistics, the worker command line. No server."""
+from __future__ import annotations
+
+import ast
+
+import pytest
+from hypothesis import given, settings
+
+from scripted_runtime.user_side.explore import actions as A
+from scripted_runtime.user_side.explore import determinism, runner, strategies
+from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
+from scripted_runtime.user_side.explore.stats import Stats
+from scripted_runtime.user_side.server_config import ServerConfig
+from scripted_runtime.user_side.result import ScriptResult
+
+PROGRAM = [A.Start(100, 1, 4), A.Steps(3), A.Flush(), A.Pause("retract"), A.Start(8, 2, 2),
+           A.OnWindow("finished_not_pruned", A.UpdateWeights(True), 24), A.AbortOne(1), A.Continue()]
+
+
+def test_source_compiles_and_maps_lines_to_actions():
+    source = A.to_source(PROGRAM, docstring="header")
+    tree = ast.parse(source.text)
+    assert [n.name for n in tree.body if isinstance(n, ast.FunctionDef)] == ["program"]
+    lines = source.text.splitlines()
+    assert len(source.action_lines) == len(PROGRAM)
+    lo, hi = source.action_lines[2]
+    assert "explore.flush_cache(ctx)" in "\n".join(lines[lo - 1:hi])
+    # A start after a pause is guarded: the tokenizer holds requests while paused.
+    lo, hi = source.action_lines[4]
+    assert lines[lo - 1].strip() == "if not explore.tokenizer_paused(ctx):"
+    lo, _ = source.action_lines[0]
+    assert "tokenizer_paused" not in lines[lo - 1]
+    assert source.action_at(source.action_lines[5][1]) == 5
+    assert source.action_at(1) is None
+
+
+def test_marks_go_on_the_failing_action_or_the_end_checks():
+    marked = A.to_source(PROGRAM, mark={1: "FAILS here"}).text.splitlines()
+    assert any(l.strip().startswith("yield from ctx.steps(3)") and l.endswith("# <-- FAILS here") for l in marked)
+    end = A.to_source(PROGRAM, mark={-1: "FAILS at the end"}).text.splitlines()
+    assert end[-1].endswith("# <-- FAILS at the end") and "end_state_checks" in end[-1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(strategies.programs("pp4"))
+def test_every_generated_program_compiles(program):
+    assert isinstance(program[0], A.Start)
+    assert len(program) <= strategies.MAX_ACTIONS
+    compile(A.to_source(program).text, "<program>", "exec")
+    for action in program:
+        if isinstance(action, A.OnWindow):
+            assert action.window in strategies.windows_for("pp4")
+
+
+def test_windows_per_topology():
+    assert "pp_inflight_after_last_chunk" in strategies.windows_for("pp4")
+    assert "pp_inflight_after_last_chunk" not in strategies.windows_for("pp1-overlap")
+    assert "overlap_result_pending" in strategies.windows_for("pp1-overlap")
+    assert "overlap_result_pending" not in strategies.windows_for("pp1-normal")
+    # HiCache's windows never open without HiCache: drawn only when the engine has it
+    assert "hicache_load_in_progress" not in strategies.windows_for("pp1-normal")
+    assert "hicache_load_in_progress" in strategies.windows_for("pp1-normal", ("hicache",))
+
+
+@pytest.mark.parametrize("result, expected", [
+    (ScriptResult("s", passed=True), None),
+    (ScriptResult("s", passed=False, violation={"invariant": "idle_gate"}, error="x"), "InvariantViolation[idle_gate]"),
+    (ScriptResult("s", passed=False, crashed=True,
+                  error="SchedulerCrashed: AssertionError: This request holds the node from another tree"),
+     "SchedulerCrashed: AssertionError: This request holds the node from another tree"),
+    (ScriptResult("s", passed=False, error="EndStateError: requests never finished: 1 of 2 still live after 400 "
+                                            "iterations ([r3-99-12:waiting]); state: ..."),
+     "EndStateError: requests never finished: N of N still live after N iterations"),
+])
+def test_failure_signatures_ignore_numbers_and_state(result, expected):
+    assert runner.signature_of(result) == expected
+
+
+def _rec(step, slot, rid, row, it):
+    return {"step": step, "it": it, "slot": slot, "batches": {f"mbs[{slot}]": {"mode": "extend", "rids": [rid]}},
+            "rows": {rid: row}, "windows": {"w": f"mbs[{slot}]=[{rid}]"},
+            "violation": {"invariant": "idle_gate", "iteration": it}}
+
+
+def test_traces_equal_up_to_rids_rows_slots_and_iterations():
+    a = [_rec(1, 4, "r1-100-5", 2048, 700), _rec(2, 5, "r1-100-5", 2048, 701)]
+    b = [_rec(1, 1, "r7-200-9", 2040, 900), _rec(2, 2, "r7-200-9", 2040, 901)]
+    assert determinism.compare(a, b, slots=6) is None
+
+
+def test_traces_that_differ_report_the_first_step_and_field():
+    a = [_rec(1, 0, "r1-1-1", 5, 1), _rec(2, 1, "r1-1-1", 5, 2)]
+    b = [_rec(1, 0, "r1-1-1", 5, 1), _rec(2, 2, "r1-1-1", 5, 2)]
+    diff = determinism.compare(a, b, slots=6)
+    assert diff is not None and diff.step == 2 and "slot" in diff.fields
+    assert diff.culprit == "build" and "nondeterminism in this SGLang build" in diff.describe()
+    c = [dict(r, ops=[]) for r in a]
+    d = [dict(r, ops=[]) for r in a]
+    d[1]["ops"] = [{"op": "flush_cache"}]
+    diff = determinism.compare(c, d, slots=6)
+    assert diff.step == 2 and diff.fields == ["ops"] and diff.culprit == "harness"
+    assert "harness bug" in diff.describe()
+    shorter = determinism.compare(a, a[:1], slots=6)
+    assert shorter is not None and shorter.step is None and "lengths" in shorter.describe()
+
+
+def test_stats_add_merge_and_tables():
+    out = runner.Outcome(signature=None, steps=10, reset_steps=2, run_s=1.0, reset_s=0.2,
+                         io_s=0.1, wall_s=1.1, windows={"w": {"reached": 1, "entered": 1, "open_steps": 2}},
+                         coverage={"flush_cache|decode": 2, "abort|idle": 1})
+    bad = runner.Outcome(signature="X", steps=3, run_s=0.5, wall_s=0.6)
+    a, b = Stats(topology="pp4"), Stats(topology="pp4")
+    a.add(out, shrinking=False)
+    b.add(bad, shrinking=True)
+    a.wall_s, b.wall_s = 60.0, 30.0
+    a.merge(b)
+    assert (a.examples, a.shrink_examples, a.steps, a.failures) == (2, 1, 13, {"X": 1})
+    assert a.per_minute == pytest.approx(2.0)
+    table = a.coverage_table()
+    assert "2 of 56 combinations exercised" in table
+    row = next(l for l in table.splitlines() if l.strip().startswith("flush_cache"))
+    assert row.split("|")[2].strip() == "2"  # the decode column
+    assert "failures: X x1" in a.summary()
+    assert Stats.from_dict(a.as_dict()).as_dict() == a.as_dict()
+    assert "hicache" not in table  # HiCache's rows and column only where they were seen
+    h = Stats(topology="pp1-hicache")
+    h.add(runner.Outcome(signature=None, steps=5, coverage={"hicache:hold|idle": 3,
+                                                            "flush_cache|hicache_transfer": 1}), shrinking=False)
+    lines = h.coverage_table().splitlines()
+    assert lines[0].rstrip().endswith("hicache_transfer")
+    assert next(l for l in lines if l.strip().startswith("hicache:hold")).split("|")[7].strip() == "3"  # idle
+    assert next(l for l in lines if l.strip().startswith("flush_cache")).split("|")[8].strip() == "1"
+
+
+def test_worker_command_line_round_trips():
+    from scripted_runtime.user_side import cli
+    from scripted_runtime.user_side.explore import parallel
+
+    args = cli.build_parser().parse_args(["explore", "--pp", "4", "--profile", "ci", "-n", "3", "--seed", "7",
+                                          "--revert-fix", "pr27446", "--sglang-arg", "max_total_tokens=4096"])
+    argv = parallel.explore_argv(args, workers=1, seed=9, worker_label="w1")
+    again = cli.build_parser().parse_args(argv)
+    assert (again.pp, again.profile, again.workers, again.seed, again.worker_label) == (4, "ci", 1, 9, "w1")
+    assert again.revert_fix == ["pr27446"] and again.sglang_arg == ["max_total_tokens=4096"]
+
+
+def test_phases_of_a_scheduler_state():
+    from tests.logic.test_invariants import FakeBatch, FakeReq, FakeScheduler
+
+    from scripted_runtime.scheduler_side.explore.phases import op_kind, phases_of
+
+    s = FakeScheduler(idle=True)
+    s.running_batch = None
+    assert phases_of(s) == ["idle"]
+    s.running_batch = FakeBatch([])  # what an idle SGLang scheduler holds: an empty running batch
+    assert phases_of(s) == ["idle"]
+    s = FakeScheduler(reqs=[FakeReq("a", row=1, allocated=4)])
+    assert phases_of(s) == ["decode"]
+    s.last_batch = FakeBatch([FakeReq("b", row=2, allocated=4)], mode="extend")
+    s.waiting_queue = [FakeReq("c")]
+    assert phases_of(s, tokenizer_paused=True) == ["prefill_chunk", "decode", "queued", "paused"]
+    s = FakeScheduler(reqs=[FakeReq("d", row=1, allocated=4, done=True)])
+    assert phases_of(s) == ["finished_unpruned"]
+    s = FakeScheduler()
+    s.running_batch = None
+    s.mbs = [None, FakeBatch([FakeReq("e", row=3, allocated=4)], mode="extend")]
+    assert phases_of(s) == ["prefill_chunk", "pp_in_flight"]
+    assert op_kind("update_weights_from_disk", {"flush_cache": False}) == "update_weights(no_flush)"
+    assert op_kind("pause_generation(retract)", None) == "pause(retract)"
+    assert op_kind("abort(r3-1-2)", None) == "abort"
+
+
+class _FakeRunner:
+    """Runs nothing: records the programs, fails the ones ``fails`` picks."""
+
+    def __init__(self, topology, fails=lambda program: False):
+        self.topology, self.fails, self.ran, self.restarts = topology, fails, [], 0
+        self.info = {"sglang_version": "0.0.test"}
+
+    def run(self, program, trace=None):
+        self.ran.append(list(program))
+        return runner.Outcome(signature="InvariantViolation[slot_ownership]" if self.fails(program) else None,
+                              message="planted", steps=len(program))
+
+
+@pytest.mark.parametrize("topology", ["pp1-overlap", "pp1-normal", "pp4"])
+def test_seed_corpus_is_every_operation_in_every_phase_and_compiles(topology):
+    from scripted_runtime.user_side.explore import corpus
+
+    programs = corpus.programs(topology)
+    assert len(programs) == len(corpus.phases(topology)) * len(corpus.OPERATIONS)
+    assert len({tuple(p) for _, p in programs}) == len(programs)
+    for name, program in programs:
+        assert isinstance(program[0], A.Start), name
+        compile(A.to_source(program).text, name, "exec")
+        pauses = [a for a in program if isinstance(a, A.Pause)]
+        continues = [a for a in program if isinstance(a, A.Continue)]
+        assert len(pauses) == len(continues), f"{name}: a pause without its continue"
+    ops = {type(a) for _, p in programs for a in p}
+    assert {A.Flush, A.UpdateWeights, A.AbortOne, A.AbortAll, A.Pause, A.Continue} <= ops
+
+
+def test_search_runs_the_corpus_first_outside_the_time_budget_then_generates():
+    from scripted_runtime.user_side.explore import corpus, search
+
+    fake = _FakeRunner("pp1-normal")
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=5, max_time_s=0.0, known_bugs=()))
+    seeds = [p for _, p in corpus.programs("pp1-normal")]
+    # no time budget at all: the corpus still ran, in its order, and nothing generated ran
+    assert fake.ran == seeds and result.program is None
+    fake = _FakeRunner("pp1-normal")
+    search.search(fake, ExploreSettings(profile="ci", max_examples=5, max_time_s=60.0, known_bugs=()))
+    assert fake.ran[:len(seeds)] == seeds and len(fake.ran) > len(seeds)
+    fake = _FakeRunner("pp1-normal")
+    search.search(fake, ExploreSettings(profile="ci", max_examples=5, corpus=False, known_bugs=()))
+    assert fake.ran[0] not in seeds
+
+
+def test_a_failing_corpus_program_is_the_reported_failure():
+    from scripted_runtime.user_side.explore import corpus, search
+
+    target = dict(corpus.programs("pp4"))["decoding+abort_one"]
+    fake = _FakeRunner("pp4", fails=lambda program: program == target)
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=5, known_bugs=()))
+    assert result.program == target and result.outcome.signature == "InvariantViolation[slot_ownership]"
+    assert result.found_after_examples == [p for _, p in corpus.programs("pp4")].index(target) + 1
+
+
+class _FakeServer:
+    """launch() blocks until abandoned (or ``fail``s); records shutdown."""
+
+    def __init__(self, fail=None, launch_s=None):
+        import threading
+
+        self.fail, self.launch_s, self.shut = fail, launch_s, False
+        self._abandon = threading.Event()
+
+    def sibling(self):
+        return _FakeServer(self.fail, self.launch_s)
+
+    def launch(self):
+        if self.fail:
+            raise self.fail
+        if self._abandon.wait(self.launch_s):
+            raise RuntimeError("abandoned")
+        return self
+
+    def abandon(self):
+        self._abandon.set()
+
+    def shutdown(self):
+        self.shut = True
+
+
+def test_standby_is_ready_then_taken_and_a_failed_or_slow_one_is_stopped():
+    import time
+
+    from scripted_runtime.user_side.standby import Standby
+
+    prepared = []
+    ready = Standby(_FakeServer(launch_s=0.01), prepare=prepared.append)
+    assert ready.take(timeout_s=5) is ready.server and prepared == [ready.server] and ready.ready
+    failed = Standby(_FakeServer(fail=RuntimeError("no port")))
+    assert failed.take(timeout_s=5) is None and failed.server.shut
+    slow = Standby(_FakeServer(launch_s=60))
+    t0 = time.monotonic()
+    assert slow.take(timeout_s=0.2) is None  # not ready in time: abandoned, nothing left
+    assert slow.server.shut and time.monotonic() - t0 < 5
+    starting = Standby(_FakeServer(launch_s=60))
+    t0 = time.monotonic()
+    starting.close()  # mid-start
+    assert starting.server.shut and time.monotonic() - t0 < 5
+
+
+def test_runner_refuses_an_unknown_standby_mode_and_never_stands_by_for_a_server_it_does_not_own():
+    assert runner.ExampleRunner(ServerConfig("pp1-normal"), server=object(), standby="on").standby_mode == "off"
+    with pytest.raises(ValueError, match="standby must be one of auto, on, off"):
+        runner.ExampleRunner(ServerConfig("pp1-normal"), standby="always")
+
+
+def test_a_program_that_leaves_an_engine_the_reset_cannot_restore_is_the_failing_one():
+    """The reset is run right after a passing program; if it dies there, the
+    failure is that program's (else the next program would be blamed and then
+    pass on a fresh server: the failure lost)."""
+    from scripted_runtime.user_side.result import ScriptResult
+
+    class Server:
+        alive, info = True, {"sglang_version": "0.0.test"}
+
+        def __init__(self, settle_crashes):
+            self.settle_crashes, self.targets = settle_crashes, []
+
+        def run(self, target, *args, **kwargs):
+            self.targets.append(target)
+            if target == runner.SETTLE and self.settle_crashes:
+                return ScriptResult(script="nothing", passed=False, crashed=True, crashed_in_reset=True,
+                                    error="SchedulerCrashed: AssertionError: freed twice", traceback="tb")
+            return ScriptResult(script="program", passed=True, steps=7)
+
+    clean = Server(settle_crashes=False)
+    out = runner.ExampleRunner(ServerConfig("pp1-normal", checks=False), server=clean).run([A.Start(8, 1, 2)])
+    assert out.signature is None and clean.targets == [runner.INTERPRETER, runner.SETTLE]
+    broken = Server(settle_crashes=True)
+    out = runner.ExampleRunner(ServerConfig("pp1-normal", checks=False), server=broken).run([A.Start(8, 1, 2)])
+    assert out.signature == "SchedulerCrashed: AssertionError: freed twice" and out.steps == 7
+    assert out.failing_action is None  # after the program's last action: the end
+
+
+def test_a_hicache_program_can_open_with_three_distinct_prefixes():
+    from hypothesis import find
+
+    program = find(strategies.programs("pp1-hicache"),
+                   lambda p: [a.token for a in p if isinstance(a, A.Start)][:3] == [1, 2, 3])
+    assert [a.token for a in program if isinstance(a, A.Start)] == [1, 2, 3]  # shrunk to just the opening
+
+
+def test_hicache_gate_actions_are_drawn_only_with_hicache_on():
+    from hypothesis import find
+
+    from scripted_runtime.user_side import engine_config
+    from scripted_runtime.user_side.explore import corpus
+
+    assert engine_config.features_of("pp1-hicache") == ("hicache",)
+    assert engine_config.features_of("pp1-normal", {"enable_hierarchical_cache": "true"}) == ("hicache",)
+    assert engine_config.features_of("pp1-normal") == ()
+    assert "hicache_load_in_progress" in strategies.windows_for("pp1-hicache")
+    hold = find(strategies.action_strategy("pp1-hicache"), lambda a: isinstance(a, A.HoldTransfers))
+    assert hold.loads or hold.backups
+    with pytest.raises(Exception):  # never drawn without HiCache
+        find(strategies.action_strategy("pp1-normal"), lambda a: isinstance(a, (A.HoldTransfers, A.ReleaseTransfers)),
+             settings=settings(max_examples=300, database=None))
+    source = A.to_source([A.Start(150, 1, 2), A.HoldTransfers(loads=True, backups=False), A.ReleaseTransfers()]).text
+    assert "explore.hold_transfers(ctx, loads=True, backups=False)" in source
+    assert "explore.release_transfers(ctx)" in source
+    compile(source, "<program>", "exec")
+    # the corpus adds HiCache's phases only with the feature on
+    with_hicache = dict(corpus.programs("pp1-hicache", ("hicache",)))
+    assert "load_held+flush" in with_hicache and "backup_held+abort_all" in with_hicache
+    assert not any(k.startswith(("load_held", "backup_held")) for k in dict(corpus.programs("pp1-normal")))
+    # the written file's replay command starts the same engine
+    assert engine_config.run_options("pp1-hicache") == (
+        " --no-overlap --sglang-arg enable_hierarchical_cache=true --sglang-arg hicache_write_policy=write_through"
+        " --sglang-arg max_total_tokens=400 --sglang-arg hicache_ratio=1.2")
+
+
+@settings(max_examples=40, deadline=None)
+@given(strategies.programs("pp1-hicache"))
+def test_every_generated_hicache_program_compiles_and_may_hold_from_its_start(program):
+    first_start = next(i for i, a in enumerate(program) if isinstance(a, A.Start))
+    assert first_start <= 1 and (first_start == 0 or isinstance(program[0], A.HoldTransfers))
+    # it opens with up to three prompts of distinct prefixes (tokens 1, 2, 3 in turn)
+    assert program[first_start].token == strategies.PROMPT_TOKENS[0]
+    assert program[first_start].prompt_len in strategies.HICACHE_PROMPT_LENGTHS
+    assert len(program) <= strategies.MAX_ACTIONS
+    compile(A.to_source(program).text, "<program>", "exec")
+
+
+def test_the_search_returns_every_failure_met_and_tells_its_events_in_order():
+    """``SearchResult.failures``: each signature met, its first program as
+    found and where; ``SearchEvents``: ``met`` (kept at once), then on the
+    first new failure ``found`` and ``alone``, before any shrinking."""
+    from scripted_runtime.user_side.explore import corpus, search
+
+    target = dict(corpus.programs("pp4"))["decoding+abort_one"]
+    told = []
+
+    class Events(search.SearchEvents):
+        def met(self, finding):
+            told.append(("met", finding.signature, finding.position, list(finding.program)))
+            return f"kept/{finding.position}.py"
+
+        def found(self, finding):
+            told.append(("found", finding.signature, finding.position, list(finding.program)))
+
+        def alone(self, finding):
+            told.append(("alone", finding.signature, finding.position, list(finding.program)))
+            return None
+
+    fake = _FakeRunner("pp4", fails=lambda program: program == target)
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=5, known_bugs=()), events=Events())
+    position = [p for _, p in corpus.programs("pp4")].index(target) + 1
+    signature = "InvariantViolation[slot_ownership]"
+    assert told == [(what, signature, position, target) for what in ("met", "found", "alone")]
+    [finding] = result.failures
+    assert (finding.signature, finding.program, finding.position, finding.known, finding.kept) == (
+        signature, target, position, "", f"kept/{position}.py")
+    assert result.kept == {signature: f"kept/{position}.py"} and not result.needs_history
+
+
+def test_a_failure_that_passes_alone_is_not_shrunk():
+    from scripted_runtime.user_side.explore import corpus, search
+
+    class Events(search.SearchEvents):
+        def alone(self, finding):
+            return False
+
+    programs = [p for _, p in corpus.programs("pp1-normal")]
+    fake = _FakeRunner("pp1-normal", fails=lambda program: program == programs[2])
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=5, known_bugs=()), events=Events())
+    assert result.needs_history and result.first_program == programs[2] and fake.ran == programs[:3]
+
+
+def test_a_failure_whose_keeping_failed_is_offered_again_with_its_next_program():
+    from scripted_runtime.user_side.explore import search
+
+    offered = []
+
+    class Events(search.SearchEvents):
+        def met(self, finding):
+            offered.append(finding.position)
+            if len(offered) == 1:
+                raise OSError("disk full")  # reported; the search goes on
+            return "kept.py"
+
+    fake = _FakeRunner("pp1-normal", fails=lambda program: any(isinstance(a, A.Flush) for a in program))
+    lines = []
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=30, corpus=False, shrink_time_s=5,
+                                                 known_bugs=()), events=Events(), progress=lines.append)
+    assert any("could NOT keep" in line and "disk full" in line for line in lines)
+    assert len(offered) == 2 and offered[0] < offered[1]
+    [finding] = result.failures
+    assert (finding.position, finding.kept) == (offered[0], "kept.py")
+
+
+def test_explore_takes_one_config_one_settings_value_and_at_most_six_parameters():
+    import inspect
+
+    from scripted_runtime.user_side.explore import explorer
+
+    params = inspect.signature(explorer.explore).parameters
+    assert len(params) <= 6, list(params)
+    assert list(params)[:2] == ["config", "settings"]

@@ -1,0 +1,668 @@
+"""The built-in mutants (hooks/mutants/) without a server: the table's shape
+(names, summaries, expected checks, topologies, docstrings, where each is
+declared), and, in one subprocess that imports SGLang's scheduler module on
+CPU, that every mutant installs on the installed release, replaces what it says (keeping
+``__wrapped__``), raises PatchError on a module it was not written against,
+and that the simpler ones change behaviour as their docstring says (on small
+fakes and real pools). Each mutant is installed into a snapshot of the SGLang
+modules that is restored afterwards, so the mutants do not see each other."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from scripted_runtime.hooks import fix_toggles, mutants, patches
+from scripted_runtime.hooks.patch_base import ALL_TOPOLOGIES, Patch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Words the ``expected`` field is written in (mutate.caught_by's vocabulary).
+CHECK_WORDS = ("invariant idle_gate", "invariant slot_ownership", "invariant radix_locks",
+               "invariant pool_accounting", "invariant hicache_load_before_read", "invariant hicache_transfer_slots",
+               "invariant hicache_host_accounting", "contract pause", "contract abort", "contract flush",
+               "contract update_weights", "contract continue", "output oracle", "end-state", "crash", "none today")
+
+
+def test_at_least_twelve_mutants_with_unique_prefixed_names():
+    assert len(mutants.MUTANTS) >= 12
+    for key, patch in mutants.MUTANTS.items():
+        assert isinstance(patch, Patch)
+        assert key == patch.name
+        assert patch.name.startswith("mut_") and patch.name.isidentifier(), patch.name
+    installs = [p.install for p in mutants.MUTANTS.values()]
+    assert len(set(installs)) == len(installs), "two mutants share an install function"
+
+
+def test_each_mutant_says_what_it_breaks_and_where_it_is_seen():
+    for patch in mutants.MUTANTS.values():
+        assert patch.summary.strip() and "\n" not in patch.summary, patch.name
+        assert patch.expected.strip(), patch.name
+        assert any(word in patch.expected for word in CHECK_WORDS), (patch.name, patch.expected)
+        assert patch.topologies and set(patch.topologies) <= set(ALL_TOPOLOGIES), (patch.name, patch.topologies)
+        assert len(set(patch.topologies)) == len(patch.topologies), patch.name
+        doc = (patch.install.__doc__ or "").strip()
+        assert len(doc) > 200, f"{patch.name}: the install function's docstring is its explanation"
+        assert "Plausible" in doc and "Seen by" in doc, patch.name
+        assert patch.install.__name__ == f"_install_{patch.name}", patch.install.__name__
+
+
+def test_topology_specific_mutants_are_limited_to_their_loop():
+    assert mutants.MUTANTS["mut_pp_drain_first_slot_only"].topologies == ("pp4",)
+    assert mutants.MUTANTS["mut_normal_loop_ignores_pause"].topologies == ("pp1-normal",)
+    assert mutants.MUTANTS["mut_overlap_skips_emptied_last_batch_result"].topologies == ("pp1-overlap",)
+
+
+def test_no_clash_with_fix_toggles_and_every_name_resolves_as_a_builtin_patch():
+    assert not set(mutants.MUTANTS) & set(fix_toggles.TOGGLES)
+    names = set(patches.builtin_names())
+    assert set(mutants.MUTANTS) <= names
+    for name in mutants.MUTANTS:
+        assert patches.check(name).spec == name
+        assert patches.load(name) is mutants.MUTANTS[name]
+        assert patches.describe(name).startswith(f"{name} (")
+
+
+def test_the_mutant_the_docs_name_exists():
+    docs = (ROOT / "docs" / "mutants.md").read_text()
+    assert "mut_abort_keeps_row" in docs
+    assert "mut_abort_keeps_row" in mutants.MUTANTS
+
+
+def test_order_is_stable():
+    # The kill table lists mutants in this order; it is the definition order.
+    names = list(mutants.MUTANTS)
+    assert names[0] == "mut_pp_drain_first_slot_only"
+    assert names == [p.name for p in mutants.MUTANTS.values()]
+
+
+# (name, topologies, expected) of every built-in mutant, in the kill table's
+# order: written out from the table as it stood before the mutants moved next
+# to their install functions (hooks/mutants/), and kept so.
+PINNED = [
+    ('mut_pp_drain_first_slot_only', ('pp4',), 'invariant idle_gate'),
+    ('mut_normal_loop_ignores_pause', ('pp1-normal',), 'contract pause (a forward launched while paused)'),
+    ('mut_pause_retract_forgets_last_batch', ('pp1-overlap', 'pp1-normal'),
+     'end-state check (a request lost: held nowhere, never finished), invariant radix_locks '
+     "(if it was the only request), crash (SGLang's own idle req-pool leak check)"),
+    ('mut_abort_keeps_row', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     "crash (SGLang's own idle req-pool leak check), else end-state check (rows not all free)"),
+    ('mut_abort_double_free_kv', ('pp1-overlap', 'pp1-normal', 'pp4'), 'invariant pool_accounting'),
+    ('mut_checkpoint_keeps_old_lock', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'invariant radix_locks (locked nodes at idle), end-state check (tokens still protected)'),
+    ('mut_release_without_checkpoint_keeps_lock', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'invariant radix_locks (locked nodes at idle), end-state check (tokens still protected)'),
+    ('mut_chunk_alloc_ignores_held_row', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'invariant slot_ownership (row moved between chunks)'),
+    ('mut_prune_keeps_aborted', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     "contract abort (launched again after its abort finished it), crash (SGLang's own assert "
+     'in release_kv_cache; pp1-normal, pp4), invariant pool_accounting (pp1-overlap)'),
+    ('mut_idle_gate_ignores_last_batch', ('pp1-normal',), 'invariant idle_gate'),
+    ('mut_overlap_skips_emptied_last_batch_result', ('pp1-overlap',),
+     "crash (SGLang's own assert len(result_queue) == 1), else end-state check"),
+    ('mut_kv_free_drops_last_index', ('pp1-overlap', 'pp1-normal', 'pp4'), 'invariant pool_accounting'),
+    ('mut_update_weights_flush_skips_idle_check', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'contract update_weights (a flush accepted while a live request holds KV; needs an '
+     'in-place pause with a live request), invariant slot_ownership or radix_locks'),
+    ('mut_admission_drops_next_waiting', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'end-state check (a request lost: held nowhere, never finished), or a weight update '
+     'waiting behind it in the tokenizer (ArrivalTimeout)'),
+    ('mut_hicache_forward_skips_load_wait', ('pp1-hicache',), 'invariant hicache_load_before_read'),
+    ('mut_hicache_write_through_skips_lock', ('pp1-hicache',), 'invariant hicache_transfer_slots'),
+    ('mut_hicache_host_evict_leaks', ('pp1-hicache',), 'invariant hicache_host_accounting'),
+]
+
+
+def test_the_table_is_pinned_name_topologies_expected_and_order():
+    assert [(p.name, p.topologies, p.expected) for p in mutants.MUTANTS.values()] == PINNED
+    assert list(mutants.ORDER) == [name for name, _, _ in PINNED]
+
+
+def test_each_mutant_is_declared_in_a_family_module_by_its_install_function():
+    families = {"idle_gate", "loops", "pools", "radix_locks", "batches", "hicache"}
+    for patch in mutants.MUTANTS.values():
+        module = patch.install.__module__
+        assert module.startswith("scripted_runtime.hooks.mutants."), (patch.name, module)
+        assert module.rsplit(".", 1)[1] in families, (patch.name, module)
+    # the decorator hands the function back unchanged: its module holds it under its own name
+    import importlib
+    for patch in mutants.MUTANTS.values():
+        assert getattr(importlib.import_module(patch.install.__module__), patch.install.__name__) is patch.install
+
+
+def test_a_name_declared_twice_or_an_order_that_misses_one_is_refused():
+    from scripted_runtime.hooks.mutants import base
+    from scripted_runtime.hooks.patch_base import PatchError, declaring
+
+    table = {}
+    declare = declaring(table, lambda install: Patch("mut_x", "x", install))
+
+    def install(module):
+        return None
+
+    assert declare(install) is install and table["mut_x"].install is install
+    with pytest.raises(PatchError, match="'mut_x' is declared twice"):
+        declare(install)
+    with pytest.raises(PatchError, match="the mutant order names"):
+        base.in_order(mutants.ORDER[:-1])
+    with pytest.raises(PatchError, match="the mutant order names"):
+        base.in_order((*mutants.ORDER, mutants.ORDER[0]))
+    with pytest.raises(PatchError, match="declared twice"):
+        base.mutant("mut_abort_keeps_row", topologies=base.ALL, summary="s", expected="crash")(install)
+
+
+def test_fix_toggles_are_declared_by_their_revert_functions():
+    assert [(t.name, t.fixed_in, t.install.__name__) for t in fix_toggles.TOGGLES.values()] == [
+        ("pr27446", "0.5.13", "_revert_pr27446"),
+        ("pr17850", "0.5.9", "_revert_pr17850"),
+        ("issue14062", "0.5.22", "_revert_issue14062"),
+    ]
+    for toggle in fix_toggles.TOGGLES.values():
+        assert toggle.summary.strip() and "\n" not in toggle.summary, toggle.name
+        assert getattr(fix_toggles, toggle.install.__name__) is toggle.install
+
+
+# --- installed on the real scheduler module (one subprocess) --------------------
+
+CHILD = r'''
+import importlib, inspect, json, sys, types, warnings
+from collections import deque
+from types import SimpleNamespace
+warnings.simplefilter("ignore")
+
+from scripted_runtime.hooks import cpu_enablement
+cpu_enablement.install()
+import sglang.srt.managers.scheduler as sched
+from scripted_runtime.hooks import mutants
+from scripted_runtime.hooks.patch_base import PatchError
+for name in mutants.PATCHED_MODULES:
+    importlib.import_module(name)
+
+MISSING = object()
+report = {"install": {}, "fake_module": {}, "fake_scheduler": {}, "behaviour": {}, "restored": True}
+
+
+def snapshot():
+    """Module dicts and class dicts of every loaded SGLang module."""
+    out = {}
+    for mn, mod in list(sys.modules.items()):
+        if mod is None or not mn.startswith("sglang"):
+            continue
+        out[("mod", mn)] = (mod, dict(vars(mod)))
+        for v in list(vars(mod).values()):
+            if isinstance(v, type) and v.__module__ == mn:
+                out[("cls", mn, v.__qualname__)] = (v, dict(vars(v)))
+    return out
+
+
+def changes(before):
+    found = []
+    for key, (owner, now) in snapshot().items():
+        if key not in before:
+            continue
+        old = before[key][1]
+        for attr, value in now.items():
+            if old.get(attr, MISSING) is not value:
+                found.append((key, owner, attr, old.get(attr, MISSING), value))
+    return found
+
+
+def restore(before):
+    for key, owner, attr, old, new in changes(before):
+        if old is MISSING:
+            delattr(owner, attr)
+        else:
+            setattr(owner, attr, old)
+    return not changes(before)
+
+
+def installed(name, fn):
+    """Install mutant ``name``, run ``fn(changed)``, restore; the error text or None."""
+    before = snapshot()
+    try:
+        mutants.MUTANTS[name].install(sched)
+        fn(changes(before))
+        return None
+    except Exception as exc:  # noqa: BLE001
+        import traceback
+        return f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}"
+    finally:
+        report["restored"] &= restore(before)
+
+
+# 1. every mutant installs and replaces callables that keep __wrapped__
+for name in mutants.MUTANTS:
+    def check(changed, name=name):
+        rows = []
+        for key, owner, attr, old, new in changed:
+            if attr.startswith("__"):
+                continue
+            rows.append({"where": ".".join(key[1:]), "attr": attr,
+                         "wrapped_is_previous": getattr(new, "__wrapped__", MISSING) is old,
+                         "callable": callable(new)})
+        report["install"][name] = rows
+    err = installed(name, check)
+    if err:
+        report["install"][name] = err
+
+# 2. a module that is not the 0.5.23 scheduler module: PatchError, nothing else
+for label, fake in (("fake_module", types.ModuleType("not_the_scheduler")),
+                    ("fake_scheduler", SimpleNamespace(Scheduler=type("Scheduler", (), {})))):
+    for name, patch in mutants.MUTANTS.items():
+        before = snapshot()
+        try:
+            patch.install(fake)
+            report[label][name] = "installed"
+        except PatchError as exc:
+            report[label][name] = "PatchError: " + str(exc)
+        except Exception as exc:  # noqa: BLE001
+            report[label][name] = f"OTHER {type(exc).__name__}: {exc}"
+        finally:
+            report["restored"] &= restore(before)
+
+# 3. a copied loop whose source differs is refused
+before = snapshot()
+try:
+    def event_loop_normal(self):
+        return None
+    sched.Scheduler.event_loop_normal = event_loop_normal
+    try:
+        mutants.MUTANTS["mut_normal_loop_ignores_pause"].install(sched)
+        report["digest_guard"] = "installed"
+    except PatchError as exc:
+        report["digest_guard"] = str(exc)
+finally:
+    report["restored"] &= restore(before)
+
+# 4. a replaced event loop keeps the harness's crash reporting (the hook wraps the loops first)
+from scripted_runtime.hooks import scheduler_hook
+
+report["crash_reporting"] = {}
+for name, loop in (("mut_normal_loop_ignores_pause", "event_loop_normal"),
+                   ("mut_overlap_skips_emptied_last_batch_result", "event_loop_overlap")):
+    before = snapshot()
+    try:
+        scheduler_hook.install(sched)
+        hooked = getattr(sched.Scheduler, loop)
+        mutants.MUTANTS[name].install(sched)
+        now = getattr(sched.Scheduler, loop)
+        report["crash_reporting"][name] = {
+            "reports_crashes": now.__code__ is scheduler_hook.report_crashes(lambda self: None).__code__,
+            "wrapped_is_hooked_original": now.__wrapped__ is hooked,
+        }
+    finally:
+        report["restored"] &= restore(before)
+
+# 5. behaviour on small fakes and real pools
+B = report["behaviour"]
+
+
+class FakeBatch:
+    def __init__(self, reqs=()):
+        self.reqs = list(reqs)
+
+    def is_empty(self):
+        return not self.reqs
+
+    def copy(self):
+        return FakeBatch(self.reqs)
+
+
+def behaviour(name, fn):
+    out = {}
+    err = installed(name, lambda changed: fn(out))
+    B[name] = err or out
+
+
+def pp_drain(out):
+    drained = sched.Scheduler._pp_microbatches_drained
+    busy = SimpleNamespace(running_mbs=[FakeBatch(), FakeBatch(), FakeBatch()],
+                           mbs=[None, FakeBatch(["r"]), None])
+    out["slot1_busy_says_drained"] = drained(busy)
+    out["slot0_busy_says_drained"] = drained(SimpleNamespace(running_mbs=[FakeBatch(["r"])] + [FakeBatch()] * 2,
+                                                             mbs=[None] * 3))
+
+
+saved_get_parallel = sched.get_parallel
+sched.get_parallel = lambda: SimpleNamespace(pp_size=4)
+try:
+    behaviour("mut_pp_drain_first_slot_only", pp_drain)
+finally:
+    sched.get_parallel = saved_get_parallel
+
+
+class FakeLoopScheduler:
+    """Runs one paused iteration of event_loop_normal, then exits."""
+
+    def __init__(self):
+        self.gracefully_exit = False
+        self._engine_paused = True
+        self.running_batch = FakeBatch()
+        self.last_batch = None
+        self.calls = []
+
+    def ingest_requests(self):
+        self.calls.append("ingest")
+
+    def _record_scheduler_state_for_paused_engine(self):
+        self.calls.append("paused")
+        self.gracefully_exit = True
+
+    def get_next_batch_to_run(self, running_batch, last_batch):
+        self.calls.append("schedule")
+        return SimpleNamespace(running_batch=running_batch, batch_to_run=None)
+
+    def on_idle(self):
+        self.calls.append("idle")
+        self.gracefully_exit = True
+
+
+def normal_loop(out):
+    fake = FakeLoopScheduler()
+    sched.Scheduler.event_loop_normal(fake)
+    out["calls"] = fake.calls
+
+
+plain = FakeLoopScheduler()
+sched.Scheduler.event_loop_normal(plain)
+B["event_loop_normal unmutated"] = {"calls": plain.calls}
+behaviour("mut_normal_loop_ignores_pause", normal_loop)
+
+
+class FakeOverlapScheduler:
+    """Two launches: the first chunk batch is emptied by the filter before
+    the second launch (get_next_batch_to_run), as a chunked prefill does."""
+
+    def __init__(self):
+        self.gracefully_exit = False
+        self._engine_paused = False
+        self.running_batch = FakeBatch()
+        self.last_batch = None
+        self.is_generation = True
+        self.enable_unified_memory = False
+        self.processed = []
+        self.iteration = 0
+        self.b1 = FakeBatch(["chunked"])
+        self.chunked_req = "chunked"  # the prefill goes on: more chunks to come
+
+    def ingest_requests(self):
+        self.iteration += 1
+
+    def get_next_batch_to_run(self, running_batch, last_batch):
+        if self.iteration == 1:
+            return SimpleNamespace(running_batch=running_batch, batch_to_run=self.b1)
+        self.b1.reqs = []  # filter_batch(reqs_to_exclude=[chunked_req]) in place
+        return SimpleNamespace(running_batch=running_batch, batch_to_run=FakeBatch(["chunked"]))
+
+    def is_disable_overlap_for_batch(self, batch, last_batch):
+        return False
+
+    def run_batch(self, batch):
+        return ("result", self.iteration)
+
+    def _apply_war_barrier(self):
+        pass
+
+    def process_batch_result(self, batch, result):
+        self.processed.append(result)
+
+    def launch_batch_sample_if_needed(self, result, batch):
+        if self.iteration == 2:
+            self.gracefully_exit = True
+
+    def on_idle(self):
+        pass
+
+
+def overlap_loop(out):
+    fake = FakeOverlapScheduler()
+    sched.Scheduler.event_loop_overlap(fake)
+    out["queued"] = len(fake.result_queue)
+    out["processed"] = [list(r) for r in fake.processed]
+
+
+plain = FakeOverlapScheduler()
+sched.Scheduler.event_loop_overlap(plain)
+B["event_loop_overlap unmutated"] = {"queued": len(plain.result_queue),
+                                     "processed": [list(r) for r in plain.processed]}
+behaviour("mut_overlap_skips_emptied_last_batch_result", overlap_loop)
+
+import torch
+from sglang.srt.managers.schedule_batch import FINISH_ABORT, FINISH_LENGTH, ScheduleBatch
+from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+
+
+class FakeKv:
+    def __init__(self, row=None, allocated=0):
+        self.req_pool_idx = row
+        self.kv_allocated_len = allocated
+
+    @property
+    def holds_kv(self):
+        return self.req_pool_idx is not None
+
+
+class FakeReq:
+    def __init__(self, rid, reason=None, row=None, allocated=0):
+        self.rid = rid
+        self.finished_reason = reason
+        self.kv = FakeKv(row, allocated)
+        self.session = None
+
+    def finished(self):
+        return self.finished_reason is not None
+
+
+def row_pool():
+    return ReqToTokenPool(size=8, max_context_len=16, device="cpu", enable_memory_saver=False)
+
+
+def abort_keeps_row(out):
+    pool = row_pool()
+    aborted, done = FakeReq("a", FINISH_ABORT()), FakeReq("b", FINISH_LENGTH(length=1))
+    aborted.kv.req_pool_idx, done.kv.req_pool_idx = pool.alloc_rows(2)
+    free_before = pool.available_size()
+    pool.free(aborted)
+    out["aborted_row_back"] = pool.available_size() - free_before
+    out["aborted_row_forgotten"] = aborted.kv.req_pool_idx is None
+    pool.free(done)
+    out["finished_row_back"] = pool.available_size() - free_before
+
+
+behaviour("mut_abort_keeps_row", abort_keeps_row)
+
+
+def chunk_alloc(out):
+    pool = row_pool()
+    chunked = FakeReq("c", row=pool.alloc_rows(1)[0], allocated=64)
+    first = chunked.kv.req_pool_idx
+    free_before = pool.available_size()
+    rows = pool.alloc([chunked, FakeReq("new")])
+    out["moved"] = rows[0] != first
+    out["old_row_free"] = first in pool.free_slots
+    out["rows_taken"] = free_before - pool.available_size()  # unmutated: 1 (the new request's)
+
+
+behaviour("mut_chunk_alloc_ignores_held_row", chunk_alloc)
+
+
+def kv_free(out):
+    alloc = TokenToKVPoolAllocator(16, torch.float32, "cpu", None, False)
+    got = alloc.alloc(8)
+    out["start"] = alloc.available_size()
+    alloc.free(got[:1])
+    out["after_single"] = alloc.available_size()
+    alloc.free(got[1:4])
+    out["after_three"] = alloc.available_size()
+    alloc.free_group_begin()
+    alloc.free(got[4:6])
+    alloc.free(got[6:8])
+    alloc.free_group_end()
+    out["after_group_of_four"] = alloc.available_size()
+
+
+behaviour("mut_kv_free_drops_last_index", kv_free)
+
+
+def prune(out):
+    batch = ScheduleBatch(reqs=[FakeReq("aborted", FINISH_ABORT()), FakeReq("running")], batch_is_full=False)
+    batch.filter_batch()
+    out["kept"] = [r.rid for r in batch.reqs]
+
+
+behaviour("mut_prune_keeps_aborted", prune)
+
+from sglang.srt.disaggregation.utils import DisaggregationMode
+
+
+def idle_fake():
+    return SimpleNamespace(
+        running_batch=FakeBatch(), chunked_req=None, dllm_manager=SimpleNamespace(any_staging_reqs=lambda: False),
+        last_batch=FakeBatch(["just-prefilled"]), enable_overlap=False, result_queue=deque(),
+        _pp_microbatches_drained=lambda: True, waiting_queue=[], _engine_paused=False,
+        disaggregation_mode=DisaggregationMode.NULL, grammar_manager=SimpleNamespace(grammar_queue=[]),
+        enable_hisparse=False, enable_hierarchical_cache=False, enable_lmcache=False)
+
+
+def idle_gate(out):
+    fake = idle_fake()
+    out["idle_with_last_batch"] = sched.Scheduler.is_fully_idle(fake)
+    out["last_batch_kept"] = fake.last_batch.reqs == ["just-prefilled"]
+
+
+B["is_fully_idle unmutated"] = {"idle_with_last_batch": sched.Scheduler.is_fully_idle(idle_fake())}
+behaviour("mut_idle_gate_ignores_last_batch", idle_gate)
+
+from sglang.srt.managers.scheduler_components.weight_updater import SchedulerWeightUpdaterManager
+
+
+class BusyScheduler:
+    def __init__(self):
+        self.flushed = 0
+
+    def is_fully_idle(self, for_health_check=False, ignore_waiting=False):
+        return False
+
+    def flush_cache(self, empty_cache=True):
+        if self.is_fully_idle(ignore_waiting=False):
+            self.flushed += 1
+            return True
+        return False
+
+
+def update_flush(out):
+    busy = BusyScheduler()
+    mgr = SimpleNamespace(scheduler=busy, flush_cache=busy.flush_cache)
+    req = SimpleNamespace(flush_cache=True, torch_empty_cache=False)
+    out["answer"] = list(SchedulerWeightUpdaterManager.flush_cache_after_weight_update(mgr, req, True, "ok"))
+    out["flushed"] = busy.flushed
+    out["gate_restored"] = "is_fully_idle" not in vars(busy) and busy.is_fully_idle() is False
+
+
+busy = BusyScheduler()
+B["flush_cache_after_weight_update unmutated"] = {"answer": list(
+    SchedulerWeightUpdaterManager.flush_cache_after_weight_update(
+        SimpleNamespace(scheduler=busy, flush_cache=busy.flush_cache),
+        SimpleNamespace(flush_cache=True, torch_empty_cache=False), True, "ok"))[:1], "flushed": busy.flushed}
+behaviour("mut_update_weights_flush_skips_idle_check", update_flush)
+
+print("@@REPORT@@" + json.dumps(report, default=str))
+'''
+
+
+@pytest.fixture(scope="module")
+def child_report(tmp_path_factory):
+    try:
+        import sglang  # noqa: F401
+    except ImportError:
+        pytest.skip("SGLang is not installed in this interpreter")
+    # A file, not ``-c``: the digest guard reads the source of a function the child defines.
+    script = tmp_path_factory.mktemp("mutants") / "install_each.py"
+    script.write_text(textwrap.dedent(CHILD))
+    proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)})
+    marker = "@@REPORT@@"
+    line = next((l for l in proc.stdout.splitlines() if l.startswith(marker)), None)
+    assert proc.returncode == 0 and line, (proc.stdout[-3000:] + proc.stderr[-5000:])
+    return json.loads(line[len(marker):])
+
+
+@pytest.mark.parametrize("name", list(mutants.MUTANTS))
+def test_installs_on_the_installed_release_keeping_wrapped(child_report, name):
+    rows = child_report["install"][name]
+    assert isinstance(rows, list), rows  # else: the install's error
+    patched = [r for r in rows if r["callable"]]
+    assert patched, f"{name} changed nothing"
+    for row in patched:
+        assert row["wrapped_is_previous"], f"{name}: {row['where']}.{row['attr']} lacks __wrapped__ = the original"
+
+
+def test_install_changes_only_its_own_place(child_report):
+    where = {name: {(r["where"], r["attr"]) for r in rows} for name, rows in child_report["install"].items()}
+    assert where["mut_pp_drain_first_slot_only"] == {
+        ("sglang.srt.managers.scheduler.Scheduler", "_pp_microbatches_drained")}
+    assert where["mut_abort_keeps_row"] == {("sglang.srt.mem_cache.memory_pool.ReqToTokenPool", "free")}
+    assert where["mut_kv_free_drops_last_index"] == {
+        ("sglang.srt.mem_cache.allocator.token.TokenToKVPoolAllocator", "free")}
+    release = where["mut_release_without_checkpoint_keeps_lock"]
+    assert ("sglang.srt.managers.scheduler", "release_kv_cache") in release
+    assert ("sglang.srt.mem_cache.common", "release_kv_cache") in release
+    assert {attr for _, attr in release} == {"release_kv_cache"}
+    # No two mutants patch the same attribute: each is a different place.
+    seen = {}
+    for name, places in where.items():
+        for place in places:
+            assert place not in seen, f"{name} and {seen[place]} both patch {place}"
+            seen[place] = name
+
+
+def test_restored_between_mutants(child_report):
+    assert child_report["restored"]
+
+
+@pytest.mark.parametrize("label", ["fake_module", "fake_scheduler"])
+def test_a_foreign_module_gets_patch_error_never_another_exception(child_report, label):
+    for name, outcome in child_report[label].items():
+        assert not outcome.startswith("OTHER"), f"{name} on {label}: {outcome}"
+        if label == "fake_module":
+            assert outcome.startswith("PatchError") and "0.5.23" in outcome, (name, outcome)
+
+
+def test_a_replaced_event_loop_keeps_crash_reporting(child_report):
+    for name, out in child_report["crash_reporting"].items():
+        assert out == {"reports_crashes": True, "wrapped_is_hooked_original": True}, name
+    assert len(child_report["crash_reporting"]) == 2
+
+
+def test_copied_loop_bodies_are_guarded_by_digest(child_report):
+    assert "differs from the 0.5.23 body" in child_report["digest_guard"]
+
+
+def test_behaviour_on_fakes(child_report):
+    b = child_report["behaviour"]
+    for name, out in b.items():
+        assert isinstance(out, dict), f"{name}: {out}"
+    assert b["mut_pp_drain_first_slot_only"] == {"slot1_busy_says_drained": True, "slot0_busy_says_drained": False}
+    assert b["event_loop_normal unmutated"]["calls"] == ["ingest", "paused"]
+    assert b["mut_normal_loop_ignores_pause"]["calls"] == ["ingest", "schedule", "idle"]
+    assert b["event_loop_overlap unmutated"] == {"queued": 1, "processed": [["result", 1]]}
+    assert b["mut_overlap_skips_emptied_last_batch_result"] == {"queued": 2, "processed": []}
+    assert b["mut_abort_keeps_row"] == {"aborted_row_back": 0, "aborted_row_forgotten": True,
+                                        "finished_row_back": 1}
+    assert b["mut_chunk_alloc_ignores_held_row"] == {"moved": True, "old_row_free": False, "rows_taken": 2}
+    # 8 taken: a single free is intact, a free of 3 returns 2, a group of 2+2 is one free of 4 that returns 3.
+    assert b["mut_kv_free_drops_last_index"] == {"start": 8, "after_single": 9, "after_three": 11,
+                                                 "after_group_of_four": 14}
+    assert b["mut_prune_keeps_aborted"] == {"kept": ["aborted", "running"]}
+    assert b["is_fully_idle unmutated"] == {"idle_with_last_batch": False}
+    assert b["mut_idle_gate_ignores_last_batch"] == {"idle_with_last_batch": True, "last_batch_kept": True}
+    assert b["flush_cache_after_weight_update unmutated"] == {"answer": [False], "flushed": 0}
+    assert b["mut_update_weights_flush_skips_idle_check"] == {"answer": [True, "ok"], "flushed": 1,
+                                                              "gate_restored": True}

@@ -1,0 +1,103 @@
+"""The greedy-output oracle's comparison, the known-bug registry and the
+kill table's check names (pure logic)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scripted_runtime import known_bugs
+from scripted_runtime.scheduler_side import output_oracle as oracle
+from scripted_runtime.user_side import mutate
+
+ROOT = Path(__file__).resolve().parents[2]
+REF = [37, 1, 37, 1, 37, 1, 37, 1]
+
+
+def test_a_finished_request_must_equal_its_reference_prefix():
+    assert oracle.compare("finished", REF[:5], 5, REF) is None
+    problem = oracle.compare("finished", [37, 1, 9, 1, 37], 5, REF)
+    assert problem.startswith("token 2 is 9, the reference has 37")
+
+
+def test_a_length_finish_must_have_max_new_tokens():
+    assert "with 4 tokens, max_new_tokens=5" in oracle.compare("finished", REF[:4], 5, REF)
+
+
+def test_an_aborted_request_is_any_prefix_of_its_reference():
+    assert oracle.compare("aborted", [], None, REF) is None
+    assert oracle.compare("aborted", REF[:3], None, REF) is None
+    assert "not a prefix of the reference: token 0 is 2" in oracle.compare("aborted", [2], None, REF)
+
+
+def test_other_statuses_are_not_judged():
+    assert oracle.compare("running", [5, 5], 9, REF) is None
+
+
+@pytest.mark.parametrize("temperature,greedy", [(0.0, True), (1e-6, False), (None, False), (0.7, False)])
+def test_only_greedy_requests_are_compared(temperature, greedy):
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    params = SamplingParams(temperature=temperature, max_new_tokens=4)
+    params.normalize(None)  # as the tokenizer manager does
+    params.verify(512)
+    assert oracle.is_greedy(params) is greedy, vars(params)
+
+
+# --- the known-bug registry ----------------------------------------------------------
+
+PP_PAUSE = known_bugs.by_name("pp_pause_ignored")
+
+
+LAUNCHED = ("ContractViolation[pause] at step 13: a decode forward of [r1] was launched at step 13 (PP slot 0), "
+            "while paused (in_place) since step 13 (iteration 836)")
+
+
+def test_a_registered_bug_matches_signature_rule_topology_and_release():
+    sig = "ContractViolation[pause]"
+    assert known_bugs.find(sig, topology="pp4", sglang_version="0.5.23", message=LAUNCHED) is PP_PAUSE
+    assert known_bugs.find(sig, topology="pp1-normal", sglang_version="0.5.23", message=LAUNCHED) is None, \
+        "other topology: new"
+    assert known_bugs.find(sig, topology="pp4", sglang_version="0.5.24", message=LAUNCHED) is None, "later release"
+    assert known_bugs.find(sig, topology="pp4", sglang_version=None, message=LAUNCHED) is None, "unknown build"
+    other_rule = "ContractViolation[pause] at step 9: pause_generation(retract) left live requests in ..."
+    assert known_bugs.find(sig, topology="pp4", sglang_version="0.5.23", message=other_rule) is None, \
+        "another rule of the same contract: new"
+    assert known_bugs.find("InvariantViolation[idle_gate]", topology="pp4", sglang_version="0.5.23",
+                           message=LAUNCHED) is None
+
+
+def test_every_entry_names_a_scenario_and_a_report_that_exist():
+    for bug in known_bugs.REGISTRY:
+        path, _, func = bug.scenario.partition(":")
+        assert f"def {func}(" in (ROOT / path).read_text(), bug.scenario
+        report = (ROOT / bug.report).read_text()
+        for part in ("## Symptom", "## Minimal scenario", "## Cause", "## Suggested fix"):
+            assert part in report, (bug.report, part)
+        assert bug.verified_on and all(known_bugs.affects(bug.releases, v) for v in bug.verified_on)
+
+
+def test_by_name_lists_the_registered_on_a_miss():
+    with pytest.raises(KeyError, match="pp_pause_ignored"):
+        known_bugs.by_name("nope")
+
+
+@pytest.mark.parametrize("signature,check", [
+    ("ContractViolation[pause]", "contract pause"),
+    ("InvariantViolation[idle_gate]", "invariant idle_gate"),
+    ("OutputMismatch: request <rid> (N-token prompt of token N, finished)", "output oracle"),
+    ("EndStateError: requests lost", "end-state check"),
+])
+def test_the_kill_table_names_the_check(signature, check):
+    assert mutate.caught_by(signature) == check
+
+
+def test_the_duplicated_token_entry_matches_only_a_repeated_token():
+    def msg(out, bad):
+        return (f"OutputMismatch: request r4 (65-token prompt of token 1, finished): token 1 is {bad}, the reference "
+                f"has 429 (output {out}..., reference [8, 429, 508]...)")
+
+    find = lambda m: known_bugs.find("OutputMismatch: request <rid>", topology="pp4", sglang_version="0.5.23",
+                                     message=m)
+    assert find(msg("[8, 8]", 8)).name == "pp_retract_chunk_duplicate_token"
+    assert find(msg("[8, 9]", 9)) is None, "another wrong token is a new finding"
