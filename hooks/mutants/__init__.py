@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Dict
 
 # Each family module declares its mutants when imported.
-from scripted_runtime.hooks.mutants import batches, hicache, idle_gate, loops, pools, radix_locks  # noqa: F401
+from scripted_runtime.hooks.mutants import batches, hicache, idle_gate, loops, pools, radix_locks, requests  # noqa: F401
 from scripted_runtime.hooks.mutants.base import (ALL, BATCH_RESULT_PROCESSOR, FULL_COMPONENT, HICACHE,  # noqa: F401
                                                  MEM_CACHE_COMMON, MEMORY_POOL, PATCHED_MODULES, PP1, RELEASE,
                                                  SCHEDULE_BATCH, TOKEN_ALLOCATOR, TP_WORKER, UNIFIED_RADIX_CACHE,
@@ -64,6 +64,7 @@ ORDER = (
     "mut_hicache_forward_skips_load_wait",
     "mut_hicache_write_through_skips_lock",
     "mut_hicache_host_evict_leaks",
+    "mut_length_cap_one_early",
 )
 
 MUTANTS: Dict[str, Patch] = in_order(ORDER)

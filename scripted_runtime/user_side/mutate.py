@@ -55,6 +55,8 @@ def caught_by(signature: str) -> str:
         return "crash"
     if signature.startswith(("EndStateError", "UpdateAnswerTimeout")):
         return "end-state check"
+    if signature.startswith("RequestContractError"):
+        return "request contract"
     if signature.startswith("server start"):
         return "server start"
     return "script error" if signature else ""

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHECK_WORDS = ("invariant idle_gate", "invariant slot_ownership", "invariant radix_locks",
                "invariant pool_accounting", "invariant hicache_load_before_read", "invariant hicache_transfer_slots",
                "invariant hicache_host_accounting", "contract pause", "contract abort", "contract flush",
-               "contract update_weights", "contract continue", "output oracle", "end-state", "crash", "none today")
+               "contract update_weights", "contract continue", "output oracle", "end-state", "crash", "request contract", "none today")
 
 
 def test_at_least_twelve_mutants_with_unique_prefixed_names():
@@ -115,6 +115,9 @@ PINNED = [
     ('mut_hicache_forward_skips_load_wait', ('pp1-hicache',), 'invariant hicache_load_before_read'),
     ('mut_hicache_write_through_skips_lock', ('pp1-hicache',), 'invariant hicache_transfer_slots'),
     ('mut_hicache_host_evict_leaks', ('pp1-hicache',), 'invariant hicache_host_accounting'),
+    # added after the split (issue 34's request-semantics family)
+    ('mut_length_cap_one_early', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'request contract (a length finish with fewer than max_new_tokens tokens)'),
 ]
 
 
@@ -124,7 +127,7 @@ def test_the_table_is_pinned_name_topologies_expected_and_order():
 
 
 def test_each_mutant_is_declared_in_a_family_module_by_its_install_function():
-    families = {"idle_gate", "loops", "pools", "radix_locks", "batches", "hicache"}
+    families = {"idle_gate", "loops", "pools", "radix_locks", "batches", "hicache", "requests"}
     for patch in mutants.MUTANTS.values():
         module = patch.install.__module__
         assert module.startswith("scripted_runtime.hooks.mutants."), (patch.name, module)

@@ -11,7 +11,7 @@ import inspect
 
 from typing import Any, Dict, List, Optional
 
-from scripted_runtime.scheduler_side import control, hicache_state, output_oracle, state
+from scripted_runtime.scheduler_side import control, hicache_state, output_oracle, request_contract, state
 
 # Iterations the end-state check allows for every request to finish (and then
 # for the engine to go idle), per PP microbatch slot.
@@ -100,7 +100,9 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     whole (every row free, KV all free or evictable, no tree lock held), and
     every greedy request's tokens to be its reference's (the output oracle,
     ``scheduler_side/output_oracle.py``; off with the check name
-    ``greedy_output``). HiCache copies the program held are released first."""
+    ``greedy_output``), and every ended request's answer to agree with its
+    own sampling parameters (``scheduler_side/request_contract.py``; off with
+    ``request_semantics``). HiCache copies the program held are released first."""
     if tokenizer_paused(ctx):
         ctx.continue_generation()
     if hicache_state.controller(ctx.scheduler) is not None:
@@ -146,8 +148,12 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     compared = 0
     if ctx.check_enabled("greedy_output"):
         compared = yield from output_oracle.check_outputs(ctx, reqs)
+    answers = 0
+    if ctx.check_enabled(request_contract.NAME):  # last: the checks above keep their findings' names
+        answers = yield from request_contract.check_answers(ctx, reqs)
     return {
         "outputs_compared": compared,
+        "answers_checked": answers,
         "requests": len(reqs),
         "finished": sum(1 for h in reqs if h.status == "finished"),
         "aborted": sum(1 for h in reqs if h.status == "aborted"),

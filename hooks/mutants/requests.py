@@ -1,0 +1,42 @@
+"""Mutants of request semantics: how a request ends (its length cap, its
+stop tokens), whatever ran beside it."""
+from __future__ import annotations
+
+from typing import Any
+
+from scripted_runtime.hooks.mutants.base import (ALL, SCHEDULE_BATCH, mutant, _attr, _method, _module,
+                                                 _replace, _scheduler_cls)
+
+
+@mutant("mut_length_cap_one_early", topologies=ALL,
+        summary="update_finish_state ends a request at max_new_tokens - 1 tokens and reports it as a length finish",
+        expected="request contract (a length finish with fewer than max_new_tokens tokens)")
+def _install_mut_length_cap_one_early(scheduler_module: Any) -> None:
+    """``Req.update_finish_state`` compares the output length with
+    ``max_new_tokens - 1``: every request asking for two tokens or more ends
+    one token early, and its answer says ``length``.
+
+    Plausible: an off-by-one in the length cap, e.g. a cap rewritten to count
+    the token the prefill sampled separately, or a ``>=`` that became ``>``
+    on a length that already counts the next token.
+
+    Seen by: the request-semantics contract at the program's end (a
+    ``length`` finish with fewer than ``max_new_tokens`` tokens). The output
+    oracle does not see it: its references end one token early too, and a
+    shorter output is still a prefix of them. All topologies."""
+    mutant = "mut_length_cap_one_early"
+    _scheduler_cls(scheduler_module, mutant)  # the scheduler module it was asked to patch, else PatchError
+    sb = _module(SCHEDULE_BATCH, mutant)
+    req_cls = _attr(sb, "Req", mutant, f"{SCHEDULE_BATCH}.Req")
+    finish_length = _attr(sb, "FINISH_LENGTH", mutant, f"{SCHEDULE_BATCH}.FINISH_LENGTH")
+    original = _method(req_cls, "update_finish_state", mutant, ("new_accepted_len",))
+
+    def update_finish_state(self, new_accepted_len: int = 1):
+        original(self, new_accepted_len)
+        cap = self.sampling_params.max_new_tokens
+        # MUTANT: the length cap is checked against max_new_tokens - 1
+        if not self.finished() and cap is not None and cap > 1 and len(self.output_ids) >= cap - 1:
+            self.finished_reason = finish_length(length=cap)
+            self.finished_len = len(self.output_ids)
+
+    _replace(req_cls, "update_finish_state", update_finish_state, original)

@@ -1,0 +1,116 @@
+"""The request-semantics contract: what a finished request's answer must be,
+whatever ran beside it (scheduler process, at a program's end).
+
+The output oracle compares tokens with a reference; this compares a
+request's answer with its own sampling parameters, so it needs no reference
+and holds on every device. SGLang 0.5.23's ``Req.check_finished``
+(``managers/schedule_batch.py``) decides how a request ends, in this order:
+a stop string, then a stop token or EOS (``_check_token_based_finish``:
+skipped entirely under ``ignore_eos``, stop token ids included), then the
+length cap (``FINISH_LENGTH`` when ``len(output_ids) >= max_new_tokens``),
+and the emitted output is cut at the finishing token (``finished_len``).
+So the client's answer (``/generate``'s ``output_ids`` and
+``meta_info.finish_reason``) must satisfy:
+
+* never more than ``max_new_tokens`` tokens;
+* ``length`` only with exactly ``max_new_tokens`` tokens;
+* fewer tokens only with ``stop`` or ``abort``;
+* ``stop`` on a token: not under ``ignore_eos``, the matched token is a stop
+  token (``stop_token_ids`` or the model's EOS) and it is the last token;
+* no stop token before the last one, and a last token that is a stop token
+  (not under ``ignore_eos``) ends the request as ``stop``: nothing is
+  emitted after a stop, and a stop is never reported as a length.
+
+Stop strings need the tokenizer, which the CPU default skips
+(``skip_tokenizer_init``): a ``stop`` matched on a string is not judged.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional
+
+from scripted_runtime.scheduler_side import check_registry
+
+NAME = "request_semantics"
+ANSWER_STEPS = 200  # iterations an ended request's HTTP answer may take to arrive
+ANSWER_WAIT_S = 10.0  # then a blocking wait: the answer needs no scheduler progress
+
+
+def violation(answer: Dict[str, Any], *, max_new_tokens: int, ignore_eos: bool,
+              stop_tokens: Iterable[int]) -> Optional[str]:
+    """What is wrong with one ``/generate`` answer body, or None. Pure."""
+    out: List[int] = list(answer.get("output_ids") or [])
+    reason = (answer.get("meta_info") or {}).get("finish_reason") or {}
+    kind = reason.get("type")
+    stops = set(() if ignore_eos else stop_tokens)
+    n = len(out)
+    if n > max_new_tokens:
+        return f"{n} tokens for max_new_tokens={max_new_tokens}"
+    if kind == "abort":
+        return None
+    if kind == "length" and n != max_new_tokens:
+        return f"finish reason length with {n} of max_new_tokens={max_new_tokens} tokens"
+    if kind not in ("length", "stop"):
+        return f"finish reason {reason!r} for a request that was not aborted"
+    early = [i for i, t in enumerate(out[:-1]) if t in stops]
+    if early:
+        return f"stop token {out[early[0]]} at position {early[0]} of {n}, yet tokens were emitted after it"
+    matched = reason.get("matched")
+    if kind == "stop" and isinstance(matched, int):
+        if ignore_eos:
+            return f"stopped on token {matched} under ignore_eos"
+        if matched not in stops:
+            return f"stopped on token {matched}, which is no stop token ({sorted(stops)})"
+        if not out or out[-1] != matched:
+            return f"stopped on token {matched} but the last token is {out[-1] if out else None}"
+    if out and out[-1] in stops and kind != "stop":
+        return f"the last token {out[-1]} is a stop token, yet the finish reason is {kind}"
+    # a stop matched on a string is not judged without the tokenizer (module docstring)
+    return None
+
+
+def _params(handle: Any):
+    req = handle.last_req
+    params = getattr(req, "sampling_params", None) if req is not None else None
+    if params is None:
+        return None
+    stops = set(getattr(params, "stop_token_ids", None) or ())
+    stops |= set(getattr(req, "eos_token_ids", None) or ())
+    return getattr(params, "max_new_tokens", None), bool(getattr(params, "ignore_eos", False)), stops
+
+
+@check_registry.end_check(NAME, doc="every ended request's answer agrees with its own sampling parameters: "
+                                    "at most max_new_tokens, length only at the cap, a stop only on a stop "
+                                    "token and last, nothing after a stop, ignore_eos honoured")
+def check_answers(ctx: Any, handles: Iterable[Any]):
+    """``yield from check_answers(ctx, handles)``: every ended request whose
+    ``/generate`` answered 200 satisfies the contract. Steps (bounded) until
+    the answers of the ended requests arrived. Returns how many were checked;
+    raises ``RequestContractError`` on the first violation."""
+    ended = [h for h in handles if h.status in ("finished", "aborted")]
+    for _ in range(ANSWER_STEPS):
+        if all(h.http.done for h in ended):
+            break
+        yield
+    missing = [h.rid for h in ended if not (h.http.done or h.http.wait(ANSWER_WAIT_S))]
+    if missing:
+        raise RequestContractError(f"no HTTP answer for ended request(s) {', '.join(missing)} after "
+                                   f"{ANSWER_STEPS} iterations and {ANSWER_WAIT_S:.0f}s")
+    checked = 0
+    for h in ended:
+        body = h.http.body
+        if h.http.status != 200 or not isinstance(body, dict) or "output_ids" not in body:
+            continue
+        params = _params(h)
+        if params is None or params[0] is None:
+            continue
+        max_new, ignore_eos, stops = params
+        problem = violation(body, max_new_tokens=max_new, ignore_eos=ignore_eos, stop_tokens=stops)
+        if problem:
+            raise RequestContractError(f"request {h.rid}: {problem} (answer: output_ids={body.get('output_ids')}, "
+                                       f"finish_reason={(body.get('meta_info') or {}).get('finish_reason')})")
+        checked += 1
+    return checked
+
+
+class RequestContractError(AssertionError):
+    """A request's answer broke its own sampling parameters."""

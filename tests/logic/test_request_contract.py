@@ -1,0 +1,56 @@
+"""The request-semantics contract's rule (scheduler_side/request_contract.py),
+on answers as SGLang 0.5.23's /generate writes them (pure)."""
+from __future__ import annotations
+
+import pytest
+
+from scripted_runtime.scheduler_side import check_registry, invariants, request_contract
+from scripted_runtime.user_side import mutate
+
+EOS = 2
+
+
+def answer(out, kind, **extra):
+    return {"output_ids": out, "meta_info": {"finish_reason": {"type": kind, **extra}}}
+
+
+def judge(body, *, max_new=4, ignore_eos=False, stops=(EOS,)):
+    return request_contract.violation(body, max_new_tokens=max_new, ignore_eos=ignore_eos, stop_tokens=stops)
+
+
+@pytest.mark.parametrize("body, kwargs", [
+    (answer([5, 6, 7, 8], "length", length=4), {}),
+    (answer([5, 6, EOS], "stop", matched=EOS), {}),
+    (answer([5, 9], "stop", matched=9), {"stops": (EOS, 9)}),
+    (answer([5, EOS, 6, EOS], "length", length=4), {"ignore_eos": True}),  # ignore_eos: EOS is a token
+    (answer([5], "abort", message="aborted"), {}),
+    (answer([], "abort"), {}),
+    (answer([5, 6, 7, EOS], "stop", matched=EOS), {}),  # a stop at the cap is a stop
+    (answer([5, 6], "stop", matched="</s>"), {}),  # a stop string: not judged without the tokenizer
+])
+def test_answers_that_keep_the_contract(body, kwargs):
+    assert judge(body, **kwargs) is None
+
+
+@pytest.mark.parametrize("body, kwargs, words", [
+    (answer([5, 6, 7, 8, 9], "length", length=4), {}, "5 tokens for max_new_tokens=4"),
+    (answer([5, 6, 7], "length", length=4), {}, "finish reason length with 3 of max_new_tokens=4"),
+    (answer([5, EOS, 6], "stop", matched=EOS), {}, "emitted after it"),
+    (answer([5, EOS, 6, 7], "length", length=4), {}, "emitted after it"),
+    (answer([5, 6, 7, EOS], "length", length=4), {}, "is a stop token, yet the finish reason is length"),
+    (answer([5, 6], "stop", matched=6), {}, "no stop token"),
+    (answer([5, EOS], "stop", matched=EOS), {"ignore_eos": True}, "under ignore_eos"),
+    (answer([5, 9, 6], "stop", matched=9), {"stops": (EOS, 9)}, "emitted after it"),
+    (answer([5, 6], "stop", matched=EOS), {}, "the last token is 6"),
+    (answer([5], None), {}, "not aborted"),
+])
+def test_answers_that_break_it(body, kwargs, words):
+    problem = judge(body, **kwargs)
+    assert problem is not None and words in problem, problem
+
+
+def test_it_is_an_end_check_of_the_one_registry_named_for_the_kill_table():
+    assert request_contract.NAME in invariants.END_CHECK_NAMES
+    assert check_registry.kind_of(request_contract.NAME) == "InvariantViolation"  # not a per-iteration contract
+    assert mutate.caught_by("RequestContractError: request r1: finish reason length with 3 of ...") == \
+        "request contract"
