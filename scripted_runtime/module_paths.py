@@ -17,11 +17,12 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 def _checkout_root() -> Optional[Path]:
     """The repository root when the package runs from a checkout (editable
-    install or PYTHONPATH), else None (installed from the wheel)."""
-    root = PACKAGE_DIR.parent
-    if (root / "hooks" / "__init__.py").is_file() and (root / "pyproject.toml").is_file():
-        return root
-    return None
+    install or PYTHONPATH), else None (installed from the wheel): the same
+    rule as the ``scripted_runtime.hooks`` mapping (``checkout_hooks_dir``)."""
+    import scripted_runtime
+
+    hooks = scripted_runtime.checkout_hooks_dir()
+    return Path(hooks).resolve().parent if hooks is not None else None
 
 
 def hooks_dir() -> Path:

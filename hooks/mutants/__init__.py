@@ -14,13 +14,15 @@ function, whose docstring explains the bug, why it is plausible and how the
 check sees it. The modules hold one family each: ``idle_gate`` (the idle
 gate and the flush that trusts it), ``loops`` (the event loops and the
 pause), ``pools`` (rows and KV slots), ``radix_locks``, ``batches``
-(admission and pruning), ``hicache``. ``MUTANTS`` is the table, in the kill
+(admission and pruning), ``hicache``, ``requests`` (how a request ends). ``MUTANTS`` is the table, in the kill
 table's row order (``ORDER`` below).
 
-Every mutant leaves the server's warm-up request (one short prompt, run to
-its length, no abort, pause, flush or chunking) untouched, so the server
-starts; each bug needs an interleaving the explorer generates: an abort, a
-pause, a flush, an update_weights, a chunked prompt, several requests.
+Every mutant lets the server's warm-up request (one short prompt, run to
+its length, no abort, pause, flush or chunking) through, so the server
+starts (``mut_length_cap_one_early`` ends it one token early, which SGLang
+does not check); the scheduler-path bugs need an interleaving the explorer
+generates: an abort, a pause, a flush, an update_weights, a chunked prompt,
+several requests.
 
 ``expected`` names the check that should see the bug, in the words of
 ``scripted_runtime.user_side.mutate.caught_by``: ``invariant NAME``

@@ -10,7 +10,7 @@ from scripted_runtime.hooks.mutants.base import (ALL, SCHEDULE_BATCH, mutant, _a
 
 @mutant("mut_length_cap_one_early", topologies=ALL,
         summary="update_finish_state ends a request at max_new_tokens - 1 tokens and reports it as a length finish",
-        expected="request contract (a length finish with fewer than max_new_tokens tokens)")
+        expected="output oracle (a length finish short of its reference); request contract where the oracle compares nothing")
 def _install_mut_length_cap_one_early(scheduler_module: Any) -> None:
     """``Req.update_finish_state`` compares the output length with
     ``max_new_tokens - 1``: every request asking for two tokens or more ends
@@ -20,10 +20,13 @@ def _install_mut_length_cap_one_early(scheduler_module: Any) -> None:
     the token the prefill sampled separately, or a ``>=`` that became ``>``
     on a length that already counts the next token.
 
-    Seen by: the request-semantics contract at the program's end (a
-    ``length`` finish with fewer than ``max_new_tokens`` tokens). The output
-    oracle does not see it: its references end one token early too, and a
-    shorter output is still a prefix of them. All topologies."""
+    Seen by: the output oracle in a greedy exploration (a ``length`` finish
+    must hold exactly ``max_new_tokens`` tokens of its reference), and where
+    the oracle compares nothing (sampled requests, a GPU, ``greedy_output``
+    off) the request-semantics contract (a ``length`` finish with fewer than
+    ``max_new_tokens`` tokens). The server's warm-up request ends one token
+    early too, which SGLang does not notice: the server starts. All
+    topologies."""
     mutant = "mut_length_cap_one_early"
     _scheduler_cls(scheduler_module, mutant)  # the scheduler module it was asked to patch, else PatchError
     sb = _module(SCHEDULE_BATCH, mutant)

@@ -9,13 +9,16 @@ extension (``scripted_runtime/extensions.py``) registers the same way:
   Optional[Violation]`` over the iteration's ``StateView`` and the run's
   ``InvariantMemory``. One ``run`` may serve several names (the contracts are
   checked together): it runs once an iteration when any of its names is on.
-* ``@end_check(NAME)`` (``output_oracle.py``): checked once, at a program's
-  end-state check, switched on and off by name like the others.
+* ``@end_check(NAME)`` (``output_oracle.py``, ``request_contract.py``):
+  checked once, at a program's end-state check, switched on and off by name
+  like the others; they fail the program with their own error
+  (``OutputMismatch``, ``RequestContractError``), as the failure signatures
+  the kill table and the known-bug registry match have always named them.
 * ``@window(NAME, loops=..., source=..., doc=...)`` (``windows.py``): a
   predicate over the scheduler, evaluated each iteration.
 
-Every check reports a ``Violation`` (its name, message and the requests
-involved). Checks are listed and run group by group (``GROUPS``), each group
+Every per-iteration check reports a ``Violation`` (its name, message and
+the requests involved). Checks are listed and run group by group (``GROUPS``), each group
 in the order it was registered; extension checks come last. Plain Python: it
 imports nothing of SGLang and is loaded in the harness and in every
 scheduler rank.

@@ -3,12 +3,14 @@ whatever ran beside it (scheduler process, at a program's end).
 
 The output oracle compares tokens with a reference; this compares a
 request's answer with its own sampling parameters, so it needs no reference
-and holds on every device. SGLang 0.5.23's ``Req.check_finished``
+and holds on every device. SGLang 0.5.23's ``Req.update_finish_state``
 (``managers/schedule_batch.py``) decides how a request ends, in this order:
-a stop string, then a stop token or EOS (``_check_token_based_finish``:
-skipped entirely under ``ignore_eos``, stop token ids included), then the
-length cap (``FINISH_LENGTH`` when ``len(output_ids) >= max_new_tokens``),
-and the emitted output is cut at the finishing token (``finished_len``).
+a pending abort (``to_finish``), an out-of-vocabulary token (a ``stop`` on a
+string), a stop string, then a stop token or EOS
+(``_check_token_based_finish``: skipped entirely under ``ignore_eos``, stop
+token ids included), then the length cap (``FINISH_LENGTH`` when
+``len(output_ids) >= max_new_tokens``), then a terminated grammar; the
+emitted output is cut at the finishing token (``finished_len``).
 So the client's answer (``/generate``'s ``output_ids`` and
 ``meta_info.finish_reason``) must satisfy:
 
@@ -26,6 +28,7 @@ Stop strings need the tokenizer, which the CPU default skips
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Dict, Iterable, List, Optional
 
 from scripted_runtime.scheduler_side import check_registry
@@ -40,6 +43,8 @@ def violation(answer: Dict[str, Any], *, max_new_tokens: int, ignore_eos: bool,
     """What is wrong with one ``/generate`` answer body, or None. Pure."""
     out: List[int] = list(answer.get("output_ids") or [])
     reason = (answer.get("meta_info") or {}).get("finish_reason") or {}
+    if not isinstance(reason, dict):
+        return f"finish reason {reason!r} is not an object"
     kind = reason.get("type")
     stops = set(() if ignore_eos else stop_tokens)
     n = len(out)
@@ -50,7 +55,7 @@ def violation(answer: Dict[str, Any], *, max_new_tokens: int, ignore_eos: bool,
     if kind == "length" and n != max_new_tokens:
         return f"finish reason length with {n} of max_new_tokens={max_new_tokens} tokens"
     if kind not in ("length", "stop"):
-        return f"finish reason {reason!r} for a request that was not aborted"
+        return f"finish reason {reason!r} is none of length, stop, abort"
     early = [i for i, t in enumerate(out[:-1]) if t in stops]
     if early:
         return f"stop token {out[early[0]]} at position {early[0]} of {n}, yet tokens were emitted after it"
@@ -69,12 +74,21 @@ def violation(answer: Dict[str, Any], *, max_new_tokens: int, ignore_eos: bool,
 
 
 def _params(handle: Any):
+    """(max_new_tokens as the scheduler clamped it, ignore_eos, the stop
+    tokens ``_check_token_based_finish`` matches), or None where the rule
+    does not apply: no Req seen, or a grammar (a terminated grammar ends a
+    request on whatever token it last emitted)."""
     req = handle.last_req
     params = getattr(req, "sampling_params", None) if req is not None else None
-    if params is None:
+    if params is None or getattr(req, "grammar", None) is not None:
         return None
     stops = set(getattr(params, "stop_token_ids", None) or ())
     stops |= set(getattr(req, "eos_token_ids", None) or ())
+    tokenizer = getattr(req, "tokenizer", None)
+    if tokenizer is not None:  # a server with its tokenizer also stops on these
+        if getattr(tokenizer, "eos_token_id", None) is not None:
+            stops.add(tokenizer.eos_token_id)
+        stops |= set(getattr(tokenizer, "additional_stop_token_ids", None) or ())
     return getattr(params, "max_new_tokens", None), bool(getattr(params, "ignore_eos", False)), stops
 
 
@@ -91,7 +105,8 @@ def check_answers(ctx: Any, handles: Iterable[Any]):
         if all(h.http.done for h in ended):
             break
         yield
-    missing = [h.rid for h in ended if not (h.http.done or h.http.wait(ANSWER_WAIT_S))]
+    deadline = time.monotonic() + ANSWER_WAIT_S  # one deadline for all of them
+    missing = [h.rid for h in ended if not (h.http.done or h.http.wait(max(0.0, deadline - time.monotonic())))]
     if missing:
         raise RequestContractError(f"no HTTP answer for ended request(s) {', '.join(missing)} after "
                                    f"{ANSWER_STEPS} iterations and {ANSWER_WAIT_S:.0f}s")

@@ -380,17 +380,6 @@ def _add_extension_option(p: argparse.ArgumentParser) -> None:
                         "every scheduler rank (repeatable; docs/extensions.md)")
 
 
-def _extensions(specs) -> List[str]:
-    """``--extension`` values, loaded in this process (their invariants'
-    names are then valid, their actions drawable); an ``ExtensionError``
-    (a ValueError) names what failed."""
-    from scripted_runtime import extensions
-
-    specs = list(specs or [])
-    extensions.activate(spec for spec, _ in (extensions.resolve(s) for s in specs))
-    return specs
-
-
 def _add_patch_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--patch", action="append", metavar="SPEC",
                    help="apply this patch in every scheduler rank (repeatable): a built-in fix toggle or "

@@ -39,6 +39,8 @@ def _checks(checks: Any) -> Checks:
         return checks
     if checks is None:
         return False
+    if isinstance(checks, str):
+        raise TypeError(f"ServerConfig.checks: True, False or a collection of check names, not the string {checks!r}")
     names = tuple(checks)
     return names if names else False
 

@@ -117,7 +117,7 @@ PINNED = [
     ('mut_hicache_host_evict_leaks', ('pp1-hicache',), 'invariant hicache_host_accounting'),
     # added after the split (issue 34's request-semantics family)
     ('mut_length_cap_one_early', ('pp1-overlap', 'pp1-normal', 'pp4'),
-     'request contract (a length finish with fewer than max_new_tokens tokens)'),
+     'output oracle (a length finish short of its reference); request contract where the oracle compares nothing'),
 ]
 
 

@@ -42,7 +42,7 @@ def test_answers_that_keep_the_contract(body, kwargs):
     (answer([5, EOS], "stop", matched=EOS), {"ignore_eos": True}, "under ignore_eos"),
     (answer([5, 9, 6], "stop", matched=9), {"stops": (EOS, 9)}, "emitted after it"),
     (answer([5, 6], "stop", matched=EOS), {}, "the last token is 6"),
-    (answer([5], None), {}, "not aborted"),
+    (answer([5], None), {}, "none of length, stop, abort"),
 ])
 def test_answers_that_break_it(body, kwargs, words):
     problem = judge(body, **kwargs)
@@ -54,3 +54,19 @@ def test_it_is_an_end_check_of_the_one_registry_named_for_the_kill_table():
     assert check_registry.kind_of(request_contract.NAME) == "InvariantViolation"  # not a per-iteration contract
     assert mutate.caught_by("RequestContractError: request r1: finish reason length with 3 of ...") == \
         "request contract"
+
+
+def _handle(**req_fields):
+    from types import SimpleNamespace
+
+    params = SimpleNamespace(max_new_tokens=4, ignore_eos=False, stop_token_ids={9})
+    return SimpleNamespace(last_req=SimpleNamespace(sampling_params=params, eos_token_ids={EOS}, **req_fields))
+
+
+def test_the_stop_tokens_are_those_sglang_matches_and_a_grammar_is_not_judged():
+    assert request_contract._params(_handle()) == (4, False, {9, EOS})
+    from types import SimpleNamespace
+
+    tok = SimpleNamespace(eos_token_id=7, additional_stop_token_ids=[11])
+    assert request_contract._params(_handle(tokenizer=tok)) == (4, False, {9, EOS, 7, 11})
+    assert request_contract._params(_handle(grammar=object())) is None

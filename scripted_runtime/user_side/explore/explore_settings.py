@@ -8,7 +8,7 @@ Budget: ``profile`` (``search.PROFILES``), and ``max_examples``,
 profile's, chosen at random unless derandomized). What runs first:
 ``corpus`` (the seed corpus), ``database`` (the failure database:
 ``failure_db.open_database``'s SPEC; this value's default is ``none``, the
-command's the local directory) and ``database_read_only``. What a failure
+command's ``OUT/failure-db``) and ``database_read_only``. What a failure
 does: ``known_bugs`` (the registry to match against; None: the built-in
 one, ``()``: every failure is new) and ``stop_at_known``;
 ``fresh_replay`` (the written file is replayed on a fresh server, else on

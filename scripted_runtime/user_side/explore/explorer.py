@@ -78,7 +78,7 @@ def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(),
     a directory, ``redis://HOST:PORT``, ``none``; None: ``OUT/failure-db``):
     its programs for this build and topology run first, new failures are
     saved to it (unless ``database_read_only``). The command's default is
-    the local directory; ``ExploreSettings``'s is ``none``."""
+    ``OUT/failure-db``; ``ExploreSettings``'s is ``none``."""
     db = failure_db.open_database(settings.database, read_only=settings.database_read_only, out_dir=Path(out_dir))
     profile = settings.profile
     prof = search_mod.PROFILES[profile]
@@ -102,10 +102,15 @@ def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(),
                        found_by=settings.found_by)
         store = failure_db.FailureStore(db, failure_db.key(config, version)) if db is not None else None
         # Hypothesis keeps caches of its own (e.g. .hypothesis/constants) in the
-        # working directory unless told otherwise: keep them under --out.
+        # working directory unless told otherwise: keep them under --out, for
+        # the search only (a caller's own Hypothesis storage is put back).
+        home = hypothesis_configuration.storage_directory(intent_to_write=False).home_directory
         hypothesis_configuration.set_hypothesis_home_dir(Path(out_dir) / ".hypothesis")
-        result = search_mod.search(runner, settings, store=store, progress=progress,
-                                   events=_Events(runner, settings, Path(out_dir) / "kept", written))
+        try:
+            result = search_mod.search(runner, settings, store=store, progress=progress,
+                                       events=_Events(runner, settings, Path(out_dir) / "kept", written))
+        finally:
+            hypothesis_configuration.set_hypothesis_home_dir(home)
         stats = result.stats
         stats.start_s = start_s
         stats.sglang_version = version
