@@ -46,19 +46,9 @@ class _CheckoutHooks(importlib.abc.MetaPathFinder):
             fullname, os.path.join(self.folder, "__init__.py"), submodule_search_locations=[self.folder])
 
 
-def checkout_hooks_dir():
-    """The checkout's top-level ``hooks/`` when this package runs from a
-    checkout (an editable install, or the checkout on PYTHONPATH), else None
-    (installed from the wheel: the hooks are a real subpackage). The one
-    place that tells the two layouts apart (``module_paths`` asks it too)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    if os.path.isdir(os.path.join(here, "hooks")):
-        return None
-    folder = os.path.join(os.path.dirname(here), "hooks")
-    return folder if os.path.isfile(os.path.join(folder, "__init__.py")) else None
-
-
 def _map_checkout_hooks() -> None:
+    from scripted_runtime.module_paths import checkout_hooks_dir
+
     folder = checkout_hooks_dir()
     if folder is not None and not any(isinstance(f, _CheckoutHooks) for f in sys.meta_path):
         sys.meta_path.insert(0, _CheckoutHooks(folder))

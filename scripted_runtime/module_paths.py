@@ -15,14 +15,22 @@ from typing import Optional
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-def _checkout_root() -> Optional[Path]:
-    """The repository root when the package runs from a checkout (editable
-    install or PYTHONPATH), else None (installed from the wheel): the same
-    rule as the ``scripted_runtime.hooks`` mapping (``checkout_hooks_dir``)."""
-    import scripted_runtime
+def checkout_hooks_dir() -> Optional[str]:
+    """The checkout's top-level ``hooks/`` when this package runs from a
+    checkout (an editable install, or the checkout on PYTHONPATH), else None
+    (installed from the wheel: the hooks are a real subpackage). The one
+    place that tells the two layouts apart: the package root maps
+    ``scripted_runtime.hooks`` by it, and the paths below follow it."""
+    if (PACKAGE_DIR / "hooks").is_dir():
+        return None
+    folder = PACKAGE_DIR.parent / "hooks"
+    return str(folder) if (folder / "__init__.py").is_file() else None
 
-    hooks = scripted_runtime.checkout_hooks_dir()
-    return Path(hooks).resolve().parent if hooks is not None else None
+
+def _checkout_root() -> Optional[Path]:
+    """The repository root when the package runs from a checkout, else None."""
+    hooks = checkout_hooks_dir()
+    return Path(hooks).parent if hooks is not None else None
 
 
 def hooks_dir() -> Path:
