@@ -70,3 +70,15 @@ def test_the_stop_tokens_are_those_sglang_matches_and_a_grammar_is_not_judged():
     tok = SimpleNamespace(eos_token_id=7, additional_stop_token_ids=[11])
     assert request_contract._params(_handle(tokenizer=tok)) == (4, False, {9, EOS, 7, 11})
     assert request_contract._params(_handle(grammar=object())) is None
+
+
+def test_the_answer_is_read_off_the_ended_request_as_sglang_serializes_it():
+    from types import SimpleNamespace
+
+    class FINISH_LENGTH:
+        def to_json(self):
+            return {"type": "length", "length": 3}
+
+    req = SimpleNamespace(output_ids=[5, 6, 7, 8], finished_len=3, finished_reason=FINISH_LENGTH())
+    assert request_contract.answer_of(req) == answer([5, 6, 7], "length", length=3)
+    assert request_contract.answer_of(SimpleNamespace(output_ids=[5], finished_reason=None)) is None

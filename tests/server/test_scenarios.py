@@ -109,3 +109,35 @@ def test_pause_then_flush(server_pool, mode):
     result = server_pool.get("pp1-overlap").run(f"{SCENARIOS / 'pause_then_flush.py'}:{mode}")
     assert result.passed, result.summary()
     assert result.value["flush_success"] is (mode == "retract")  # 0.5.21+ accepts it after retract
+
+
+# --- the request-semantics contract (docs/checks.md) ------------------------------
+
+REQUEST_SEMANTICS = SCENARIOS / "request_semantics.py"
+
+
+def test_requests_end_by_their_own_sampling_parameters(server):
+    caps = server.run(f"{REQUEST_SEMANTICS}:length_caps")
+    assert caps.passed, caps.traceback
+    assert caps.value["answers_checked"] == 3, caps.value
+    stops = server.run(f"{REQUEST_SEMANTICS}:stop_tokens")
+    assert stops.passed, stops.traceback
+    assert stops.value["stopped"][-1] in stops.value["probe"], stops.value
+
+
+@pytest.mark.slow
+def test_the_contract_sees_a_short_length_finish_with_the_oracle_off():
+    """``mut_length_cap_one_early`` with ``greedy_output`` off: the request
+    contract alone names it (with the oracle on, the oracle sees it first)."""
+    from scripted_runtime import ScriptedServer
+    from scripted_runtime.scheduler_side import invariants
+
+    server = ScriptedServer.start(topology="pp1-overlap", patches=["mut_length_cap_one_early"])
+    try:
+        result = server.run(f"{REQUEST_SEMANTICS}:length_caps",
+                            invariants=[n for n in invariants.NAMES if n != "greedy_output"])
+    finally:
+        server.shutdown()
+    assert not result.passed
+    assert result.error.startswith("RequestContractError: request "), result.error
+    assert "finish reason length with 1 of max_new_tokens=2" in result.error, result.error

@@ -1,0 +1,52 @@
+"""How a request must end, whatever ran beside it: the request-semantics
+contract (docs/checks.md, "The request-semantics contract") on requests the
+explorer does not draw yet: stop tokens, EOS honoured and ignored, a length
+cap of one.
+
+Run them:
+  scripted-runtime run scenarios/request_semantics.py:length_caps
+  scripted-runtime run scenarios/request_semantics.py:stop_tokens
+"""
+
+
+def length_caps(ctx, caps=(1, 2, 5)):
+    """Greedy requests that ignore EOS, side by side, each asking for a
+    different number of tokens: each must end by length with exactly that
+    many (the contract and the output oracle both judge them)."""
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    reqs = [ctx.start_req(input_ids=[1] * 12, max_new_tokens=n, ignore_eos=True, temperature=0.0) for n in caps]
+    return (yield from explore.end_state_checks(ctx, reqs))
+
+
+def stop_tokens(ctx, max_new_tokens=8):
+    """A request run first shows what the model emits; then the same prompt
+    with its third token as a stop token must end on that token as a
+    ``stop`` (its answer holds three tokens), with ``ignore_eos`` the same
+    stop token must be ignored (SGLang skips stop token ids under it), and a
+    stop token the model never emits changes nothing."""
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    prompt = [3] * 20
+    probe = ctx.start_req(input_ids=prompt, max_new_tokens=max_new_tokens, ignore_eos=True, temperature=0.0)
+    yield from ctx.wait_finished(probe, max_steps=100)
+    out = probe.output_ids
+    third = out[2]
+    first_at = out.index(third)  # the stop fires on the token's first appearance
+    never = next(t for t in range(4, 512) if t not in out and t != 2)
+    stopped = ctx.start_req(input_ids=prompt, max_new_tokens=max_new_tokens, ignore_eos=False,
+                            temperature=0.0, stop_token_ids=[third])
+    ignored = ctx.start_req(input_ids=prompt, max_new_tokens=max_new_tokens, ignore_eos=True,
+                            temperature=0.0, stop_token_ids=[third])
+    unmet = ctx.start_req(input_ids=prompt, max_new_tokens=max_new_tokens, ignore_eos=True,
+                          temperature=0.0, stop_token_ids=[never])
+    reqs = [probe, stopped, ignored, unmet]
+    checks = yield from explore.end_state_checks(ctx, reqs)
+    assert checks["answers_checked"] == len(reqs), checks
+    # what the client got over HTTP, too (it lands at a wall-clock time: step until it did)
+    yield from ctx.wait_until(lambda: all(h.http.done for h in reqs), max_steps=200, what="the HTTP answers")
+    stopped_out = stopped.http.body["output_ids"]
+    assert stopped_out == out[:first_at + 1], (stopped_out, out)
+    assert stopped.http.body["meta_info"]["finish_reason"] == {"type": "stop", "matched": third}, stopped.http.body
+    assert ignored.http.body["output_ids"] == out and unmet.http.body["output_ids"] == out
+    return {"probe": out, "stopped": stopped_out, **checks}
