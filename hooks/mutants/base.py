@@ -63,42 +63,42 @@ def in_order(names: Iterable[str]) -> Dict[str, Patch]:
 # --- helpers -----------------------------------------------------------------
 
 
-def _missing(mutant: str, what: str) -> PatchError:
+def missing_target(mutant: str, what: str) -> PatchError:
     return PatchError(f"mutant {mutant}: {what} not found: this mutant is written against SGLang {RELEASE}")
 
 
-def _attr(owner: Any, name: str, mutant: str, what: str) -> Any:
+def find_attr(owner: Any, name: str, mutant: str, what: str) -> Any:
     value = getattr(owner, name, None) if owner is not None else None
     if value is None:
-        raise _missing(mutant, what)
+        raise missing_target(mutant, what)
     return value
 
 
-def _module(name: str, mutant: str) -> Any:
+def find_module(name: str, mutant: str) -> Any:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        raise _missing(mutant, f"module {name} ({exc})") from exc
+        raise missing_target(mutant, f"module {name} ({exc})") from exc
 
 
-def _scheduler_cls(scheduler_module: Any, mutant: str) -> type:
-    return _attr(scheduler_module, "Scheduler", mutant, "sglang.srt.managers.scheduler.Scheduler")
+def scheduler_class(scheduler_module: Any, mutant: str) -> type:
+    return find_attr(scheduler_module, "Scheduler", mutant, "sglang.srt.managers.scheduler.Scheduler")
 
 
-def _method(cls: type, name: str, mutant: str, params: tuple = ()) -> Callable:
+def find_method(cls: type, name: str, mutant: str, params: tuple = ()) -> Callable:
     """``cls.name``, checked to take ``params`` (by name, after self)."""
-    fn = _attr(cls, name, mutant, f"{cls.__name__}.{name}")
+    fn = find_attr(cls, name, mutant, f"{cls.__name__}.{name}")
     if params:
         try:
             have = list(inspect.signature(inspect.unwrap(fn)).parameters)
         except (TypeError, ValueError):
             have = []
         if any(p not in have for p in params):
-            raise _missing(mutant, f"{cls.__name__}.{name}({', '.join(params)}) (found ({', '.join(have)}))")
+            raise missing_target(mutant, f"{cls.__name__}.{name}({', '.join(params)}) (found ({', '.join(have)}))")
     return fn
 
 
-def _replace(owner: Any, name: str, new: Callable, original: Callable) -> None:
+def replace_attr(owner: Any, name: str, new: Callable, original: Callable) -> None:
     new.__wrapped__ = original
     setattr(owner, name, new)
 
@@ -110,11 +110,11 @@ def source_digest(fn: Callable) -> str:
     return hashlib.sha256(norm.encode()).hexdigest()[:16]
 
 
-def _check_copied_body(fn: Callable, digest: str, mutant: str, what: str) -> None:
+def check_copied_body(fn: Callable, digest: str, mutant: str, what: str) -> None:
     try:
         found = source_digest(fn)
     except (OSError, TypeError) as exc:
-        raise _missing(mutant, f"the source of {what} ({exc})") from exc
+        raise missing_target(mutant, f"the source of {what} ({exc})") from exc
     if found != digest:
         raise PatchError(f"mutant {mutant}: {what} differs from the {RELEASE} body this mutant copies "
                          f"(source digest {found}, expected {digest}): it is written against SGLang {RELEASE}")

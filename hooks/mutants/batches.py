@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scripted_runtime.hooks.mutants.base import (ALL, SCHEDULE_BATCH, mutant, _attr, _method, _module,
-                                                 _replace, _scheduler_cls)
+from scripted_runtime.hooks.mutants.base import (ALL, SCHEDULE_BATCH, mutant, find_attr, find_method, find_module,
+                                                 replace_attr, scheduler_class)
 
 
 # --- pruning of finished requests -------------------------------------------------
@@ -35,12 +35,12 @@ def _install_mut_prune_keeps_aborted(scheduler_module: Any) -> None:
     pool_accounting; at the latest the end-state check (never idle). All
     topologies."""
     mutant = "mut_prune_keeps_aborted"
-    _scheduler_cls(scheduler_module, mutant)
-    sb = _module(SCHEDULE_BATCH, mutant)
-    batch_cls = _attr(sb, "ScheduleBatch", mutant, f"{SCHEDULE_BATCH}.ScheduleBatch")
-    req_cls = _attr(sb, "Req", mutant, f"{SCHEDULE_BATCH}.Req")
-    finish_abort = _attr(sb, "FINISH_ABORT", mutant, f"{SCHEDULE_BATCH}.FINISH_ABORT")
-    original = _method(batch_cls, "filter_batch", mutant, ("reqs_to_exclude", "keep_indices"))
+    scheduler_class(scheduler_module, mutant)
+    sb = find_module(SCHEDULE_BATCH, mutant)
+    batch_cls = find_attr(sb, "ScheduleBatch", mutant, f"{SCHEDULE_BATCH}.ScheduleBatch")
+    req_cls = find_attr(sb, "Req", mutant, f"{SCHEDULE_BATCH}.Req")
+    finish_abort = find_attr(sb, "FINISH_ABORT", mutant, f"{SCHEDULE_BATCH}.FINISH_ABORT")
+    original = find_method(batch_cls, "filter_batch", mutant, ("reqs_to_exclude", "keep_indices"))
 
     def filter_batch(self, reqs_to_exclude=None, keep_indices=None):
         if keep_indices is None and any(isinstance(r.finished_reason, finish_abort) for r in self.reqs):
@@ -54,7 +54,7 @@ def _install_mut_prune_keeps_aborted(scheduler_module: Any) -> None:
             ]
         return original(self, reqs_to_exclude=reqs_to_exclude, keep_indices=keep_indices)
 
-    _replace(batch_cls, "filter_batch", filter_batch, original)
+    replace_attr(batch_cls, "filter_batch", filter_batch, original)
 
 
 # --- waiting-queue admission ------------------------------------------------------
@@ -81,8 +81,8 @@ def _install_mut_admission_drops_next_waiting(scheduler_module: Any) -> None:
     tokenizer holds the update behind the lost generate request
     (ArrivalTimeout / UpdateAnswerTimeout). All topologies."""
     mutant = "mut_admission_drops_next_waiting"
-    cls = _scheduler_cls(scheduler_module, mutant)
-    original = _method(cls, "_get_new_batch_prefill_raw", mutant, ("prefill_delayer_single_pass", "running_batch"))
+    cls = scheduler_class(scheduler_module, mutant)
+    original = find_method(cls, "_get_new_batch_prefill_raw", mutant, ("prefill_delayer_single_pass", "running_batch"))
 
     def _get_new_batch_prefill_raw(self, *args, **kwargs):
         new_batch, running_batch = original(self, *args, **kwargs)
@@ -90,4 +90,4 @@ def _install_mut_admission_drops_next_waiting(scheduler_module: Any) -> None:
             self.waiting_queue = self.waiting_queue[1:]  # MUTANT: trimmed one past the admitted requests
         return new_batch, running_batch
 
-    _replace(cls, "_get_new_batch_prefill_raw", _get_new_batch_prefill_raw, original)
+    replace_attr(cls, "_get_new_batch_prefill_raw", _get_new_batch_prefill_raw, original)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from scripted_runtime.hooks.mutants.base import (FULL_COMPONENT, HICACHE, TP_WORKER, UNIFIED_RADIX_CACHE,
-                                                 mutant, _attr, _method, _module, _replace, _scheduler_cls)
+                                                 mutant, find_attr, find_method, find_module, replace_attr, scheduler_class)
 
 
 @mutant("mut_hicache_forward_skips_load_wait", topologies=HICACHE,
@@ -26,14 +26,14 @@ def _install_mut_hicache_forward_skips_load_wait(scheduler_module: Any) -> None:
     evicted to the host asked for again). Without a held load the CPU copy
     completes where it is issued and nothing is read early."""
     mutant = "mut_hicache_forward_skips_load_wait"
-    _scheduler_cls(scheduler_module, mutant)
-    worker_cls = _attr(_module(TP_WORKER, mutant), "TpModelWorker", mutant, f"{TP_WORKER}.TpModelWorker")
-    original = _method(worker_cls, "set_hicache_consumer", mutant, ("consumer_index",))
+    scheduler_class(scheduler_module, mutant)
+    worker_cls = find_attr(find_module(TP_WORKER, mutant), "TpModelWorker", mutant, f"{TP_WORKER}.TpModelWorker")
+    original = find_method(worker_cls, "set_hicache_consumer", mutant, ("consumer_index",))
 
     def set_hicache_consumer(self, consumer_index: int):
         return original(self, -1)  # MUTANT: the batch's load is never waited on
 
-    _replace(worker_cls, "set_hicache_consumer", set_hicache_consumer, original)
+    replace_attr(worker_cls, "set_hicache_consumer", set_hicache_consumer, original)
 
 
 @mutant("mut_hicache_write_through_skips_lock", topologies=HICACHE,
@@ -51,10 +51,10 @@ def _install_mut_hicache_write_through_skips_lock(scheduler_module: Any) -> None
     and the device pool needs the room (explorer: hold backups, finish a
     request, start others)."""
     mutant = "mut_hicache_write_through_skips_lock"
-    _scheduler_cls(scheduler_module, mutant)
-    cache_cls = _attr(_module(UNIFIED_RADIX_CACHE, mutant), "UnifiedRadixCache", mutant,
+    scheduler_class(scheduler_module, mutant)
+    cache_cls = find_attr(find_module(UNIFIED_RADIX_CACHE, mutant), "UnifiedRadixCache", mutant,
                       f"{UNIFIED_RADIX_CACHE}.UnifiedRadixCache")
-    original = _method(cache_cls, "_track_write_through_node", mutant,
+    original = find_method(cache_cls, "_track_write_through_node", mutant,
                        ("node_id", "lock_params", "publish_node_ids"))
 
     def _track_write_through_node(self, node_id, lock_params, publish_node_ids):
@@ -62,7 +62,7 @@ def _install_mut_hicache_write_through_skips_lock(scheduler_module: Any) -> None
             self.dec_lock_ref(node_id, lock_params)  # MUTANT: the backup's lock is dropped at once
         return original(self, node_id, None, publish_node_ids)
 
-    _replace(cache_cls, "_track_write_through_node", _track_write_through_node, original)
+    replace_attr(cache_cls, "_track_write_through_node", _track_write_through_node, original)
 
 
 @mutant("mut_hicache_host_evict_leaks", topologies=HICACHE,
@@ -79,12 +79,12 @@ def _install_mut_hicache_host_evict_leaks(scheduler_module: Any) -> None:
     tree node holds), once the host pool fills and evicts (pp1-hicache's
     481-slot host pool: three long prompts)."""
     mutant = "mut_hicache_host_evict_leaks"
-    _scheduler_cls(scheduler_module, mutant)
-    component_cls = _attr(_module(FULL_COMPONENT, mutant), "FullComponent", mutant,
+    scheduler_class(scheduler_module, mutant)
+    component_cls = find_attr(find_module(FULL_COMPONENT, mutant), "FullComponent", mutant,
                           f"{FULL_COMPONENT}.FullComponent")
-    original = _method(component_cls, "free_host_values", mutant, ("host_values",))
+    original = find_method(component_cls, "free_host_values", mutant, ("host_values",))
 
     def free_host_values(self, host_values):
         return original(self, [v[:-1] for v in host_values])  # MUTANT: each value's last slot leaks
 
-    _replace(component_cls, "free_host_values", free_host_values, original)
+    replace_attr(component_cls, "free_host_values", free_host_values, original)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scripted_runtime.hooks.mutants.base import (ALL, WEIGHT_UPDATER, mutant, _attr, _method, _module,
-                                                 _replace, _scheduler_cls)
+from scripted_runtime.hooks.mutants.base import (ALL, WEIGHT_UPDATER, mutant, find_attr, find_method, find_module,
+                                                 replace_attr, scheduler_class)
 
 _NOTHING = object()
 
@@ -32,9 +32,9 @@ def _install_mut_pp_drain_first_slot_only(scheduler_module: Any) -> None:
     does that within a few iterations); a flush accepted then would also trip
     radix_locks/slot_ownership. pp4 only (pp=1 has no microbatch slots)."""
     mutant = "mut_pp_drain_first_slot_only"
-    cls = _scheduler_cls(scheduler_module, mutant)
-    original = _method(cls, "_pp_microbatches_drained", mutant)
-    get_parallel = _attr(scheduler_module, "get_parallel", mutant, "sglang.srt.managers.scheduler.get_parallel")
+    cls = scheduler_class(scheduler_module, mutant)
+    original = find_method(cls, "_pp_microbatches_drained", mutant)
+    get_parallel = find_attr(scheduler_module, "get_parallel", mutant, "sglang.srt.managers.scheduler.get_parallel")
 
     def _pp_microbatches_drained(self) -> bool:
         if get_parallel().pp_size == 1:
@@ -42,7 +42,7 @@ def _install_mut_pp_drain_first_slot_only(scheduler_module: Any) -> None:
         first = self.mbs[0]
         return self.running_mbs[0].is_empty() and (first is None or first.is_empty())  # MUTANT: slot 0 only
 
-    _replace(cls, "_pp_microbatches_drained", _pp_microbatches_drained, original)
+    replace_attr(cls, "_pp_microbatches_drained", _pp_microbatches_drained, original)
 
 
 # --- the idle gate ----------------------------------------------------------------
@@ -68,8 +68,8 @@ def _install_mut_idle_gate_ignores_last_batch(scheduler_module: Any) -> None:
     holds the same batch and at pp4 the ``mbs`` slot does, so the bug is
     invisible there. pp1-normal."""
     mutant = "mut_idle_gate_ignores_last_batch"
-    cls = _scheduler_cls(scheduler_module, mutant)
-    original = _method(cls, "is_fully_idle", mutant, ("for_health_check", "ignore_waiting"))
+    cls = scheduler_class(scheduler_module, mutant)
+    original = find_method(cls, "is_fully_idle", mutant, ("for_health_check", "ignore_waiting"))
 
     def is_fully_idle(self, for_health_check=False, ignore_waiting=False) -> bool:
         last = self.last_batch
@@ -79,7 +79,7 @@ def _install_mut_idle_gate_ignores_last_batch(scheduler_module: Any) -> None:
         finally:
             self.last_batch = last
 
-    _replace(cls, "is_fully_idle", is_fully_idle, original)
+    replace_attr(cls, "is_fully_idle", is_fully_idle, original)
 
 
 # --- update_weights' flush path ---------------------------------------------------
@@ -108,10 +108,10 @@ def _install_mut_update_weights_flush_skips_idle_check(scheduler_module: Any) ->
     explorer posts the update only once its requests finished, and the reset
     then harms no one. All topologies."""
     mutant = "mut_update_weights_flush_skips_idle_check"
-    _scheduler_cls(scheduler_module, mutant)
-    mgr_cls = _attr(_module(WEIGHT_UPDATER, mutant), "SchedulerWeightUpdaterManager", mutant,
+    scheduler_class(scheduler_module, mutant)
+    mgr_cls = find_attr(find_module(WEIGHT_UPDATER, mutant), "SchedulerWeightUpdaterManager", mutant,
                     f"{WEIGHT_UPDATER}.SchedulerWeightUpdaterManager")
-    original = _method(mgr_cls, "flush_cache_after_weight_update", mutant, ("recv_req", "success", "message"))
+    original = find_method(mgr_cls, "flush_cache_after_weight_update", mutant, ("recv_req", "success", "message"))
 
     def _always_idle(*args, **kwargs) -> bool:
         return True
@@ -131,4 +131,4 @@ def _install_mut_update_weights_flush_skips_idle_check(scheduler_module: Any) ->
                 scheduler.is_fully_idle = shadowed
         return success, message
 
-    _replace(mgr_cls, "flush_cache_after_weight_update", flush_cache_after_weight_update, original)
+    replace_attr(mgr_cls, "flush_cache_after_weight_update", flush_cache_after_weight_update, original)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable
 
-from scripted_runtime.hooks.mutants.base import (PP1, mutant, _attr, _check_copied_body, _method, _missing,
-                                                 _replace, _scheduler_cls)
+from scripted_runtime.hooks.mutants.base import (PP1, mutant, find_attr, check_copied_body, find_method, missing_target,
+                                                 replace_attr, scheduler_class)
 
 # Digests of the 0.5.23 method bodies that two mutants copy (normalized
 # source: dedented, blank lines dropped, trailing space stripped).
@@ -46,11 +46,11 @@ def _install_mut_normal_loop_ignores_pause(scheduler_module: Any) -> None:
     while paused (before the contracts existed nothing saw it: the baseline
     kill table's survivor). pp1-normal only."""
     mutant = "mut_normal_loop_ignores_pause"
-    cls = _scheduler_cls(scheduler_module, mutant)
-    original = _method(cls, "event_loop_normal", mutant)
-    _check_copied_body(original, EVENT_LOOP_NORMAL_DIGEST, mutant, "Scheduler.event_loop_normal")
-    grad_mode = _attr(scheduler_module, "DynamicGradMode", mutant, "sglang.srt.managers.scheduler.DynamicGradMode")
-    envs = _attr(scheduler_module, "envs", mutant, "sglang.srt.managers.scheduler.envs")
+    cls = scheduler_class(scheduler_module, mutant)
+    original = find_method(cls, "event_loop_normal", mutant)
+    check_copied_body(original, EVENT_LOOP_NORMAL_DIGEST, mutant, "Scheduler.event_loop_normal")
+    grad_mode = find_attr(scheduler_module, "DynamicGradMode", mutant, "sglang.srt.managers.scheduler.DynamicGradMode")
+    envs = find_attr(scheduler_module, "envs", mutant, "sglang.srt.managers.scheduler.envs")
 
     @grad_mode()
     def event_loop_normal(self):
@@ -86,7 +86,7 @@ def _install_mut_normal_loop_ignores_pause(scheduler_module: Any) -> None:
             if envs.SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY.get():
                 self.invariant_checker.self_check_during_busy()
 
-    _replace(cls, "event_loop_normal", _keep_crash_reporting(cls, event_loop_normal), original)
+    replace_attr(cls, "event_loop_normal", _keep_crash_reporting(cls, event_loop_normal), original)
 
 
 # --- retract in pause_generation --------------------------------------------------
@@ -121,12 +121,12 @@ def _install_mut_pause_retract_forgets_last_batch(scheduler_module: Any) -> None
     ``last_mbs`` still holds the batch, which is merged on its slot's next
     turn, so nothing is lost."""
     mutant = "mut_pause_retract_forgets_last_batch"
-    cls = _scheduler_cls(scheduler_module, mutant)
-    original = _method(cls, "pause_generation", mutant, ("recv_req",))
-    _method(cls, "process_batch_result", mutant)
+    cls = scheduler_class(scheduler_module, mutant)
+    original = find_method(cls, "pause_generation", mutant, ("recv_req",))
+    find_method(cls, "process_batch_result", mutant)
     null_mode = getattr(getattr(scheduler_module, "DisaggregationMode", None), "NULL", None)
     if null_mode is None:
-        raise _missing(mutant, "sglang.srt.managers.scheduler.DisaggregationMode.NULL")
+        raise missing_target(mutant, "sglang.srt.managers.scheduler.DisaggregationMode.NULL")
 
     def pause_generation(self, recv_req):
         last = self.last_batch
@@ -143,7 +143,7 @@ def _install_mut_pause_retract_forgets_last_batch(scheduler_module: Any) -> None
             self.last_batch = None  # MUTANT: last_batch's requests are never added to retract_reqs
         return original(self, recv_req)
 
-    _replace(cls, "pause_generation", pause_generation, original)
+    replace_attr(cls, "pause_generation", pause_generation, original)
 
 
 # --- the overlap loop's result processing -----------------------------------------
@@ -173,11 +173,11 @@ def _install_mut_overlap_skips_emptied_last_batch_result(scheduler_module: Any) 
     more chunks (over 64 tokens); otherwise the end-state check (the last
     result is never processed: a request never finishes). pp1-overlap only."""
     mutant = "mut_overlap_skips_emptied_last_batch_result"
-    cls = _scheduler_cls(scheduler_module, mutant)
-    original = _method(cls, "event_loop_overlap", mutant)
-    _check_copied_body(original, EVENT_LOOP_OVERLAP_DIGEST, mutant, "Scheduler.event_loop_overlap")
-    grad_mode = _attr(scheduler_module, "DynamicGradMode", mutant, "sglang.srt.managers.scheduler.DynamicGradMode")
-    envs = _attr(scheduler_module, "envs", mutant, "sglang.srt.managers.scheduler.envs")
+    cls = scheduler_class(scheduler_module, mutant)
+    original = find_method(cls, "event_loop_overlap", mutant)
+    check_copied_body(original, EVENT_LOOP_OVERLAP_DIGEST, mutant, "Scheduler.event_loop_overlap")
+    grad_mode = find_attr(scheduler_module, "DynamicGradMode", mutant, "sglang.srt.managers.scheduler.DynamicGradMode")
+    envs = find_attr(scheduler_module, "envs", mutant, "sglang.srt.managers.scheduler.envs")
 
     @grad_mode()
     def event_loop_overlap(self):
@@ -254,4 +254,4 @@ def _install_mut_overlap_skips_emptied_last_batch_result(scheduler_module: Any) 
             if envs.SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY.get():
                 self.invariant_checker.self_check_during_busy()
 
-    _replace(cls, "event_loop_overlap", _keep_crash_reporting(cls, event_loop_overlap), original)
+    replace_attr(cls, "event_loop_overlap", _keep_crash_reporting(cls, event_loop_overlap), original)

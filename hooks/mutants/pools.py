@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from scripted_runtime.hooks.mutants.base import (ALL, BATCH_RESULT_PROCESSOR, MEMORY_POOL, SCHEDULE_BATCH,
-                                                 TOKEN_ALLOCATOR, mutant, _attr, _method, _module, _replace,
-                                                 _scheduler_cls)
+                                                 TOKEN_ALLOCATOR, mutant, find_attr, find_method, find_module, replace_attr,
+                                                 scheduler_class)
 
 
 # --- abort: the row is not freed --------------------------------------------------
@@ -32,11 +32,11 @@ def _install_mut_abort_keeps_row(scheduler_module: Any) -> None:
     rows not all free). No per-iteration invariant sees a row that no request
     holds and that is not on the free list. All topologies."""
     mutant = "mut_abort_keeps_row"
-    _scheduler_cls(scheduler_module, mutant)
-    pool_cls = _attr(_module(MEMORY_POOL, mutant), "ReqToTokenPool", mutant,
+    scheduler_class(scheduler_module, mutant)
+    pool_cls = find_attr(find_module(MEMORY_POOL, mutant), "ReqToTokenPool", mutant,
                      f"{MEMORY_POOL}.ReqToTokenPool")
-    original = _method(pool_cls, "free", mutant, ("req",))
-    finish_abort = _attr(_module(SCHEDULE_BATCH, mutant), "FINISH_ABORT", mutant, f"{SCHEDULE_BATCH}.FINISH_ABORT")
+    original = find_method(pool_cls, "free", mutant, ("req",))
+    finish_abort = find_attr(find_module(SCHEDULE_BATCH, mutant), "FINISH_ABORT", mutant, f"{SCHEDULE_BATCH}.FINISH_ABORT")
 
     def free(self, req):
         if isinstance(getattr(req, "finished_reason", None), finish_abort) and req.kv.holds_kv:
@@ -44,7 +44,7 @@ def _install_mut_abort_keeps_row(scheduler_module: Any) -> None:
             return
         original(self, req)
 
-    _replace(pool_cls, "free", free, original)
+    replace_attr(pool_cls, "free", free, original)
 
 
 # --- abort: KV freed twice --------------------------------------------------------
@@ -71,11 +71,11 @@ def _install_mut_abort_double_free_kv(scheduler_module: Any) -> None:
     Only aborts of decoding requests (prefill and chunked aborts take other
     paths). All topologies."""
     mutant = "mut_abort_double_free_kv"
-    _scheduler_cls(scheduler_module, mutant)
-    proc_cls = _attr(_module(BATCH_RESULT_PROCESSOR, mutant), "SchedulerBatchResultProcessor", mutant,
+    scheduler_class(scheduler_module, mutant)
+    proc_cls = find_attr(find_module(BATCH_RESULT_PROCESSOR, mutant), "SchedulerBatchResultProcessor", mutant,
                      f"{BATCH_RESULT_PROCESSOR}.SchedulerBatchResultProcessor")
-    original = _method(proc_cls, "_handle_finish_state_updated_req", mutant, ("req", "batch", "result", "i"))
-    finish_abort = _attr(_module(SCHEDULE_BATCH, mutant), "FINISH_ABORT", mutant, f"{SCHEDULE_BATCH}.FINISH_ABORT")
+    original = find_method(proc_cls, "_handle_finish_state_updated_req", mutant, ("req", "batch", "result", "i"))
+    finish_abort = find_attr(find_module(SCHEDULE_BATCH, mutant), "FINISH_ABORT", mutant, f"{SCHEDULE_BATCH}.FINISH_ABORT")
 
     def _handle_finish_state_updated_req(self, req, batch, result, i, *args, **kwargs):
         again = None
@@ -88,7 +88,7 @@ def _install_mut_abort_double_free_kv(scheduler_module: Any) -> None:
         if again is not None and not req.kv.holds_kv:
             self.token_to_kv_pool_allocator.free(again)  # MUTANT: freed a second time
 
-    _replace(proc_cls, "_handle_finish_state_updated_req", _handle_finish_state_updated_req, original)
+    replace_attr(proc_cls, "_handle_finish_state_updated_req", _handle_finish_state_updated_req, original)
 
 
 # --- a chunked request's row between chunks ---------------------------------------
@@ -114,10 +114,10 @@ def _install_mut_chunk_alloc_ignores_held_row(scheduler_module: Any) -> None:
     check (crash) or the end-state pools check. Needs a prompt longer than
     one chunk (64 tokens). All topologies."""
     mutant = "mut_chunk_alloc_ignores_held_row"
-    _scheduler_cls(scheduler_module, mutant)
-    pool_cls = _attr(_module(MEMORY_POOL, mutant), "ReqToTokenPool", mutant,
+    scheduler_class(scheduler_module, mutant)
+    pool_cls = find_attr(find_module(MEMORY_POOL, mutant), "ReqToTokenPool", mutant,
                      f"{MEMORY_POOL}.ReqToTokenPool")
-    original = _method(pool_cls, "alloc", mutant, ("reqs",))
+    original = find_method(pool_cls, "alloc", mutant, ("reqs",))
 
     def alloc(self, reqs):
         for r in reqs:
@@ -125,7 +125,7 @@ def _install_mut_chunk_alloc_ignores_held_row(scheduler_module: Any) -> None:
                 r.kv.req_pool_idx = None  # MUTANT: the held row is not seen (and never freed)
         return original(self, reqs)
 
-    _replace(pool_cls, "alloc", alloc, original)
+    replace_attr(pool_cls, "alloc", alloc, original)
 
 
 # --- the KV allocator's free path -------------------------------------------------
@@ -154,14 +154,14 @@ def _install_mut_kv_free_drops_last_index(scheduler_module: Any) -> None:
     evictable + protected + uncached < total); SGLang's own idle leak check
     (crash) and the end-state pools check later. All topologies."""
     mutant = "mut_kv_free_drops_last_index"
-    _scheduler_cls(scheduler_module, mutant)
-    alloc_cls = _attr(_module(TOKEN_ALLOCATOR, mutant), "TokenToKVPoolAllocator", mutant,
+    scheduler_class(scheduler_module, mutant)
+    alloc_cls = find_attr(find_module(TOKEN_ALLOCATOR, mutant), "TokenToKVPoolAllocator", mutant,
                       f"{TOKEN_ALLOCATOR}.TokenToKVPoolAllocator")
-    original = _method(alloc_cls, "free", mutant, ("free_index",))
+    original = find_method(alloc_cls, "free", mutant, ("free_index",))
 
     def free(self, free_index):
         if getattr(self, "free_group", None) is None and free_index.numel() > 1:
             free_index = free_index[:-1]  # MUTANT: off by one, the last index is never freed
         return original(self, free_index)
 
-    _replace(alloc_cls, "free", free, original)
+    replace_attr(alloc_cls, "free", free, original)

@@ -6,8 +6,8 @@ import inspect
 import sys
 from typing import Any
 
-from scripted_runtime.hooks.mutants.base import (ALL, MEM_CACHE_COMMON, UNIFIED_RADIX_CACHE, mutant, _attr,
-                                                 _method, _missing, _module, _replace, _scheduler_cls)
+from scripted_runtime.hooks.mutants.base import (ALL, MEM_CACHE_COMMON, UNIFIED_RADIX_CACHE, mutant, find_attr,
+                                                 find_method, missing_target, find_module, replace_attr, scheduler_class)
 
 
 # --- radix lock refs: the checkpoint does not unlock the old node -----------------
@@ -35,11 +35,11 @@ def _install_mut_checkpoint_keeps_old_lock(scheduler_module: Any) -> None:
     protected). SGLang's own idle check counts protected tokens as accounted,
     so it stays silent. All topologies."""
     mutant = "mut_checkpoint_keeps_old_lock"
-    _scheduler_cls(scheduler_module, mutant)
-    cache_cls = _attr(_module(UNIFIED_RADIX_CACHE, mutant), "UnifiedRadixCache", mutant,
+    scheduler_class(scheduler_module, mutant)
+    cache_cls = find_attr(find_module(UNIFIED_RADIX_CACHE, mutant), "UnifiedRadixCache", mutant,
                       f"{UNIFIED_RADIX_CACHE}.UnifiedRadixCache")
-    original = _method(cache_cls, "checkpoint_into_tree", mutant, ("req", "up_to"))
-    _method(cache_cls, "unlock", mutant)
+    original = find_method(cache_cls, "checkpoint_into_tree", mutant, ("req", "up_to"))
+    find_method(cache_cls, "unlock", mutant)
 
     def checkpoint_into_tree(self, req, *, up_to, **kwargs):
         old = req.lock
@@ -50,7 +50,7 @@ def _install_mut_checkpoint_keeps_old_lock(scheduler_module: Any) -> None:
             if req.lock is None:  # an early return moved no lock: the request keeps its own
                 req.lock = old
 
-    _replace(cache_cls, "checkpoint_into_tree", checkpoint_into_tree, original)
+    replace_attr(cache_cls, "checkpoint_into_tree", checkpoint_into_tree, original)
 
 
 # --- radix lock refs: a release without checkpoint keeps the lock -----------------
@@ -77,11 +77,11 @@ def _install_mut_release_without_checkpoint_keeps_lock(scheduler_module: Any) ->
     chunked prompt past its first chunk), and the end-state check (tree
     tokens still protected). All topologies."""
     mutant = "mut_release_without_checkpoint_keeps_lock"
-    _scheduler_cls(scheduler_module, mutant)
-    common = _module(MEM_CACHE_COMMON, mutant)
-    original = _attr(common, "release_kv_cache", mutant, f"{MEM_CACHE_COMMON}.release_kv_cache")
+    scheduler_class(scheduler_module, mutant)
+    common = find_module(MEM_CACHE_COMMON, mutant)
+    original = find_attr(common, "release_kv_cache", mutant, f"{MEM_CACHE_COMMON}.release_kv_cache")
     if "checkpoint" not in inspect.signature(original).parameters:
-        raise _missing(mutant, f"{MEM_CACHE_COMMON}.release_kv_cache(req, tree_cache, *, checkpoint)")
+        raise missing_target(mutant, f"{MEM_CACHE_COMMON}.release_kv_cache(req, tree_cache, *, checkpoint)")
 
     def release_kv_cache(req, tree_cache, *, checkpoint):
         if req.kv.holds_kv and not (checkpoint and not req.skip_radix_cache_insert):
@@ -92,6 +92,6 @@ def _install_mut_release_without_checkpoint_keeps_lock(scheduler_module: Any) ->
     holders = [mod for name, mod in list(sys.modules.items())
                if name.startswith("sglang.") and getattr(mod, "release_kv_cache", None) is original]
     if scheduler_module not in holders or common not in holders:
-        raise _missing(mutant, "release_kv_cache imported by sglang.srt.managers.scheduler")
+        raise missing_target(mutant, "release_kv_cache imported by sglang.srt.managers.scheduler")
     for mod in holders:
         setattr(mod, "release_kv_cache", release_kv_cache)

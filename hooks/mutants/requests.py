@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scripted_runtime.hooks.mutants.base import (ALL, SCHEDULE_BATCH, mutant, _attr, _method, _module,
-                                                 _replace, _scheduler_cls)
+from scripted_runtime.hooks.mutants.base import (ALL, SCHEDULE_BATCH, mutant, find_attr, find_method, find_module,
+                                                 replace_attr, scheduler_class)
 
 
 @mutant("mut_length_cap_one_early", topologies=ALL,
@@ -28,11 +28,11 @@ def _install_mut_length_cap_one_early(scheduler_module: Any) -> None:
     early too, which SGLang does not notice: the server starts. All
     topologies."""
     mutant = "mut_length_cap_one_early"
-    _scheduler_cls(scheduler_module, mutant)  # the scheduler module it was asked to patch, else PatchError
-    sb = _module(SCHEDULE_BATCH, mutant)
-    req_cls = _attr(sb, "Req", mutant, f"{SCHEDULE_BATCH}.Req")
-    finish_length = _attr(sb, "FINISH_LENGTH", mutant, f"{SCHEDULE_BATCH}.FINISH_LENGTH")
-    original = _method(req_cls, "update_finish_state", mutant, ("new_accepted_len",))
+    scheduler_class(scheduler_module, mutant)  # the scheduler module it was asked to patch, else PatchError
+    sb = find_module(SCHEDULE_BATCH, mutant)
+    req_cls = find_attr(sb, "Req", mutant, f"{SCHEDULE_BATCH}.Req")
+    finish_length = find_attr(sb, "FINISH_LENGTH", mutant, f"{SCHEDULE_BATCH}.FINISH_LENGTH")
+    original = find_method(req_cls, "update_finish_state", mutant, ("new_accepted_len",))
 
     def update_finish_state(self, new_accepted_len: int = 1):
         original(self, new_accepted_len)
@@ -42,4 +42,4 @@ def _install_mut_length_cap_one_early(scheduler_module: Any) -> None:
             self.finished_reason = finish_length(length=cap)
             self.finished_len = len(self.output_ids)
 
-    _replace(req_cls, "update_finish_state", update_finish_state, original)
+    replace_attr(req_cls, "update_finish_state", update_finish_state, original)
