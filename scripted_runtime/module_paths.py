@@ -27,17 +27,11 @@ def checkout_hooks_dir() -> Optional[str]:
     return str(folder) if (folder / "__init__.py").is_file() else None
 
 
-def _checkout_root() -> Optional[Path]:
-    """The repository root when the package runs from a checkout, else None."""
-    hooks = checkout_hooks_dir()
-    return Path(hooks).parent if hooks is not None else None
-
-
 def hooks_dir() -> Path:
     """Where ``scripted_runtime.hooks`` lives: ``hooks/`` in a checkout, the
     subpackage in a wheel."""
-    root = _checkout_root()
-    return root / "hooks" if root is not None else PACKAGE_DIR / "hooks"
+    hooks = checkout_hooks_dir()
+    return Path(hooks) if hooks is not None else PACKAGE_DIR / "hooks"
 
 
 def site_dir() -> Path:
@@ -50,9 +44,9 @@ def harness_path_entry() -> str:
     else of this environment: the checkout root, or for an installed wheel a
     private folder holding only a link to the package (the whole
     site-packages on another build's PYTHONPATH would shadow its packages)."""
-    root = _checkout_root()
-    if root is not None:
-        return str(root)
+    hooks = checkout_hooks_dir()
+    if hooks is not None:
+        return str(Path(hooks).parent)  # the checkout root
     tag = hashlib.sha1(str(PACKAGE_DIR).encode()).hexdigest()[:12]
     folder = Path(tempfile.gettempdir()) / f"scripted-runtime-path-{os.getuid()}-{tag}"
     link = folder / "scripted_runtime"

@@ -225,6 +225,7 @@ class ScriptedServer:
         self._sock.setsockopt(zmq.LINGER, 0)
         ipc_port = self._sock.bind_to_random_port(f"tcp://{HOST}")
 
+        harness = module_paths.harness_path_entry()  # where the ranks import scripted_runtime from
         env = {**sglang_compat.SERVER_ENV, **os.environ}
         env.update({
             protocol.ENV_HOOKS: "1",
@@ -234,10 +235,10 @@ class ScriptedServer:
             protocol.ENV_SERVER_ID: self.server_id,
             protocol.ENV_HARNESS_PID: str(os.getpid()),
             protocol.ENV_CRASH_DIR: str(crash_dir),
-            protocol.ENV_SYS_PATH: os.pathsep.join([os.getcwd(), module_paths.harness_path_entry()]),
+            protocol.ENV_SYS_PATH: os.pathsep.join([os.getcwd(), harness]),
             "SCRIPTED_RUNTIME_EXPECT_WARMUP": "1" if expect_warmup else "0",
             "PYTHONPATH": os.pathsep.join(
-                [str(module_paths.site_dir()), module_paths.harness_path_entry()] + [r.search_path for r in self._patch_specs if r.search_path]
+                [str(module_paths.site_dir()), harness] + [r.search_path for r in self._patch_specs if r.search_path]
                 + [where for _, where in self._extension_specs if where]
                 + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
             ),
@@ -258,7 +259,7 @@ class ScriptedServer:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "scripted_runtime.user_side.launch", json.dumps(kwargs)],
             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=module_paths.harness_path_entry(),
+            start_new_session=True, cwd=harness,
         )
         log.close()
         self._launcher = (self._proc.pid, processes.start_time(self._proc.pid))

@@ -80,6 +80,10 @@ class ScriptContext:
     def control_ops(self) -> List[ControlOp]:
         return self._ledger.ops
 
+    def unprocessed_ops(self, name: str) -> List[ControlOp]:
+        """This script's ops called ``name`` posted but not processed yet."""
+        return self._ledger.unprocessed(name)
+
     # --- requests ----------------------------------------------------------------
     def start_req(
         self,

@@ -59,7 +59,7 @@ def flush_cache(ctx):
     """``yield from flush_cache(ctx)``: ``ctx.flush_cache()``, after stepping
     until an earlier flush was processed (the tokenizer sends one at a time)."""
     for _ in range(4 * _slots(ctx)):
-        if not any(op.name == "flush_cache" and not op.processed for op in ctx.control_ops):
+        if not ctx.unprocessed_ops("flush_cache"):
             break
         yield
     return ctx.flush_cache()
