@@ -419,3 +419,14 @@ def set_script_held_tokens(scheduler: Any, tokens: int) -> bool:
         inner = inner._inner
     checker.pool_stats_observer = _ScriptHeldKv(inner, tokens) if tokens else inner
     return True
+
+
+def output_top_logprobs(req: Any) -> Optional[List[List[float]]]:
+    """The top-k logprobs of each output token of a request posted with
+    ``return_logprob`` and ``top_logprobs_num`` (0.5.23 keeps them on
+    ``req.logprob``; earlier releases on the request itself), or None."""
+    holder = getattr(req, "logprob", None) or req
+    values = getattr(holder, "output_top_logprobs_val", None)
+    if values is None:
+        return None
+    return [[float(v) for v in row] for row in values]

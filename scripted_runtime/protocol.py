@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+# The checkpoint folder ``ctx.update_weights_from_disk`` loads by default (set by the launcher).
+ENV_CHECKPOINT = "SCRIPTED_RUNTIME_CHECKPOINT"
 ENV_HOOKS = "SCRIPTED_RUNTIME_HOOKS"  # "1": activate hooks in this process tree
 ENV_DEVICE = "SCRIPTED_RUNTIME_DEVICE"  # "cpu" turns on the CPU enablement patches
 ENV_IPC_ADDR = "SCRIPTED_RUNTIME_IPC_ADDR"  # tcp://127.0.0.1:PORT of the harness

@@ -19,16 +19,26 @@ its programs can draw once, right after the server started (``warm``), so a
 program never computes one and runs the same steps whatever ran before it;
 a scenario replayed on a fresh server computes the ones it needs at its end.
 
-Weights: ``update_weights_from_disk`` loads new weights, so a request
-posted before a processed update is not compared (its tokens may come from
-both). On the CPU default the server starts with dummy (random) weights and
-an update loads the harness's small checkpoint file instead (``ctx.
-update_weights_from_disk``'s default path), so the first update changes
-every output (measured on 0.5.23: an 8-token prompt of token 1 gave [37, 1,
-37, ...] before it and [8, 429, 508, ...] after it), and every later update
-loads the same file again. ``warm`` therefore loads the weights once before
-computing the references: from then on every program starts with the
-weights any update loads, whatever the programs before it did.
+Weights: on the CPU default the server serves the context-sensitive
+construction (``user_side/models/construction.py``, seed 0), whose greedy
+output depends on every KV entry, and ``ctx.update_weights_from_disk``'s
+default path loads the same construction's seed 1, so an update changes
+every output. A request posted before a processed update is not compared
+(its tokens may come from both); one posted after it is compared with the
+references under the new weights (references are keyed by a weights
+fingerprint). ``warm`` computes every prompt's reference under both, and
+``restore_served_weights`` (run by the explorer around every program) loads
+the served weights back after a program that updated them, so every program
+starts with the same weights.
+
+Margins: the construction leaves a clear gap between the best and the
+second-best logit almost everywhere, but not everywhere, and another batch
+composition changes float sums in the last bits (measured: a row of a
+``linear`` differs between a batch of one and a batch of several). So a
+reference records the margin of each of its tokens (SGLang's top-2
+logprobs), and a request is compared only up to the first reference token
+whose margin is below ``MARGIN``: past it, either token is a correct greedy
+choice.
 
 Greedy is what SGLang stores for ``temperature=0``: ``top_k == 1`` (its
 ``SamplingParams`` turns temperature 0 into temperature 1 with top-k 1).
@@ -40,18 +50,27 @@ so the oracle compares nothing there (``check_outputs`` returns 0).
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from scripted_runtime.protocol import ENV_CHECKPOINT
 from scripted_runtime.scheduler_side import check_registry
 
 # New tokens computed per reference (the explorer asks for at most 12).
 REFERENCE_TOKENS = 16
+# A reference token whose best logit leads the second by less than this (in logit units;
+# the construction's logits spread about 1, float noise of another batch composition is
+# about 1e-6) may come out either way: outputs are compared only before it.
+MARGIN = 1e-3
 REFERENCE_STEPS = 400  # per PP slot: a reference that needs more is an engine fault
 GREEDY = 0.0
 
-# (weights fingerprint, prompt) -> greedy output of REFERENCE_TOKENS (or more) tokens
-_references: Dict[Tuple[Any, Tuple[int, ...]], List[int]] = {}
+# (weights fingerprint, prompt) -> (greedy output of REFERENCE_TOKENS or more tokens,
+# how many of them lead by at least MARGIN from the first on: the comparable prefix)
+_references: Dict[Tuple[Any, Tuple[int, ...]], Tuple[List[int], int]] = {}
 computed = {"references": 0}
+# The fingerprint of the weights the server was started with (set by warm).
+_served: Dict[str, Any] = {}
 
 
 class OutputMismatch(AssertionError):
@@ -97,15 +116,31 @@ def _first_difference(output: List[int], reference: Sequence[int]) -> Optional[i
     return next((k for k in range(n) if output[k] != reference[k]), None)
 
 
+def comparable_prefix(top_logprobs: Optional[Sequence[Sequence[float]]], n: int) -> int:
+    """How many of a reference's ``n`` tokens can be compared: up to the
+    first whose best logprob leads the second by less than ``MARGIN`` (all
+    ``n`` when the margins are unknown: dummy weights, another release)."""
+    if not top_logprobs:
+        return n
+    for i, row in enumerate(top_logprobs[:n]):
+        if len(row) >= 2 and row[0] - row[1] < MARGIN:
+            return i
+    return n
+
+
 def compare(handle_status: str, output: Sequence[int], expected_len: Optional[int],
-            reference: Sequence[int]) -> Optional[str]:
-    """What is wrong with one request's output, or None (pure logic)."""
+            reference: Sequence[int], comparable: Optional[int] = None) -> Optional[str]:
+    """What is wrong with one request's output, or None (pure logic). Only
+    the first ``comparable`` tokens of ``reference`` are compared (all by
+    default): past a token without a clear margin either choice is greedy."""
     output = list(output)
     if handle_status not in ("finished", "aborted"):
         return None
     if handle_status == "finished" and expected_len is not None and len(output) != expected_len:
         # finished by length: exactly max_new_tokens
         return f"finished by length with {len(output)} tokens, max_new_tokens={expected_len}"
+    if comparable is not None:
+        reference = list(reference)[:comparable]
     i = _first_difference(output, reference)
     if i is None:
         return None
@@ -118,10 +153,11 @@ def compare(handle_status: str, output: Sequence[int], expected_len: Optional[in
 
 def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
     """``yield from reference(ctx, prompt, n)``: the greedy output of
-    ``prompt`` run alone on the idle engine (at least ``n`` tokens), cached."""
+    ``prompt`` run alone on the idle engine (at least ``n`` tokens) and its
+    comparable prefix (``comparable_prefix``), cached per weights."""
     key = (weights_fingerprint(ctx.scheduler), prompt)
     have = _references.get(key)
-    if have is not None and len(have) >= n:
+    if have is not None and len(have[0]) >= n:
         return have
     from scripted_runtime.scheduler_side import state
 
@@ -138,29 +174,82 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
         raise RuntimeError(f"output oracle: the flush before a reference run was refused on an idle engine "
                            f"({flush.message}); state: {ctx.describe()}")
     h = ctx.start_req(input_ids=list(prompt), max_new_tokens=max(n, REFERENCE_TOKENS), ignore_eos=True,
-                      temperature=GREEDY)
+                      temperature=GREEDY, top_logprobs=2)
     yield from ctx.wait_finished(h, max_steps=REFERENCE_STEPS * slots)
     if h.status != "finished":
         raise OutputMismatch(f"the reference run of a {len(prompt)}-token prompt ended {h.status}, not finished")
     out = h.output_ids
-    _references[key] = out
+    entry = (out, comparable_prefix(h.top_logprobs, len(out)))
+    _references[key] = entry
     computed["references"] += 1
     yield from ctx.wait_idle(max_steps=60 * slots)
-    return out
+    return entry
 
 
-def warm(ctx, prompts: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, reload_weights: bool = True):
-    """A script: reload the weights (see the module docstring), then compute
-    the reference of every prompt (``scripted-runtime explore`` runs it once
-    per server before any program). Returns how many it computed."""
+def _served_weights(ctx: Any) -> Tuple[Optional[str], Optional[str]]:
+    """(path, load format) the server was started with, or (None, None)
+    when they cannot be reloaded (dummy weights: a reload draws new ones)."""
+    args = getattr(ctx.scheduler, "server_args", None)
+    path, fmt = getattr(args, "model_path", None), getattr(args, "load_format", None)
+    if not path or str(fmt) == "dummy":
+        return None, None
+    return str(path), str(fmt)
+
+
+def _load(ctx: Any, path: Optional[str] = None, load_format: Optional[str] = None, why: str = ""):
+    op = ctx.update_weights_from_disk(path, flush_cache=True, load_format=load_format, await_arrival=True)
+    yield from op.wait(max_steps=20 * max(1, ctx.pp_loop_size))
+    if not op.success:
+        raise RuntimeError(f"output oracle: loading {path or 'the update checkpoint'} {why} failed: {op}")
+
+
+def restore_served_weights(ctx: Any):
+    """``yield from restore_served_weights(ctx)``: load the served weights
+    back when a weight update changed them (after ``warm`` recorded them);
+    returns whether it loaded. The explorer runs it around every program, so
+    every program starts with the weights the server was started with."""
+    served = _served.get("fingerprint")
+    if served is None or weights_fingerprint(ctx.scheduler) == served:
+        return False
+    path, fmt = _served_weights(ctx)
+    if path is None:
+        return False
+    yield from ctx.wait_idle(max_steps=60 * max(1, state_slots(ctx)))
+    yield from _load(ctx, path, fmt, "(the served weights, back after a weight update)")
+    return True
+
+
+def state_slots(ctx: Any) -> int:
+    from scripted_runtime.scheduler_side import state
+
+    return state.mbs_slots(ctx.scheduler)
+
+
+def warm(ctx, prompts: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, with_update: bool = True):
+    """A script: compute the reference of every prompt under the served
+    weights and, with ``with_update``, under the weights a default
+    ``update_weights_from_disk`` loads, then load the served ones back
+    (``scripted-runtime explore`` runs it once per server before any
+    program). Returns how many it computed. A server serving dummy weights
+    (the GPU default) computes them under the update's weights only, as
+    before: its programs run after one update."""
     before = computed["references"]
-    if reload_weights:
-        op = ctx.update_weights_from_disk(flush_cache=True, await_arrival=True)
-        yield from op.wait(max_steps=20 * max(1, ctx.pp_loop_size))
-        if not op.success:
-            raise RuntimeError(f"output oracle: reloading the weights before the references failed: {op}")
+    path, fmt = _served_weights(ctx)
+    if path is None:  # dummy weights: every program runs under the update checkpoint's
+        if with_update:
+            yield from _load(ctx, why="before the references")
+        for prompt in prompts:
+            yield from reference(ctx, tuple(prompt), n)
+        return computed["references"] - before
+    _served.setdefault("fingerprint", weights_fingerprint(ctx.scheduler))
+    yield from restore_served_weights(ctx)
     for prompt in prompts:
         yield from reference(ctx, tuple(prompt), n)
+    if with_update and os.environ.get(ENV_CHECKPOINT) not in (None, "", path):
+        yield from _load(ctx, why="(the update checkpoint, for its references)")
+        for prompt in prompts:
+            yield from reference(ctx, tuple(prompt), n)
+        yield from restore_served_weights(ctx)
     return computed["references"] - before
 
 
@@ -193,8 +282,8 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
         output = h.output_ids
         if not output and status == "aborted":
             continue
-        ref = yield from reference(ctx, prompt, max(len(output), max_new or 0))
-        problem = compare(status, output, max_new if status == "finished" else None, ref)
+        ref, comparable = yield from reference(ctx, prompt, max(len(output), max_new or 0))
+        problem = compare(status, output, max_new if status == "finished" else None, ref, comparable)
         compared += 1
         if problem:
             raise OutputMismatch(f"request {h.rid} ({len(prompt)}-token prompt of token {prompt[0]}, "

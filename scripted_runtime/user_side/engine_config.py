@@ -1,9 +1,11 @@
 """Engine arguments: per-device defaults and the named topologies.
 
 The CPU default is the configuration measured in docs/sglang-facts.md,
-"Running on CPU": a tiny Qwen2 (config.json only) with dummy weights,
-float32, torch-native attention, no CUDA graphs, 8192 KV tokens, 64-token
-prefill chunks.
+"Running on CPU": a tiny Qwen2 whose weights are the context-sensitive
+construction (``models/construction.py``, a safetensors checkpoint written
+locally and loaded by SGLang's own loader), float32, torch-native attention,
+no CUDA graphs, 8192 KV tokens, 64-token prefill chunks. The GPU default
+serves Qwen2.5-0.5B's config with dummy weights.
 """
 from __future__ import annotations
 
@@ -32,7 +34,6 @@ ALL_TOPOLOGIES: Dict[str, Dict[str, Any]] = {**TOPOLOGIES, **FEATURE_TOPOLOGIES}
 DEVICE_MODELS = {"cpu": "tiny-qwen2", "cuda": "qwen2.5-0.5b"}
 
 COMMON: Dict[str, Any] = {
-    "load_format": "dummy",
     "skip_tokenizer_init": True,
     "max_total_tokens": 8192,
     "chunked_prefill_size": 64,
@@ -42,6 +43,7 @@ COMMON: Dict[str, Any] = {
 DEVICE_DEFAULTS: Dict[str, Dict[str, Any]] = {
     "cpu": {
         "device": "cpu",
+        "load_format": "safetensors",
         "dtype": "float32",
         "attention_backend": "torch_native",
         "sampling_backend": "pytorch",
@@ -49,6 +51,7 @@ DEVICE_DEFAULTS: Dict[str, Dict[str, Any]] = {
     },
     "cuda": {
         "device": "cuda",
+        "load_format": "dummy",
         "dtype": "bfloat16",
         "mem_fraction_static": 0.5,
         "disable_cuda_graph": True,

@@ -215,8 +215,9 @@ class ScriptedServer:
         expect_warmup = not kwargs.get("skip_server_warmup", False)
         checkpoint = None
         if "model_path" not in kwargs:
-            kwargs["model_path"] = str(model_files.model_dir(model_name))
-            checkpoint = model_files.checkpoint_dir(model_name)
+            served, checkpoint = model_files.served_and_update_checkpoints(
+                model_name, str(kwargs.get("load_format", "auto")))
+            kwargs["model_path"] = str(served or model_files.model_dir(model_name))
         http_port = free_port()
         kwargs.update(host=HOST, port=http_port)
 
@@ -248,9 +249,9 @@ class ScriptedServer:
             extension_points.ENV_EXTENSIONS: ",".join(spec for spec, _ in self._extension_specs),
         })
         if checkpoint is not None:
-            env["SCRIPTED_RUNTIME_CHECKPOINT"] = str(checkpoint)
+            env[protocol.ENV_CHECKPOINT] = str(checkpoint)
         else:
-            env["SCRIPTED_RUNTIME_CHECKPOINT"] = kwargs["model_path"]
+            env[protocol.ENV_CHECKPOINT] = kwargs["model_path"]
         if self.device == "cpu":
             env["SGLANG_CPU_OMP_THREADS_BIND"] = sglang_compat.omp_bind_rule().value(
                 tp_size=kwargs.get("tp_size", 1), pp_size=kwargs.get("pp_size", 1),

@@ -30,7 +30,9 @@ from scripted_runtime.user_side.models import files as model_files
 def cpu_engine_kwargs(topology: str) -> Dict[str, Any]:
     """The topology's engine arguments on this box, with the local tiny model."""
     kwargs = engine_config.engine_kwargs("cpu", topology)
-    kwargs["model_path"] = str(model_files.model_dir(engine_config.DEVICE_MODELS["cpu"]))
+    name = engine_config.DEVICE_MODELS["cpu"]
+    served, _ = model_files.served_and_update_checkpoints(name, str(kwargs.get("load_format", "auto")))
+    kwargs["model_path"] = str(served or model_files.model_dir(name))
     return kwargs
 
 

@@ -30,6 +30,17 @@ def test_an_aborted_request_is_any_prefix_of_its_reference():
     assert "not a prefix of the reference: token 0 is 2" in oracle.compare("aborted", [2], None, REF)
 
 
+def test_tokens_past_the_first_low_margin_reference_token_are_not_compared():
+    # margins (best - second best logprob): token 2's is below MARGIN, so either choice there is greedy
+    tops = [[-0.1, -2.0], [-0.5, -0.9], [-0.7, -0.7 - oracle.MARGIN / 2], [-0.1, -3.0]]
+    assert oracle.comparable_prefix(tops, 4) == 2
+    assert oracle.comparable_prefix(None, 4) == 4  # margins unknown (dummy weights, another release): all
+    assert oracle.comparable_prefix([[-0.1, -2.0]] * 6, 4) == 4
+    assert oracle.compare("finished", [37, 1, 9, 9], 4, REF, comparable=2) is None
+    assert oracle.compare("finished", [37, 2, 9, 9], 4, REF, comparable=2).startswith("token 1 is 2")
+    assert oracle.compare("finished", [37, 1, 9], 4, REF, comparable=2).startswith("finished by length")
+
+
 def test_other_statuses_are_not_judged():
     assert oracle.compare("running", [5, 5], 9, REF) is None
 

@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from scripted_runtime.hooks import hicache_gate, sglang_compat
+from scripted_runtime.protocol import ENV_CHECKPOINT
 from scripted_runtime.scheduler_side import control, hicache_state, state, windows
 from scripted_runtime.scheduler_side.context import radix, waits
 from scripted_runtime.scheduler_side.context.requests import ReqHandle
@@ -32,7 +33,6 @@ ARRIVAL_TIMEOUT_S = 30.0
 # request it no longer tracks), wait this long for a frame before concluding
 # that none was sent.
 NO_FRAME_GRACE_S = 0.1
-ENV_CHECKPOINT = "SCRIPTED_RUNTIME_CHECKPOINT"
 
 _rid_counter = itertools.count()
 
@@ -96,10 +96,13 @@ class ScriptContext:
         input_ids: Optional[List[int]] = None,
         temperature: Optional[float] = None,
         stop_token_ids: Optional[List[int]] = None,
+        top_logprobs: int = 0,
         await_arrival: bool = True,
     ) -> ReqHandle:
         """Send a generate request of ``prompt_len`` copies of ``prompt_token``
-        (or explicit ``input_ids``); returns once it reached the scheduler."""
+        (or explicit ``input_ids``); returns once it reached the scheduler.
+        ``top_logprobs=k`` asks SGLang for the k best logprobs of every output
+        token (``return_logprob``), read back with ``handle.top_logprobs``."""
         if input_ids is None:
             if prompt_len is None or prompt_len < 1:
                 raise ValueError("start_req needs prompt_len >= 1 or input_ids")
@@ -111,6 +114,8 @@ class ScriptContext:
         if stop_token_ids is not None:
             sampling["stop_token_ids"] = stop_token_ids
         payload = {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": False}
+        if top_logprobs:
+            payload.update(return_logprob=True, top_logprobs_num=top_logprobs)
         t0 = time.monotonic()
         answer = self._poster.post("/generate", payload)
         handle = ReqHandle(rid, answer, self.step, scheduler=self._scheduler, tracker=self._tracker,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
+from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import state
 from scripted_runtime.scheduler_side.context import radix
 from scripted_runtime.scheduler_side.http_poster import HttpAnswer
@@ -112,6 +113,13 @@ class ReqHandle:
     def output_ids(self) -> List[int]:
         req = self.last_req
         return list(getattr(req, "output_ids", []) or []) if req is not None else []
+
+    @property
+    def top_logprobs(self) -> Optional[List[List[float]]]:
+        """The k best logprobs of every output token, best first, for a
+        request started with ``top_logprobs=k``; None otherwise."""
+        req = self.last_req
+        return sglang_compat.output_top_logprobs(req) if req is not None else None
 
     @property
     def finish_reason(self) -> Optional[str]:

@@ -3,13 +3,15 @@
 ``run_source(ctx, source)`` compiles the program (the same text a failure is
 written out as), counts which scheduler phase each control operation lands
 in, and returns the end-state summary plus that coverage as the script's
-value.
+value. Around the program it loads the served weights back when a weight
+update changed them (``output_oracle.restore_served_weights``).
 """
 from __future__ import annotations
 
 import linecache
 from typing import Any, Dict
 
+from scripted_runtime.scheduler_side import output_oracle
 from scripted_runtime.scheduler_side.explore import phases
 from scripted_runtime.scheduler_side.explore import program as program_helpers
 
@@ -48,6 +50,9 @@ def run_source(ctx, source: str):
             key = f"{kind}|{phase}"
             coverage[key] = coverage.get(key, 0) + 1
 
+    # A program that failed after a weight update left the update's weights: start from the
+    # served ones (a no-op otherwise), as a replay on a fresh server does.
+    yield from output_oracle.restore_served_weights(ctx)
     ctx.control_listeners.append(on_control)
     program_helpers.coverage_sink = on_extension
     try:
@@ -55,4 +60,5 @@ def run_source(ctx, source: str):
     finally:
         ctx.control_listeners.remove(on_control)
         program_helpers.coverage_sink = None
+    yield from output_oracle.restore_served_weights(ctx)  # after its checks: the next program's start
     return {"end": summary, "coverage": coverage}

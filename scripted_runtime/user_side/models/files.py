@@ -1,6 +1,8 @@
 """Write a model folder (config.json only, served with load_format="dummy")
-and, on request, a random safetensors checkpoint of the same shapes, which
-``update_weights_from_disk`` can load."""
+and safetensors checkpoints of the same shapes: the context-sensitive
+construction (``construction.py``; the CPU default serves seed 0 and its
+weight updates load seed 1) or plain random weights (``randn * 0.02``, what
+a dummy-weight server's updates load)."""
 from __future__ import annotations
 
 import json
@@ -56,26 +58,57 @@ def qwen2_weight_shapes(cfg: Dict) -> Dict[str, tuple]:
     return shapes
 
 
-def checkpoint_dir(name: str, seed: int = 0) -> Path:
-    """A folder with config.json + model.safetensors of random weights."""
+# How a checkpoint's weights are made: "context" (construction.py, the CPU default's)
+# or "random" (randn * 0.02, the updates of a dummy-weight server: the GPU default).
+CONSTRUCTIONS = ("context", "random")
+
+
+def checkpoint_dir(name: str, seed: int = 0, construction: str = "random") -> Path:
+    """A folder with config.json + model.safetensors of ``construction``'s
+    weights for ``seed`` (written once, atomically; the folder name carries
+    the construction's version, so a changed construction writes a new one)."""
     import torch
     from safetensors.torch import save_file
 
-    folder = models_root() / f"{name}-checkpoint-{seed}"
+    if construction not in CONSTRUCTIONS:
+        raise ValueError(f"unknown weights construction {construction!r}; known: {list(CONSTRUCTIONS)}")
+    if construction == "context":
+        from scripted_runtime.user_side.models import construction as context_construction
+
+        folder = models_root() / f"{name}-context-v{context_construction.VERSION}-seed{seed}"
+    else:
+        folder = models_root() / f"{name}-checkpoint-{seed}"
     weights = folder / "model.safetensors"
     config_text = CONFIGS[name].read_text()
-    if weights.exists() and (folder / "config.json").read_text() == config_text:
+    if weights.exists() and (folder / "config.json").exists() and (folder / "config.json").read_text() == config_text:
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     cfg = json.loads(config_text)
-    gen = torch.Generator().manual_seed(seed)
     dtype = getattr(torch, cfg.get("torch_dtype", "float32"))
-    tensors = {
-        k: (torch.randn(shape, generator=gen) * 0.02).to(dtype)
-        for k, shape in qwen2_weight_shapes(cfg).items()
-    }
+    if construction == "context":
+        tensors = {k: v.to(dtype) for k, v in context_construction.context_sensitive_weights(cfg, seed).items()}
+    else:
+        gen = torch.Generator().manual_seed(seed)
+        tensors = {
+            k: (torch.randn(shape, generator=gen) * 0.02).to(dtype)
+            for k, shape in qwen2_weight_shapes(cfg).items()
+        }
     tmp = folder / f".model.safetensors.{os.getpid()}"
     save_file(tensors, str(tmp))
     tmp.replace(weights)
-    (folder / "config.json").write_text(config_text)
+    tmp_cfg = folder / f".config.json.{os.getpid()}"
+    tmp_cfg.write_text(config_text)
+    tmp_cfg.replace(folder / "config.json")
     return folder
+
+
+def served_and_update_checkpoints(name: str, load_format: str) -> "tuple":
+    """(the folder to serve, or None for the config-only folder; the folder
+    ``update_weights_from_disk`` loads by default) for model ``name`` served
+    with ``load_format``. A dummy-weight server (the GPU default) serves the
+    config and its updates load random weights (seed 0); any other load
+    format serves the context-sensitive construction's seed 0 and its
+    updates load seed 1, so an update changes every output."""
+    if load_format == "dummy":
+        return None, checkpoint_dir(name, 0, "random")
+    return checkpoint_dir(name, 0, "context"), checkpoint_dir(name, 1, "context")
