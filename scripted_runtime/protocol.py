@@ -44,6 +44,9 @@ class RunScript:
     disabled_invariants: Tuple[str, ...] = ()  # names from scripted_runtime.scheduler_side.invariants.NAMES
     trace: bool = True  # record the step trace
     trace_path: Optional[str] = None  # where the scheduler writes it (JSON lines)
+    # record the abstract state of every iteration (scheduler_side/abstract_state.py; the explorer's
+    # programs): ScriptDone.states
+    abstract_states: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,8 @@ class ScriptDone:
     # (file, line, function) of the script's generator frames, outermost
     # first, where it stood when it failed (None when it passed)
     script_stack: Optional[Tuple[Tuple[str, int, str], ...]] = None
+    # the distinct abstract states the script reached, as sorted keys (with RunScript.abstract_states)
+    states: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

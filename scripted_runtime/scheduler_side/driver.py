@@ -348,13 +348,14 @@ class Driver:
             except Exception:  # noqa: BLE001
                 value = repr(value)
             window_counts = self.observer.end() if observing else {}
+            states = self.observer.abstract_states() if observing else ()
             return protocol.ScriptDone(
                 passed=passed, steps=counters.step, reset_steps=reset_steps,
                 duration_s=time.monotonic() - started, error=error, traceback=tb,
                 control_log=self.ledger.log(), value=value, violation=violation,
                 windows=window_counts,
                 timeline="" if passed or not observing else self.observer.timeline_tail(),
-                reset_s=reset_s, io_s=counters.io_s, script_stack=stack,
+                reset_s=reset_s, io_s=counters.io_s, script_stack=stack, states=states,
             )
 
         observing = False

@@ -6,13 +6,17 @@ advances (so ``wait_for_window`` sees the state the iteration left);
 ``after_script()`` runs once the script yielded: one state scan feeds the
 invariants and the trace record, so a violation is reported on the state the
 next iteration is about to process, before SGLang's own checks run on it.
+It also records the iteration's abstract state (``abstract_state.py``) when
+the script was run with ``RunScript.abstract_states`` (the explorer's
+programs), whatever the checks and the trace.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from scripted_runtime.hooks import sglang_compat
 from scripted_runtime import protocol
+from scripted_runtime.scheduler_side.abstract_state import AbstractStates
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.invariants import InvariantChecker, StateView, Violation
@@ -41,6 +45,7 @@ class StepObserver:
         self.invariants = InvariantChecker()
         self.writer = trace_record.TraceWriter(None)
         self.trace_enabled = True
+        self.abstract = AbstractStates()
         self._open_now: Dict[str, str] = {}
         self._pending = False
         self._entered: List[str] = []
@@ -50,6 +55,7 @@ class StepObserver:
         self.windows.clear()
         self.invariants.reset(cmd.disabled_invariants)
         self.trace_enabled = cmd.trace
+        self.abstract.begin(cmd.abstract_states)
         self.writer.close()
         self.writer = trace_record.TraceWriter(cmd.trace_path if cmd.trace else None)
         s = self._scheduler
@@ -104,6 +110,9 @@ class StepObserver:
         if not self._pending:
             return None
         self._pending = False
+        if self.abstract.enabled:
+            ops, step = self._ledger.ops, self._counters.step
+            self.abstract.observe(self._scheduler, [op for op in ops if op.processed_step == step] if ops else ())
         checking = self.invariants.per_iteration
         if not checking and not self.trace_enabled:
             return None  # nothing reads the scan
@@ -148,3 +157,8 @@ class StepObserver:
         """Close the trace; the run's window counts."""
         self.writer.close()
         return self.windows.report()
+
+    def abstract_states(self) -> Tuple[str, ...]:
+        """The abstract states this script reached (keys; empty unless
+        ``RunScript.abstract_states``)."""
+        return self.abstract.keys() if self.abstract.enabled else ()

@@ -280,7 +280,8 @@ def explore_settings(args: argparse.Namespace) -> "ExploreSettings":
         shrink_time_s=args.shrink_time, stop_file=args.stop_file, check_determinism=not args.no_determinism_check,
         sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout, example_timeout_s=args.timeout,
         known_bugs=() if args.no_known_bugs else None, stop_at_known=args.stop_at_known,
-        corpus=not args.no_corpus, standby=args.standby, fresh_replay=not args.same_server_replay,
+        corpus=not args.no_corpus, novelty=not args.no_novelty, standby=args.standby,
+        fresh_replay=not args.same_server_replay,
         database=args.database, database_read_only=args.database_read_only)
 
 
@@ -552,6 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--no-corpus", action="store_true",
                      help="skip the seed corpus (every control operation in every request phase, run first "
                           "outside the time budget; docs/exploring.md)")
+    exp.add_argument("--no-novelty", action="store_true",
+                     help="no novelty guidance: programs are drawn afresh only, never mutated from the programs "
+                          "that reached new scheduler states (the states are still counted; docs/exploring.md)")
     known = exp.add_mutually_exclusive_group()
     known.add_argument("--stop-at-known", action="store_true",
                        help="stop (shrink, write, exit 1) at a known SGLang bug too; by default one is reported "

@@ -27,6 +27,8 @@ class ScriptResult:
     # (file, line, function) of the script's generator frames, outermost first,
     # where it stood when it failed
     script_stack: Optional[List[Tuple[str, int, str]]] = None
+    # the distinct abstract states it reached (``run(..., abstract_states=True)``; scheduler_side/abstract_state.py)
+    states: Tuple[str, ...] = ()
 
     def summary(self) -> str:
         verdict = "PASS" if self.passed else ("CRASH" if self.crashed else "FAIL")

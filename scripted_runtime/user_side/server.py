@@ -358,14 +358,16 @@ class ScriptedServer:
     # --- scripts --------------------------------------------------------------
     def run(self, script: ScriptLike, *args: Any, timeout: float = DEFAULT_RUN_TIMEOUT_S,
             max_steps: int = 20_000, invariants: Union[bool, Iterable[str]] = True,
-            trace: Union[bool, str, Path] = True, **kwargs: Any) -> ScriptResult:
+            trace: Union[bool, str, Path] = True, abstract_states: bool = False, **kwargs: Any) -> ScriptResult:
         """Run one script (after an engine reset); never raises for script
         failures: inspect ``result.passed`` / ``result.error``.
 
         ``invariants``: True (all, the default), False (none), or the names
         to check (see ``scripted_runtime.scheduler_side.invariants.NAMES``).
         ``trace``: True writes the step trace under ``trace_dir``; a path
-        writes it there; False records none."""
+        writes it there; False records none. ``abstract_states``: record the
+        abstract state of every iteration (``result.states``; the explorer's
+        programs, ``scheduler_side/abstract_state.py``)."""
         target = script_target(script)
         name = target.describe()
         if not self.alive:
@@ -384,7 +386,8 @@ class ScriptedServer:
         t0 = time.monotonic()
         self._sock.send_pyobj(protocol.RunScript(
             target=target, args=tuple(args), kwargs=kwargs, max_steps=max_steps, timeout_s=timeout,
-            disabled_invariants=disabled, trace=bool(trace), trace_path=trace_path))
+            disabled_invariants=disabled, trace=bool(trace), trace_path=trace_path,
+            abstract_states=abstract_states))
         cancel_sent = False
         while True:
             if self._sock.poll(int(POLL_S * 1000)):
@@ -396,7 +399,8 @@ class ScriptedServer:
                         control_log=msg.control_log, value=msg.value, violation=msg.violation,
                         windows=msg.windows, timeline=msg.timeline, trace_path=trace_path,
                         reset_s=msg.reset_s, io_s=msg.io_s,
-                        script_stack=list(msg.script_stack) if msg.script_stack else None)
+                        script_stack=list(msg.script_stack) if msg.script_stack else None,
+                        states=tuple(msg.states))
                 if isinstance(msg, protocol.SchedulerCrashed):
                     crashed = self._with_trace(self._crashed(name, msg.traceback, t0), trace_path)
                     crashed.script_stack = list(msg.script_stack) if msg.script_stack else None

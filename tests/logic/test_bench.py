@@ -6,6 +6,7 @@ the real SGLang (slow lane: SGLang's own harness takes 60 s to shut down)."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import time
@@ -24,6 +25,7 @@ compare = load_bench("compare")
 invariants_bench = load_bench("invariants")
 decode_gap = load_bench("decode_gap")
 explore_bench = load_bench("explore")
+novelty_bench = load_bench("novelty")
 
 
 # --- bench/stats.py ---------------------------------------------------------------
@@ -268,3 +270,48 @@ def test_explore_table():
         "|---|---|---|---|---|---|---|---|---|---|---|",
         "| pp1-overlap | 1200 | 1185..1264 | >= 100 (met) | 18.5 | 20 | 20 | 20 | 20 | 20 | 18 |",
         "| pp4 | 20 | 2..29 | >= 30 (MISSED) | 28.9 | 20 | 20 | 20 | 20 | 20 | 32 |"])
+
+
+# --- bench/novelty.py ---------------------------------------------------------------
+def test_novelty_bench_runs_explore_twice_with_the_same_budget_and_seed(tmp_path):
+    args = novelty_bench.parse_args(["--topology", "pp4", "--minutes", "2", "--seed", "7", "--out", str(tmp_path)])
+    guided, unguided = (novelty_bench.explore_command(args, label, extra) for label, extra in novelty_bench.RUNS)
+    assert guided[2:4] == ["scripted_runtime.user_side.cli", "explore"]
+    for cmd in (guided, unguided):
+        assert cmd[4:6] == ["--pp", "4"]
+        assert cmd[cmd.index("--max-time") + 1] == "120" and cmd[cmd.index("--seed") + 1] == "7"
+        assert cmd[cmd.index("--database") + 1] == "none" and "--no-corpus" not in cmd
+    assert "--no-novelty" in unguided and "--no-novelty" not in guided
+    assert guided[guided.index("--stats-json") + 1] == str(tmp_path / "guided.json")
+    assert unguided[unguided.index("--out") + 1] == str(tmp_path / "unguided")
+    no_corpus = novelty_bench.parse_args(["--no-corpus"])
+    assert no_corpus.topology == "pp1-overlap" and no_corpus.minutes == 5.0
+    assert "--no-corpus" in novelty_bench.explore_command(no_corpus, "guided", [])
+    with pytest.raises(SystemExit):
+        novelty_bench.parse_args(["--minutes", "0"])
+    with pytest.raises(SystemExit):
+        novelty_bench.parse_args(["--topology", "pp2"])
+
+
+def test_novelty_table_compares_states_by_minute_and_programs(tmp_path, capsys):
+    guided = {"status": "RAN", "signature": None, "stats": {
+        "wall_s": 301.0, "examples": 900, "novel_programs": 40, "guided_programs": 300, "novelty": True,
+        "states": {"a": 5.0, "b": 59.0, "c": 61.0, "d": 250.0}}}
+    unguided = {"status": "RAN", "signature": "InvariantViolation[idle_gate]", "stats": {
+        "wall_s": 100.0, "examples": 300, "novel_programs": 12, "guided_programs": 0, "novelty": False,
+        "states": {"a": 9.0, "b": 90.0}}}
+    paths = []
+    for name, data in (("g.json", guided), ("u.json", unguided)):
+        (tmp_path / name).write_text(json.dumps(data))
+        paths.append(str(tmp_path / name))
+    assert novelty_bench.main(["--from-json", *paths]) == 0
+    assert capsys.readouterr().out.strip() == "\n".join([
+        "| run | states at 1 min | states at 2 min | states at 5 min | states in all | programs run | novel programs "
+        "| mutated from them | search (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
+        "| guided | 2 | 3 | 4 | 4 | 900 | 40 | 300 | 301 |",
+        "| unguided (--no-novelty) (stopped: InvariantViolation[idle_gate]) | 1 | - | - | 2 | 300 | 12 | - | 100 |"])
+    (tmp_path / "x.json").write_text('{"status": "NO-START", "error": "no server"}')
+    with pytest.raises(ValueError, match="did not run"):
+        novelty_bench.load_stats(tmp_path / "x.json")
+

@@ -12,7 +12,9 @@ command's ``OUT/failure-db``) and ``database_read_only``. What a failure
 does: ``known_bugs`` (the registry to match against; None: the built-in
 one, ``()``: every failure is new) and ``stop_at_known``;
 ``fresh_replay`` (the written file is replayed on a fresh server, else on
-the explorer's own); ``check_determinism``. The servers: ``standby``
+the explorer's own); ``check_determinism``. How it searches: ``novelty``
+(guided by the abstract states programs reach, ``novelty.py``; off, the
+states are still counted). The servers: ``standby``
 (``auto``/``on``/``off``), ``start_timeout_s``, ``example_timeout_s``,
 ``log_dir``. Labels for what is written: ``found_by`` (the command, for the
 file's header), ``sglang_spec`` (the build SPEC this process explores, for
@@ -35,6 +37,7 @@ class ExploreSettings:
     shrink_time_s: Optional[float] = None
     seed: Optional[int] = None
     corpus: bool = True
+    novelty: bool = True
     database: Optional[str] = "none"
     database_read_only: bool = False
     known_bugs: Optional[Sequence[Any]] = None

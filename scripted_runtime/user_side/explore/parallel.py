@@ -58,6 +58,8 @@ def explore_argv(args: argparse.Namespace, **override) -> List[str]:
         argv.append("--no-known-bugs")
     if values.get("no_corpus"):
         argv.append("--no-corpus")
+    if values.get("no_novelty"):
+        argv.append("--no-novelty")
     if values.get("database") is not None:
         argv += ["--database", values["database"]]
     if values.get("database_read_only"):

@@ -12,7 +12,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scripted_runtime import extensions as extension_points, protocol
 from scripted_runtime.user_side import scenario_history
@@ -52,6 +52,9 @@ class Outcome:
     # (``ExampleRunner.history_before``)
     server_id: str = ""
     history_index: int = 0
+    # the distinct abstract states it reached (``scheduler_side/abstract_state.py``): what novelty
+    # guidance and the coverage figure count
+    states: Tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -299,7 +302,7 @@ class ExampleRunner:
         t0 = time.monotonic()
         result = self._settled(self._run_fresh_if_reset_failed(
             lambda: self.server.run(INTERPRETER, source.text, timeout=self.example_timeout_s,
-                                    trace=trace, invariants=self.invariants)))
+                                    trace=trace, invariants=self.invariants, abstract_states=True)))
         wall = time.monotonic() - t0
         server_id, index = self._record(tuple(program))
         value = result.value if isinstance(result.value, dict) else {}
@@ -312,6 +315,7 @@ class ExampleRunner:
             outputs_compared=int((value.get("end") or {}).get("outputs_compared", 0) or 0),
             failing_action=failing_position(result, source) if not result.passed else None,
             failing_step=_failing_step(result), server_id=server_id, history_index=index,
+            states=tuple(result.states),
         )
 
     def run_file(self, path: str, *, trace: Any = False, function: str = A.PROGRAM_FUNCTION) -> ScriptResult:

@@ -13,6 +13,12 @@ Runs are memoized by program, so Hypothesis's final replay of the shrunk
 example answers from memory (no Flaky from a nondeterministic build; the
 determinism check replays for real). The time budget is enforced by answering
 programs that arrive after it as passing without running them.
+
+With ``settings.novelty`` (the default) the search is guided by novelty
+(``novelty.py``): a program that reaches an abstract scheduler state no
+program reached before joins a corpus, and half the programs drawn are
+mutants of a corpus program. Without it the states are still counted (the
+coverage figure, ``Stats.states``), so the two can be compared.
 """
 from __future__ import annotations
 
@@ -22,12 +28,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, example, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 
 from scripted_runtime import known_bugs as known_bugs_mod
 from scripted_runtime.user_side.server_config import ServerConfig
-from scripted_runtime.user_side.explore import corpus as corpus_mod, failure_db, strategies
+from scripted_runtime.user_side.explore import corpus as corpus_mod, failure_db, novelty as novelty_mod, strategies
 from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
 from scripted_runtime.user_side.explore.runner import ExampleRunner, Outcome
 from scripted_runtime.user_side.explore.stats import Stats
@@ -174,7 +180,8 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
     seed, known_bugs, stop_at_known, stop_file = (settings.seed, settings.registry(), settings.stop_at_known,
                                                   settings.stop_file)
     topology = runner.topology
-    stats = Stats(topology=topology)
+    stats = Stats(topology=topology, novelty=settings.novelty)
+    novelty = novelty_mod.Novelty(max_actions=strategies.MAX_ACTIONS) if settings.novelty else None
     limit_examples = settings.max_examples or profile.max_examples
     limit_s = profile.max_time_s if settings.max_time_s is None else settings.max_time_s
     shrink_s = profile.shrink_time_s if settings.shrink_time_s is None else settings.shrink_time_s
@@ -235,7 +242,8 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
         progress(f"{phase}: {stats.examples} programs ({stats.per_minute:.0f}/min), {stats.steps} steps, "
                  f"{sum(stats.failures.values())} failing, {stats.wall_s:.0f}s")
 
-    @given(strategies.programs(topology, features=features))
+    @given(novelty_mod.guided_strategy(novelty, strategies.programs(topology, features=features),
+                                       strategies.action_strategy(topology, features)))
     def explored(program):
         key = tuple(program)
         outcome = memo.get(key)
@@ -249,7 +257,11 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
             bug = known_bugs_mod.find(outcome.signature, topology=topology, sglang_version=version,
                                       message=outcome.message, registry=known_bugs) \
                 if outcome.failed and not stop_at_known else None
-            stats.add(outcome, shrinking="at" in first, known=bug.name if bug else "")
+            new_states = stats.add(outcome, shrinking="at" in first, known=bug.name if bug else "",
+                                   at_s=time.monotonic() - t0)
+            if novelty is not None:
+                stats.guided_programs += 1 if novelty.drawn_from_corpus(program) else 0
+                novelty.consider(program, new_states=new_states, failed=outcome.failed)
             current = Finding(signature=outcome.signature, program=list(program), outcome=outcome,
                               position=stats.examples, known=bug.name if bug else "") if outcome.failed else None
             if current is not None:
@@ -273,6 +285,8 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
             if outcome.failed and "at" not in first:
                 first.update(at=time.monotonic(), signature=outcome.signature, program=list(program),
                              examples=stats.examples, outcome=outcome)
+                if novelty is not None:
+                    novelty.freeze()  # shrinking must replay each choice sequence as the same program
                 stats.first_failure_s = ran_at + outcome.wall_s - t0
                 if stop_file:
                     open(stop_file, "a").close()
@@ -286,6 +300,11 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
             note()
         else:
             stats.cached += 1
+            if (novelty is not None and not outcome.failed and "at" not in first
+                    and novelty.drawn_from_corpus(program)):
+                # A mutant that repeats a program already run: not counted against the program
+                # budget (Hypothesis counts a rejected example as invalid). Never while shrinking.
+                reject()
             if outcome.failed and not stop_at_known and known_bugs_mod.find(
                     outcome.signature, topology=topology, sglang_version=version, message=outcome.message,
                     registry=known_bugs):

@@ -1,10 +1,12 @@
-"""Exploration statistics: counts, where the time went, windows reached and
-the control-operation x scheduler-phase coverage table. Plain data, so
-parallel workers can send theirs as JSON and the parent can merge them."""
+"""Exploration statistics: counts, where the time went, windows reached,
+the control-operation x scheduler-phase coverage table and the abstract
+states reached over time. Plain data, so parallel workers can send theirs
+as JSON and the parent can merge them."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from scripted_runtime.scheduler_side.explore.phases import FEATURE_PHASES, PHASES
 
@@ -37,10 +39,20 @@ class Stats:
     restart_s: float = 0.0
     windows: Dict[str, Dict[str, int]] = field(default_factory=dict)  # name -> reached/entered
     coverage: Dict[str, int] = field(default_factory=dict)  # "op|phase" -> count
+    # abstract state (scheduler_side/abstract_state.py key) -> seconds into the search it was first
+    # reached: the distinct states are the coverage figure, the times its series over time
+    states: Dict[str, float] = field(default_factory=dict)
+    novel_programs: int = 0  # programs that reached a state no program before them had
+    novelty: bool = False  # the search was guided by novelty (novelty.py)
+    guided_programs: int = 0  # of ``examples``: mutants of a novel program (with ``novelty``)
 
-    def add(self, outcome, *, shrinking: bool, known: str = "") -> None:
+    def add(self, outcome, *, shrinking: bool, known: str = "", at_s: float = 0.0) -> int:
         """Count one program; ``known``: the registered SGLang bug its
-        failure is (counted apart from new failures)."""
+        failure is (counted apart from new failures); ``at_s``: seconds
+        into the search, when its new states count as first reached.
+        Returns how many of its abstract states are new."""
+        new = self.add_states(outcome.states, at_s)
+        self.novel_programs += 1 if new else 0
         self.examples += 1
         self.shrink_examples += 1 if shrinking else 0
         self.steps += outcome.steps
@@ -62,6 +74,28 @@ class Stats:
             mine["entered"] += counts.get("entered", 0)
         for key, n in outcome.coverage.items():
             self.coverage[key] = self.coverage.get(key, 0) + n
+        return new
+
+    def add_states(self, keys: Iterable[str], at_s: float) -> int:
+        """Record abstract states reached ``at_s`` seconds into the search;
+        how many were never reached before."""
+        states = self.states
+        new = 0
+        for key in keys:
+            if key not in states:
+                states[key] = at_s
+                new += 1
+        return new
+
+    def states_by_minute(self) -> List[int]:
+        """Distinct abstract states reached by the end of each minute of the
+        search, one entry per minute begun (the last is the total)."""
+        minutes = max(1, math.ceil(self.wall_s / 60.0))
+        return [self.states_reached_by(60.0 * m) for m in range(1, minutes + 1)]
+
+    def states_reached_by(self, seconds: float) -> int:
+        """Distinct abstract states reached in the first ``seconds`` of the search."""
+        return sum(1 for at in self.states.values() if at <= seconds)
 
     def merge(self, other: "Stats") -> None:
         for name in ("examples", "cached", "skipped", "shrink_examples", "steps", "reset_steps", "restarts",
@@ -82,6 +116,11 @@ class Stats:
                 mine[k] += counts.get(k, 0)
         for key, n in other.coverage.items():
             self.coverage[key] = self.coverage.get(key, 0) + n
+        for key, at in other.states.items():
+            self.states[key] = min(at, self.states.get(key, at))
+        self.novel_programs += other.novel_programs  # novel to its own worker
+        self.guided_programs += other.guided_programs
+        self.novelty = self.novelty or other.novelty
         self.topology = self.topology or other.topology
         self.sglang_version = self.sglang_version or other.sglang_version
 
@@ -130,7 +169,16 @@ class Stats:
         if self.windows:
             lines.append("  windows (reached/entered): " + ", ".join(
                 f"{name} {c['reached']}/{c['entered']}" for name, c in sorted(self.windows.items())))
+        lines.append("  " + self.states_line())
         return "\n".join(lines)
+
+    def states_line(self) -> str:
+        """The abstract-state coverage, its series per minute and the guidance."""
+        guidance = (f"novelty guidance on: {self.guided_programs} programs mutated from them" if self.novelty
+                    else "novelty guidance off")
+        return (f"abstract states: {len(self.states)} distinct, by minute "
+                f"{', '.join(str(n) for n in self.states_by_minute())}; {self.novel_programs} novel programs; "
+                + guidance)
 
     def coverage_table(self) -> str:
         """Control operation x scheduler phase: how many operations were
