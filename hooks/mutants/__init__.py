@@ -31,7 +31,9 @@ iteration), ``end-state check`` (every request finishes or is aborted, the
 engine goes idle, rows all free, KV free or evictable, no tree lock held),
 ``crash`` (SGLang's own asserts, or its idle leak check, which is strict by
 default: SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE), or ``none today`` where
-no check looks at what the bug breaks: a surviving mutant is a finding.
+no check looks at what the bug breaks: a surviving mutant is a finding. The
+mutants written blind say ``unknown (written blind)`` and then, in plain
+words, what should notice the bug (a wrong output, a crash, a leak).
 """
 from __future__ import annotations
 
@@ -40,9 +42,10 @@ from typing import Dict
 # Each family module declares its mutants when imported.
 from scripted_runtime.hooks.mutants import batches, hicache, idle_gate, loops, pools, radix_locks, requests  # noqa: F401
 from scripted_runtime.hooks.mutants.base import (ALL, BATCH_RESULT_PROCESSOR, FULL_COMPONENT, HICACHE,  # noqa: F401
-                                                 MEM_CACHE_COMMON, MEMORY_POOL, PATCHED_MODULES, PP1, RELEASE,
-                                                 SCHEDULE_BATCH, TOKEN_ALLOCATOR, TP_WORKER, UNIFIED_RADIX_CACHE,
-                                                 WEIGHT_UPDATER, in_order, source_digest)
+                                                 MEM_CACHE_COMMON, MEMORY_POOL, OUTPUT_STREAMER, PATCHED_MODULES,
+                                                 PP1, PREFILL_BUDGET, RELEASE, SCHEDULE_BATCH, TOKEN_ALLOCATOR,
+                                                 TP_WORKER, UNIFIED_RADIX_CACHE, WEIGHT_UPDATER, in_order,
+                                                 source_digest)
 from scripted_runtime.hooks.mutants.loops import EVENT_LOOP_NORMAL_DIGEST, EVENT_LOOP_OVERLAP_DIGEST  # noqa: F401
 from scripted_runtime.hooks.patch_base import Patch
 
