@@ -14,15 +14,22 @@ function, whose docstring explains the bug, why it is plausible and how the
 check sees it. The modules hold one family each: ``idle_gate`` (the idle
 gate and the flush that trusts it), ``loops`` (the event loops and the
 pause), ``pools`` (rows and KV slots), ``radix_locks``, ``batches``
-(admission and pruning), ``hicache``, ``requests`` (how a request ends). ``MUTANTS`` is the table, in the kill
-table's row order (``ORDER`` below).
+(admission and pruning), ``hicache``, ``requests`` (how a request ends),
+and four families written blind for issue 34 (item 5), without reading the
+harness's checks (a fifth blind family, request semantics, adds to
+``requests``): ``kv_content`` (KV content and slot mapping: the right number of
+slots, the wrong ones), ``prefix_cache`` (prefix matching and insertion),
+``kv_pressure`` (admission and retraction under KV pressure),
+``stream_output`` (what a request's outputs send). ``MUTANTS`` is the table,
+in the kill table's row order (``ORDER`` below).
 
 Every mutant lets the server's warm-up request (one short prompt, run to
 its length, no abort, pause, flush or chunking) through, so the server
 starts (``mut_length_cap_one_early`` ends it one token early, which SGLang
-does not check); the scheduler-path bugs need an interleaving the explorer
-generates: an abort, a pause, a flush, an update_weights, a chunked prompt,
-several requests.
+does not check; ``mut_fill_ids_refresh_discards_append`` caches less of it);
+the scheduler-path bugs need an interleaving the explorer generates: an
+abort, a pause, a flush, an update_weights, a chunked prompt, several
+requests, a prefix hit, KV pressure, a stop token.
 
 ``expected`` names the check that should see the bug, in the words of
 ``scripted_runtime.user_side.mutate.caught_by``: ``invariant NAME``
@@ -31,18 +38,23 @@ iteration), ``end-state check`` (every request finishes or is aborted, the
 engine goes idle, rows all free, KV free or evictable, no tree lock held),
 ``crash`` (SGLang's own asserts, or its idle leak check, which is strict by
 default: SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE), or ``none today`` where
-no check looks at what the bug breaks: a surviving mutant is a finding.
+no check looks at what the bug breaks: a surviving mutant is a finding. The
+mutants written blind say ``unknown (written blind)`` and then, in plain
+words, what should notice the bug (a wrong output, a crash, a leak).
 """
 from __future__ import annotations
 
 from typing import Dict
 
 # Each family module declares its mutants when imported.
-from scripted_runtime.hooks.mutants import batches, hicache, idle_gate, loops, pools, radix_locks, requests  # noqa: F401
+from scripted_runtime.hooks.mutants import (batches, hicache, idle_gate, kv_content, kv_pressure,  # noqa: F401
+                                            loops, pools, prefix_cache, radix_locks, requests, stream_output)
 from scripted_runtime.hooks.mutants.base import (ALL, BATCH_RESULT_PROCESSOR, FULL_COMPONENT, HICACHE,  # noqa: F401
-                                                 MEM_CACHE_COMMON, MEMORY_POOL, PATCHED_MODULES, PP1, RELEASE,
-                                                 SCHEDULE_BATCH, TOKEN_ALLOCATOR, TP_WORKER, UNIFIED_RADIX_CACHE,
-                                                 WEIGHT_UPDATER, in_order, source_digest)
+                                                 MEM_CACHE_COMMON, MEMORY_POOL, OUTPUT_STREAMER, PATCHED_MODULES,
+                                                 PP1, PREFILL_BUDGET, RELEASE, SCHEDULE_BATCH, TOKEN_ALLOCATOR,
+                                                 TP_WORKER, UNIFIED_RADIX_CACHE, WEIGHT_UPDATER, in_order,
+                                                 source_digest)
+from scripted_runtime.hooks.mutants.kv_pressure import REFRESH_FILL_IDS_DIGEST  # noqa: F401
 from scripted_runtime.hooks.mutants.loops import EVENT_LOOP_NORMAL_DIGEST, EVENT_LOOP_OVERLAP_DIGEST  # noqa: F401
 from scripted_runtime.hooks.patch_base import Patch
 
@@ -67,6 +79,17 @@ ORDER = (
     "mut_hicache_write_through_skips_lock",
     "mut_hicache_host_evict_leaks",
     "mut_length_cap_one_early",
+    # written blind (issue 34, item 5)
+    "mut_merge_batch_rows_other_first",
+    "mut_checkpoint_row_keeps_duplicate_slots",
+    "mut_prefix_match_takes_whole_prompt",
+    "mut_insert_dedup_starts_at_inserted_len",
+    "mut_prefill_budget_ignores_admitted_extend",
+    "mut_retract_keeps_kv",
+    "mut_fill_ids_refresh_discards_append",
+    "mut_stream_resends_last_token",
+    "mut_chunked_prefill_answer_withheld",
+    "mut_stop_token_checked_one_step_late",
 )
 
 MUTANTS: Dict[str, Patch] = in_order(ORDER)

@@ -31,8 +31,11 @@ BATCH_RESULT_PROCESSOR = "sglang.srt.managers.scheduler_components.batch_result_
 WEIGHT_UPDATER = "sglang.srt.managers.scheduler_components.weight_updater"
 TP_WORKER = "sglang.srt.managers.tp_worker"
 FULL_COMPONENT = "sglang.srt.mem_cache.unified_cache.components.full"
+PREFILL_BUDGET = "sglang.srt.mem_cache.prefill_budget"
+OUTPUT_STREAMER = "sglang.srt.managers.scheduler_components.output_streamer"
 PATCHED_MODULES = (SCHEDULE_BATCH, MEMORY_POOL, TOKEN_ALLOCATOR, UNIFIED_RADIX_CACHE, MEM_CACHE_COMMON,
-                   BATCH_RESULT_PROCESSOR, WEIGHT_UPDATER, TP_WORKER, FULL_COMPONENT)
+                   BATCH_RESULT_PROCESSOR, WEIGHT_UPDATER, TP_WORKER, FULL_COMPONENT, PREFILL_BUDGET,
+                   OUTPUT_STREAMER)
 
 
 # --- declaring a mutant --------------------------------------------------------

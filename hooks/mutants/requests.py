@@ -1,5 +1,7 @@
 """Mutants of request semantics: how a request ends (its length cap, its
-stop tokens), whatever ran beside it."""
+stop tokens), whatever ran beside it. ``mut_stop_token_checked_one_step_late``
+was written blind (issue 34, item 5): the harness's checks were not read, so
+its ``expected`` is a guess of what should notice the bug."""
 from __future__ import annotations
 
 from typing import Any
@@ -43,3 +45,45 @@ def _install_mut_length_cap_one_early(scheduler_module: Any) -> None:
             self.finished_len = len(self.output_ids)
 
     replace_attr(req_cls, "update_finish_state", update_finish_state, original)
+
+
+@mutant("mut_stop_token_checked_one_step_late", topologies=ALL,
+        summary="the stop-token check reads the previous step's token: a stop ends the request one token late, "
+                "and a stop as the first token is never seen",
+        expected="unknown (written blind); should show as wrong outputs (one token after the stop token; a "
+                 "first-token stop ignored)")
+def _install_mut_stop_token_checked_one_step_late(scheduler_module: Any) -> None:
+    """``Req._check_token_based_finish`` (stop token ids, EOS) is handed the
+    tokens accepted one step earlier (``output_ids[-n - 1:-1]`` instead of
+    ``output_ids[-n:]``): a stop token generated at step k is only seen at
+    step k + 1, and the finish is placed where the check thinks it found it,
+    at the last token, so the answer holds the stop token and one token
+    after it. The first generated token is never checked (the slice before
+    it is empty): a stop as the first token is ignored, and so is a stop at
+    the last allowed position (the length cap ends the request first, as a
+    ``length`` finish).
+
+    Plausible: the slice taken from ``output_ids`` before the step's tokens
+    are appended (e.g. a helper hoisted above ``output_ids.extend`` in the
+    result processor), or an off-by-one in a negative slice. The length cap
+    and the vocabulary check still read the right tokens.
+
+    Trigger: a request with ``stop_token_ids`` (or EOS) that generates one of
+    them; the first generated token being a stop shows the second half. The
+    warm-up request asks for no stop token (an EOS it may generate would
+    only end it one token later).
+
+    Seen by (written blind): a stop-token finish whose answer does not end
+    at its stop token (one token more than the same prompt run alone), a
+    first-token stop that does not finish the request. All topologies."""
+    mutant = "mut_stop_token_checked_one_step_late"
+    scheduler_class(scheduler_module, mutant)
+    req_cls = find_attr(find_module(SCHEDULE_BATCH, mutant), "Req", mutant, f"{SCHEDULE_BATCH}.Req")
+    original = find_method(req_cls, "_check_token_based_finish", mutant, ("new_accepted_tokens",))
+
+    def _check_token_based_finish(self, new_accepted_tokens) -> bool:
+        n = len(new_accepted_tokens)
+        previous = list(self.output_ids[-n - 1:-1]) if n else []  # MUTANT: was output_ids[-n:]
+        return original(self, previous)
+
+    replace_attr(req_cls, "_check_token_based_finish", _check_token_based_finish, original)

@@ -26,7 +26,16 @@ ROOT = Path(__file__).resolve().parents[2]
 CHECK_WORDS = ("invariant idle_gate", "invariant slot_ownership", "invariant radix_locks",
                "invariant pool_accounting", "invariant hicache_load_before_read", "invariant hicache_transfer_slots",
                "invariant hicache_host_accounting", "contract pause", "contract abort", "contract flush",
-               "contract update_weights", "contract continue", "output oracle", "end-state", "crash", "request contract", "none today")
+               "contract update_weights", "contract continue", "output oracle", "end-state", "crash", "request contract", "none today",
+               "unknown (written blind)")
+
+# The mutants written blind for issue 34 (item 5), without reading the
+# harness's checks: their ``expected`` is a plain-words guess, no check name.
+BLIND = ("mut_merge_batch_rows_other_first", "mut_checkpoint_row_keeps_duplicate_slots",
+         "mut_prefix_match_takes_whole_prompt", "mut_insert_dedup_starts_at_inserted_len",
+         "mut_prefill_budget_ignores_admitted_extend", "mut_retract_keeps_kv",
+         "mut_fill_ids_refresh_discards_append", "mut_stream_resends_last_token",
+         "mut_chunked_prefill_answer_withheld", "mut_stop_token_checked_one_step_late")
 
 
 def test_at_least_twelve_mutants_with_unique_prefixed_names():
@@ -50,6 +59,20 @@ def test_each_mutant_says_what_it_breaks_and_where_it_is_seen():
         assert len(doc) > 200, f"{patch.name}: the install function's docstring is its explanation"
         assert "Plausible" in doc and "Seen by" in doc, patch.name
         assert patch.install.__name__ == f"_install_{patch.name}", patch.install.__name__
+
+
+def test_blind_mutants_cover_the_five_families_and_name_no_check():
+    families = {}
+    for name in BLIND:
+        patch = mutants.MUTANTS[name]
+        families.setdefault(patch.install.__module__.rsplit(".", 1)[1], []).append(name)
+        assert patch.expected.startswith("unknown (written blind); "), (name, patch.expected)
+        assert "invariant" not in patch.expected and "contract" not in patch.expected, (name, patch.expected)
+        assert "oracle" not in patch.expected, (name, patch.expected)
+        doc = patch.install.__doc__
+        assert "Trigger:" in doc and "Seen by (written blind)" in doc, name
+    assert set(families) == {"kv_content", "prefix_cache", "kv_pressure", "stream_output", "requests"}
+    assert list(mutants.ORDER[-len(BLIND):]) == list(BLIND)
 
 
 def test_topology_specific_mutants_are_limited_to_their_loop():
@@ -118,6 +141,36 @@ PINNED = [
     # added after the split (issue 34's request-semantics family)
     ('mut_length_cap_one_early', ('pp1-overlap', 'pp1-normal', 'pp4'),
      'output oracle (a length finish short of its reference); request contract where the oracle compares nothing'),
+    # written blind (issue 34, item 5)
+    ('mut_merge_batch_rows_other_first', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     "unknown (written blind); should show as wrong outputs (requests decode in each other's rows), then a "
+     'crash or leak once one of them finishes'),
+    ('mut_checkpoint_row_keeps_duplicate_slots', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'unknown (written blind); should show as wrong outputs (a request reads KV slots that were freed and '
+     'handed to another request)'),
+    ('mut_prefix_match_takes_whole_prompt', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'unknown (written blind); should show as a wrong first token or a crash for a prompt that is fully '
+     'cached (nothing left to extend)'),
+    ('mut_insert_dedup_starts_at_inserted_len', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'unknown (written blind); should show as a leak-check crash (KV both free and in the tree), then wrong '
+     'outputs for later prefix hits'),
+    ('mut_prefill_budget_ignores_admitted_extend', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     "unknown (written blind); should show as a crash (SGLang's own 'Prefill out of memory') under KV pressure"),
+    ('mut_retract_keeps_kv', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     "unknown (written blind); should show as a KV leak (SGLang's own idle leak check crashes, or the pool "
+     'never drains)'),
+    ('mut_fill_ids_refresh_discards_append', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'unknown (written blind); should show as wrong outputs after a retraction (the request restarts from its '
+     'prompt, keeping the tokens it already has)'),
+    ('mut_stream_resends_last_token', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'unknown (written blind); should show as wrong outputs (a token repeated at every partial output: '
+     'streamed requests, or non-streamed ones past 50 tokens)'),
+    ('mut_chunked_prefill_answer_withheld', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'unknown (written blind); should show as a request that never gets an answer (a chunked prompt with '
+     'max_new_tokens=1)'),
+    ('mut_stop_token_checked_one_step_late', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'unknown (written blind); should show as wrong outputs (one token after the stop token; a first-token '
+     'stop ignored)'),
 ]
 
 
@@ -127,7 +180,8 @@ def test_the_table_is_pinned_name_topologies_expected_and_order():
 
 
 def test_each_mutant_is_declared_in_a_family_module_by_its_install_function():
-    families = {"idle_gate", "loops", "pools", "radix_locks", "batches", "hicache", "requests"}
+    families = {"idle_gate", "loops", "pools", "radix_locks", "batches", "hicache", "requests",
+                "kv_content", "prefix_cache", "kv_pressure", "stream_output"}
     for patch in mutants.MUTANTS.values():
         module = patch.install.__module__
         assert module.startswith("scripted_runtime.hooks.mutants."), (patch.name, module)
@@ -575,6 +629,258 @@ B["flush_cache_after_weight_update unmutated"] = {"answer": list(
         SimpleNamespace(flush_cache=True, torch_empty_cache=False), True, "ok"))[:1], "flushed": busy.flushed}
 behaviour("mut_update_weights_flush_skips_idle_check", update_flush)
 
+# --- the mutants written blind (issue 34, item 5): each once unmutated, once mutated ---
+from array import array
+
+from sglang.srt.managers.schedule_batch import Req
+from sglang.srt.managers.scheduler_components.output_streamer import (SchedulerOutputStreamer,
+                                                                      _GenerationStreamAccumulator)
+from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+from sglang.srt.mem_cache.prefill_budget import PrefillBudget
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+schedule_batch = sys.modules["sglang.srt.managers.schedule_batch"]
+
+
+def both(name, fn):
+    """``fn`` on the unmutated release, then with ``name`` installed."""
+    plain = {}
+    fn(plain)
+    B[name + " unmutated"] = plain
+    behaviour(name, fn)
+
+
+def row_batch(reqs, rows, lens):
+    batch = ScheduleBatch(reqs=list(reqs), batch_is_full=False)
+    batch.req_pool_indices = torch.tensor(rows, dtype=torch.int64)
+    batch.req_pool_indices_cpu = torch.tensor(rows, dtype=torch.int64)
+    batch.seq_lens = torch.tensor(lens, dtype=torch.int64)
+    batch.seq_lens_cpu = torch.tensor(lens, dtype=torch.int64)
+    batch.orig_seq_lens = torch.tensor(lens, dtype=torch.int32)
+    batch.input_ids = torch.tensor([100 + r for r in rows], dtype=torch.int64)
+    batch.sampling_info = SimpleNamespace(merge_batch=lambda other: None)
+    batch.model_config = SimpleNamespace(is_encoder_decoder=False)
+    return batch
+
+
+def merge_rows(out):
+    running = row_batch(["a", "b"], [3, 4], [10, 11])
+    running.merge_batch(row_batch(["c"], [7], [20]))
+    out["reqs"] = running.reqs
+    out["rows"] = running.req_pool_indices.tolist()
+    out["rows_cpu"] = running.req_pool_indices_cpu.tolist()
+    out["seq_lens"] = running.seq_lens.tolist()
+    out["input_ids"] = running.input_ids.tolist()
+    empty = row_batch([], [], [])
+    empty.merge_batch(row_batch(["c"], [7], [20]))
+    out["into_empty_rows"] = empty.req_pool_indices.tolist()
+
+
+both("mut_merge_batch_rows_other_first", merge_rows)
+
+
+class BlindKv:
+    def __init__(self, row=None, protected=0):
+        self.req_pool_idx = row
+        self.cache_protected_len = protected
+
+    @property
+    def holds_kv(self):
+        return self.req_pool_idx is not None
+
+
+def checkpoint_rebind(out):
+    pool = row_pool()
+    row = pool.alloc_rows(1)[0]
+    pool.req_to_token[row, :6] = torch.tensor([11, 12, 13, 14, 15, 16], dtype=pool.req_to_token.dtype)
+    req = SimpleNamespace(kv=BlindKv(row))
+
+    def checkpoint_into_tree(req, *, up_to, **kwargs):
+        # the tree already held positions 0..4 (another request's slots 1..4): the row is rebound to them
+        pool.write((req.kv.req_pool_idx, slice(0, 4)), torch.tensor([1, 2, 3, 4], dtype=torch.int32))
+        req.kv.cache_protected_len = 4
+
+    cache = SimpleNamespace(session=SimpleNamespace(try_checkpoint=lambda req, up_to, **kwargs: False),
+                            checkpoint_into_tree=checkpoint_into_tree, req_to_token_pool=pool)
+    UnifiedRadixCache.checkpoint(cache, req, up_to=6)
+    out["row"] = pool.req_to_token[row, :6].tolist()
+    out["protected"] = req.kv.cache_protected_len
+
+
+both("mut_checkpoint_row_keeps_duplicate_slots", checkpoint_rebind)
+
+
+def max_prefix(out):
+    fake = SimpleNamespace(dllm_config=None, return_logprob=False, logprob_start_len=-1, is_dllm=lambda: False)
+    out["of_10"] = Req._compute_max_prefix_len(fake, 10)
+    fake.return_logprob, fake.logprob_start_len = True, 3
+    out["of_10_logprob_from_3"] = Req._compute_max_prefix_len(fake, 10)
+
+
+both("mut_prefix_match_takes_whole_prompt", max_prefix)
+
+
+def insert_dedup(out):
+    seen = []
+
+    def begin_insert(params):
+        seen.append(params.prev_prefix_len)
+        return SimpleNamespace(actions=[], result=SimpleNamespace(cache_actions=[]))
+
+    core = SimpleNamespace(has_ongoing_insert=lambda: False, begin_insert=begin_insert, end_insert=lambda: [])
+    cache = SimpleNamespace(disable=False, buffer_pipeline=None, insert_session_id=None, tree_core=core,
+                            _apply_cache_actions=lambda actions: None)
+    matched = InsertParams(prev_prefix_len=5, inserted_len=0)  # a 5-token prefix hit, first checkpoint
+    UnifiedRadixCache.insert(cache, matched)
+    UnifiedRadixCache.insert(cache, InsertParams(prev_prefix_len=5, inserted_len=5))  # its own earlier insert
+    out["prev_prefix_lens_seen"] = seen
+    out["caller_params_unchanged"] = matched.prev_prefix_len == 5
+
+
+both("mut_insert_dedup_starts_at_inserted_len", insert_dedup)
+
+
+def budget_reserve(out):
+    budget = PrefillBudget(SimpleNamespace(page_size=1), None)
+    budget.reserve(10, 4, extra_tokens=2)  # extend 10, decode headroom 4, 2 extra slots
+    out["total_offset"], out["current_offset"] = budget.total_offset, budget.current_offset
+
+
+both("mut_prefill_budget_ignores_admitted_extend", budget_reserve)
+
+
+def retract_release(out):
+    calls = []
+    saved = schedule_batch.release_kv_cache, schedule_batch.evict_from_tree_cache, schedule_batch.get_disagg
+    schedule_batch.release_kv_cache = lambda req, tree_cache, *, checkpoint: calls.append(
+        ["release", req.kv.cache_protected_len, checkpoint])
+    schedule_batch.evict_from_tree_cache = lambda tree_cache, num_tokens: None
+    schedule_batch.get_disagg = lambda: SimpleNamespace(disaggregation_mode="null")
+    try:
+        req = SimpleNamespace(kv=BlindKv(row=1, protected=4), finished=lambda: False, owned_kv_len=lambda: 9,
+                              reset_for_retract=lambda: calls.append(["reset"]))
+        schedule_batch.release_req(req=req, remaing_req_count=1, req_to_token_pool=None,
+                                   token_to_kv_pool_allocator=None, tree_cache=None, hisparse_coordinator=None,
+                                   offload_kv=False)
+    finally:
+        schedule_batch.release_kv_cache, schedule_batch.evict_from_tree_cache, schedule_batch.get_disagg = saved
+    out["calls"] = calls  # release frees [cache_protected_len, owned=9)
+
+
+both("mut_retract_keeps_kv", retract_release)
+
+
+def fill_ids(out):
+    fake = SimpleNamespace(origin_input_ids=array("q", [1, 2, 3]), output_ids=array("q", [7, 8]),
+                           full_untruncated_fill_ids=array("q"))
+    Req.refresh_fill_ids(fake)  # a fresh request: the full rebuild
+    out["first_admission"] = list(fake.full_untruncated_fill_ids)
+    fake.output_ids.append(9)
+    Req.refresh_fill_ids(fake)  # a resume (or a finish): the in-place append
+    out["after_one_more_token"] = list(fake.full_untruncated_fill_ids)
+
+
+both("mut_fill_ids_refresh_discards_append", fill_ids)
+
+
+class StreamReq:
+    """The fields the stream accumulator reads (Rust-server mode skips the detokenizer's)."""
+
+    def __init__(self, rid, output=(), finished=False, extend_batch_idx=1, decode_batch_idx=1):
+        self.rid = rid
+        self.output_ids = array("q", output)
+        self.finished_reason = SimpleNamespace(to_json=lambda: {"type": "length"}) if finished else None
+        self.finished_len, self.finished_output = None, False
+        self.send_token_offset = self.send_output_token_logprobs_offset = 0
+        self.stream, self.sampling_params, self.beam_group = True, SimpleNamespace(stream_interval=None), None
+        self.origin_input_ids, self.reasoning_tokens, self.cached_tokens = array("q", [1, 2]), 0, 0
+        self.retraction_count, self.time_stats, self.customized_info, self.weight_version_events = 0, None, None, []
+        self.extend_batch_idx, self.decode_batch_idx = extend_batch_idx, decode_batch_idx
+
+    @property
+    def output_ids_through_stop(self):
+        return self.output_ids
+
+    def finished(self):
+        return self.finished_reason is not None
+
+    def check_match_stop_str_prefix(self):
+        return False
+
+    def get_mm_token_counts(self):
+        return 0, 0, 0
+
+
+def stream_accumulator():
+    return _GenerationStreamAccumulator(
+        return_logprob=False, return_hidden_states=False, return_routed_experts=False, return_indexer_topk=False,
+        spec_algorithm=SimpleNamespace(is_none=lambda: True), disaggregation_mode=None, default_stream_interval=1,
+        default_force_stream_interval=50, get_cached_tokens_details=lambda req: None,
+        is_request_level_customized_info_key=lambda key: False, current_weight_version=None, rust_server_mode=True)
+
+
+def stream_offsets(out):
+    req, received = StreamReq("streamed", [4]), []
+    for next_token in (5, 6, None):  # three steps of a streamed request; the last one finishes it
+        if next_token is None:
+            req.finished_reason = SimpleNamespace(to_json=lambda: {"type": "length"})
+        acc = stream_accumulator()
+        acc.accept(req=req)
+        received.extend(acc.output_ids[-1])
+        if next_token is not None:
+            req.output_ids.append(next_token)
+    out["received"] = received
+
+
+both("mut_stream_resends_last_token", stream_offsets)
+
+
+def stream_skips(out):
+    streamed = []
+    fake = SimpleNamespace(is_generation=True, _stream_output_generation=lambda reqs, return_logprob, skip_req:
+                           streamed.append([[r.rid for r in reqs], skip_req.rid]))
+    reqs = [StreamReq("last_chunk_finished", [4], finished=True, extend_batch_idx=2, decode_batch_idx=0),
+            StreamReq("one_chunk", [4], extend_batch_idx=1, decode_batch_idx=0),
+            StreamReq("decoding", [4, 5], extend_batch_idx=3, decode_batch_idx=1),
+            StreamReq("middle_chunk", extend_batch_idx=1, decode_batch_idx=0)]
+    SchedulerOutputStreamer.stream_output(fake, reqs, False, reqs[-1])
+    out["streamed"] = streamed
+
+
+both("mut_chunked_prefill_answer_withheld", stream_skips)
+
+
+def stop_check(out):
+    def req(output):
+        return SimpleNamespace(sampling_params=SimpleNamespace(ignore_eos=False, stop_token_ids={5}),
+                               eos_token_ids=None, tokenizer=None, output_ids=array("q", output),
+                               finished_reason=None, finished_len=None)
+
+    def check(fake):
+        return [Req._check_token_based_finish(fake, fake.output_ids[-1:]), fake.finished_len]
+
+    out["stop_first"] = check(req([5]))
+    out["stop_second"] = check(req([3, 5]))
+    out["one_after_stop"] = check(req([3, 5, 9]))
+    out["two_after_stop"] = check(req([3, 5, 9, 9]))
+
+
+both("mut_stop_token_checked_one_step_late", stop_check)
+
+# a copied body whose source differs is refused (the fill-ids refresh)
+before = snapshot()
+try:
+    def refresh_fill_ids(self):
+        return None
+    Req.refresh_fill_ids = refresh_fill_ids
+    try:
+        mutants.MUTANTS["mut_fill_ids_refresh_discards_append"].install(sched)
+        report["digest_guard_fill_ids"] = "installed"
+    except PatchError as exc:
+        report["digest_guard_fill_ids"] = str(exc)
+finally:
+    report["restored"] &= restore(before)
+
 print("@@REPORT@@" + json.dumps(report, default=str))
 '''
 
@@ -618,6 +924,23 @@ def test_install_changes_only_its_own_place(child_report):
     assert ("sglang.srt.managers.scheduler", "release_kv_cache") in release
     assert ("sglang.srt.mem_cache.common", "release_kv_cache") in release
     assert {attr for _, attr in release} == {"release_kv_cache"}
+    assert where["mut_retract_keeps_kv"] == {("sglang.srt.managers.schedule_batch", "release_req")}
+    assert where["mut_merge_batch_rows_other_first"] == {
+        ("sglang.srt.managers.schedule_batch.ScheduleBatch", "merge_batch")}
+    assert where["mut_checkpoint_row_keeps_duplicate_slots"] == {
+        ("sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache", "checkpoint")}
+    assert where["mut_insert_dedup_starts_at_inserted_len"] == {
+        ("sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache", "insert")}
+    assert where["mut_prefill_budget_ignores_admitted_extend"] == {
+        ("sglang.srt.mem_cache.prefill_budget.PrefillBudget", "reserve")}
+    assert where["mut_stream_resends_last_token"] == {
+        ("sglang.srt.managers.scheduler_components.output_streamer._GenerationStreamAccumulator", "accept")}
+    assert where["mut_chunked_prefill_answer_withheld"] == {
+        ("sglang.srt.managers.scheduler_components.output_streamer.SchedulerOutputStreamer", "stream_output")}
+    for name, method in (("mut_prefix_match_takes_whole_prompt", "_compute_max_prefix_len"),
+                         ("mut_fill_ids_refresh_discards_append", "refresh_fill_ids"),
+                         ("mut_stop_token_checked_one_step_late", "_check_token_based_finish")):
+        assert where[name] == {("sglang.srt.managers.schedule_batch.Req", method)}, name
     # No two mutants patch the same attribute: each is a different place.
     seen = {}
     for name, places in where.items():
@@ -646,6 +969,7 @@ def test_a_replaced_event_loop_keeps_crash_reporting(child_report):
 
 def test_copied_loop_bodies_are_guarded_by_digest(child_report):
     assert "differs from the 0.5.23 body" in child_report["digest_guard"]
+    assert "differs from the 0.5.23 body" in child_report["digest_guard_fill_ids"]
 
 
 def test_behaviour_on_fakes(child_report):
@@ -669,3 +993,54 @@ def test_behaviour_on_fakes(child_report):
     assert b["flush_cache_after_weight_update unmutated"] == {"answer": [False], "flushed": 0}
     assert b["mut_update_weights_flush_skips_idle_check"] == {"answer": [True, "ok"], "flushed": 1,
                                                               "gate_restored": True}
+
+
+def test_blind_mutants_behaviour_on_fakes(child_report):
+    """What each mutant written blind changes, next to the unmutated release
+    on the same fake."""
+    b = child_report["behaviour"]
+    for name in BLIND:
+        assert isinstance(b[name], dict) and isinstance(b[name + " unmutated"], dict), (name, b.get(name))
+    # merge_batch: rows and lengths other-first, reqs and input ids self-first; a merge into an empty batch is intact
+    merged = {"reqs": ["a", "b", "c"], "input_ids": [103, 104, 107], "into_empty_rows": [7]}
+    assert b["mut_merge_batch_rows_other_first unmutated"] == {
+        **merged, "rows": [3, 4, 7], "rows_cpu": [3, 4, 7], "seq_lens": [10, 11, 20]}
+    assert b["mut_merge_batch_rows_other_first"] == {
+        **merged, "rows": [7, 3, 4], "rows_cpu": [7, 3, 4], "seq_lens": [20, 10, 11]}
+    # checkpoint: the row keeps its own (freed) duplicates 11..14 instead of the tree's 1..4; protection moves on
+    assert b["mut_checkpoint_row_keeps_duplicate_slots unmutated"] == {"row": [1, 2, 3, 4, 15, 16], "protected": 4}
+    assert b["mut_checkpoint_row_keeps_duplicate_slots"] == {"row": [11, 12, 13, 14, 15, 16], "protected": 4}
+    # the match may take all 10 tokens; the logprob cap still applies
+    assert b["mut_prefix_match_takes_whole_prompt unmutated"] == {"of_10": 9, "of_10_logprob_from_3": 3}
+    assert b["mut_prefix_match_takes_whole_prompt"] == {"of_10": 10, "of_10_logprob_from_3": 3}
+    # the insert's duplicate boundary: 0 for a prefix hit's first checkpoint, unchanged once it inserted
+    assert b["mut_insert_dedup_starts_at_inserted_len unmutated"] == {"prev_prefix_lens_seen": [5, 5],
+                                                                      "caller_params_unchanged": True}
+    assert b["mut_insert_dedup_starts_at_inserted_len"] == {"prev_prefix_lens_seen": [0, 5],
+                                                            "caller_params_unchanged": True}
+    # reserve(10 extend, 4 decode, 2 extra), page 1: 10 + 1 + 2 + 4 and 10 + 1 + 2; mutated only the 4
+    assert b["mut_prefill_budget_ignores_admitted_extend unmutated"] == {"total_offset": 17, "current_offset": 13}
+    assert b["mut_prefill_budget_ignores_admitted_extend"] == {"total_offset": 4, "current_offset": 0}
+    # retraction: the release frees from the protected length (4) up to the owned one (9): mutated, nothing
+    assert b["mut_retract_keeps_kv unmutated"] == {"calls": [["release", 4, False], ["reset"]]}
+    assert b["mut_retract_keeps_kv"] == {"calls": [["release", 9, False], ["reset"]]}
+    # the rebuild at first admission works; the append of a later token is lost
+    assert b["mut_fill_ids_refresh_discards_append unmutated"] == {
+        "first_admission": [1, 2, 3, 7, 8], "after_one_more_token": [1, 2, 3, 7, 8, 9]}
+    assert b["mut_fill_ids_refresh_discards_append"] == {
+        "first_admission": [1, 2, 3, 7, 8], "after_one_more_token": [1, 2, 3, 7, 8]}
+    # three outputs of a streamed request generating 4, 5, 6: each partial output's last token comes again
+    assert b["mut_stream_resends_last_token unmutated"] == {"received": [4, 5, 6]}
+    assert b["mut_stream_resends_last_token"] == {"received": [4, 4, 5, 5, 6]}
+    # the finished last chunk of a chunked prompt is left out; the others stream as before
+    assert b["mut_chunked_prefill_answer_withheld unmutated"] == {"streamed": [
+        [["last_chunk_finished", "one_chunk", "decoding", "middle_chunk"], "middle_chunk"]]}
+    assert b["mut_chunked_prefill_answer_withheld"] == {"streamed": [
+        [["one_chunk", "decoding", "middle_chunk"], "middle_chunk"]]}
+    # stop token 5: seen one step late (finished_len 3: the stop and one token after it), never as first token
+    assert b["mut_stop_token_checked_one_step_late unmutated"] == {
+        "stop_first": [True, 1], "stop_second": [True, 2], "one_after_stop": [False, None],
+        "two_after_stop": [False, None]}
+    assert b["mut_stop_token_checked_one_step_late"] == {
+        "stop_first": [False, None], "stop_second": [False, None], "one_after_stop": [True, 3],
+        "two_after_stop": [False, None]}
