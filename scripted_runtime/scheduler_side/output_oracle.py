@@ -136,16 +136,7 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
 
     slots = max(1, state.mbs_slots(ctx.scheduler))
     yield from ctx.wait_idle(max_steps=60 * slots)
-    listeners = list(ctx.control_listeners)
-    ctx.control_listeners.clear()  # the reference's flush is not the program's (explorer coverage)
-    try:
-        flush = ctx.flush_cache()
-    finally:
-        ctx.control_listeners.extend(listeners)
-    yield from flush.wait(max_steps=4 * slots)
-    if not flush.success:
-        raise RuntimeError(f"output oracle: the flush before a reference run was refused on an idle engine "
-                           f"({flush.message}); state: {ctx.describe()}")
+    yield from flush_unseen(ctx, "before a reference run")
     h = ctx.start_req(input_ids=list(prompt), max_new_tokens=max(n, REFERENCE_TOKENS), ignore_eos=True,
                       temperature=GREEDY)
     yield from ctx.wait_finished(h, max_steps=REFERENCE_STEPS * slots)
@@ -156,6 +147,25 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
     computed["references"] += 1
     yield from ctx.wait_idle(max_steps=60 * slots)
     return out
+
+
+def flush_unseen(ctx: Any, why: str):
+    """``yield from flush_unseen(ctx, why)``: flush the idle engine and wait
+    until it was processed, unseen by the control listeners (the explorer's
+    coverage counts the program's own operations, not the oracle's). Raises
+    when the scheduler refused it."""
+    from scripted_runtime.scheduler_side import state
+
+    listeners = list(ctx.control_listeners)
+    ctx.control_listeners.clear()
+    try:
+        flush = ctx.flush_cache()
+    finally:
+        ctx.control_listeners.extend(listeners)
+    yield from flush.wait(max_steps=4 * max(1, state.mbs_slots(ctx.scheduler)))
+    if not flush.success:
+        raise RuntimeError(f"output oracle: the flush {why} was refused on an idle engine "
+                           f"({flush.message}); state: {ctx.describe()}")
 
 
 def warm(ctx, prompts: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, reload_weights: bool = True):
@@ -171,6 +181,18 @@ def warm(ctx, prompts: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, reloa
     for prompt in prompts:
         yield from reference(ctx, tuple(prompt), n)
     return computed["references"] - before
+
+
+def cached_reference(ctx: Any, prompt: Sequence[int]) -> Optional[List[int]]:
+    """The reference of ``prompt`` under the weights loaded now, if it was
+    computed on this server; None otherwise (never computes one)."""
+    return _references.get((weights_fingerprint(ctx.scheduler), tuple(prompt)))
+
+
+def references_wanted(ctx: Any) -> bool:
+    """Whether this script compares outputs with references: the check is on
+    and outputs are exact on this device (``exact_here``)."""
+    return ctx.check_enabled("greedy_output") and exact_here(ctx.scheduler)
 
 
 @check_registry.end_check("greedy_output", doc="every greedy request that finished output its reference's "

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from scripted_runtime.scheduler_side import output_oracle as oracle, request_contract
-from scripted_runtime.scheduler_side.explore import prompts
+from scripted_runtime.scheduler_side.explore import program as explore_helpers, prompts
 from scripted_runtime.user_side.explore import strategies
 from tests.fakes import FakeScheduler
 
@@ -112,3 +112,129 @@ def test_an_aborted_request_is_a_prefix_of_its_cut_reference(monkeypatch):
     assert _check(monkeypatch, _handle(REF[:3], reason, stops={43}, status="aborted")) == 1
     with pytest.raises(oracle.OutputMismatch, match="past the end of its reference after 4"):
         _check(monkeypatch, _handle(REF[:5], reason, stops={43}, status="aborted"))
+
+
+# --- the program helpers (scheduler side), on a fake context ------------------------------
+
+class _FakeCtx:
+    """What a program's source calls on ``ctx``, recorded; every request
+    finishes at once (the end-state checks are stubbed)."""
+
+    def __init__(self):
+        self.scheduler = FakeScheduler(idle=True)
+        self.control_ops, self.calls, self.held = [], [], 0
+        self.pending_flushes = 0  # iterations until a posted flush is processed
+
+    def unprocessed_ops(self, name):
+        return ["op"] if name == "flush_cache" and self.pending_flushes else []
+
+    def check_enabled(self, name):
+        return True
+
+    def start_req(self, **kwargs):
+        self.calls.append(("start_req", kwargs))
+        return SimpleNamespace(finished=True, status="finished")
+
+    def steps(self, n):
+        for _ in range(n):
+            yield
+            self.iterated()
+
+    def iterated(self):
+        self.pending_flushes = max(0, self.pending_flushes - 1)
+
+    def pause_generation(self, mode):
+        self.control_ops.append(SimpleNamespace(name=f"pause_generation({mode})"))
+
+    def continue_generation(self):
+        self.control_ops.append(SimpleNamespace(name="continue_generation"))
+
+    def exhaust_kv(self, *, leave_pages):
+        self.calls.append(("exhaust_kv", leave_pages))
+        self.held = 100
+        return 100
+
+    @property
+    def exhausted_kv_tokens(self):
+        return self.held
+
+    def release_exhausted_kv(self):
+        self.calls.append(("release_exhausted_kv", self.held))
+        held, self.held = self.held, 0
+        return held
+
+
+def _run(source_text, ctx):
+    namespace = {}
+    exec(compile(source_text, "<program>", "exec"), namespace)
+    gen = namespace["program"](ctx)
+    steps = 0
+    try:
+        while True:
+            next(gen)
+            steps += 1
+    except StopIteration as stop:
+        return stop.value, steps
+
+
+def test_without_references_a_stop_is_the_fixed_id(monkeypatch):
+    """The oracle off (or a device it does not compare on): no reference is
+    computed, every stop is ``FALLBACK_STOP_ID``."""
+    ctx = _FakeCtx()
+    ctx.check_enabled = lambda name: name != "greedy_output"
+    gen = explore_helpers.stop_tokens(ctx, [(0, 8, 5), (2, 64, 0)])
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    fixed = explore_helpers.FALLBACK_STOP_ID
+    assert stop.value.value == {(0, 8, 5): fixed, (2, 64, 0): fixed}
+
+
+def test_a_flush_gives_back_the_exhausted_kv_first():
+    """An accepted flush clears SGLang's allocator: held slots would be freed twice."""
+    ctx = _FakeCtx()
+    ctx.flush_cache = lambda: ctx.calls.append(("flush_cache", ctx.held)) or "op"
+    ctx.exhaust_kv(leave_pages=0)
+    gen = explore_helpers.flush_cache(ctx)
+    with pytest.raises(StopIteration):
+        next(gen)
+    assert ctx.calls[-2:] == [("release_exhausted_kv", 100), ("flush_cache", 0)]
+
+
+def test_kv_is_not_taken_while_a_flush_is_in_flight():
+    """A flush processed after the slots were taken would clear them: the
+    action steps until it was processed, or takes nothing."""
+    ctx = _FakeCtx()
+    ctx.pending_flushes = 2
+    gen = explore_helpers.exhaust_kv(ctx, 4)
+    next(gen)
+    ctx.iterated()
+    assert ctx.calls == []
+    next(gen)
+    ctx.iterated()
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert stop.value.value == 100 and ctx.calls == [("exhaust_kv", 4)]
+    stuck = _FakeCtx()
+    stuck.pending_flushes = 10 ** 6  # never processed (the tokenizer dropped it)
+    gen = explore_helpers.exhaust_kv(stuck, 4)
+    assert sum(1 for _ in _drain(gen)) == 4 and stuck.calls == []
+
+
+def _drain(gen):
+    while True:
+        try:
+            yield next(gen)
+        except StopIteration:
+            return
+
+
+def test_release_exhausted_kv_gives_everything_back_now():
+    from tests.logic.test_collaborators import _allocating, _wired
+    from tests.fakes import TOTAL
+
+    s = _allocating(FakeScheduler(idle=True))
+    ctx, _, _, kv_holds, _ = _wired(s)
+    assert ctx.release_exhausted_kv() == 0
+    taken = ctx.exhaust_kv(leave_pages=10)
+    assert ctx.release_exhausted_kv() == taken == TOTAL - 10
+    assert not kv_holds.holding and len(s.token_to_kv_pool_allocator.free_pages) == TOTAL
