@@ -3,10 +3,12 @@
 With greedy sampling (``temperature=0``) the output of a request is a
 function of its prompt and the weights, not of what else ran beside it:
 the same prompt run alone on an idle engine is the reference. So every
-greedy request of a program that finished by length must have produced
-exactly the first ``len(output)`` tokens of its reference, and every aborted
-one a prefix of it. A row or KV slot reused while a forward still reads it
-(PR 17850, issue 18744), a retract that loses tokens, a chunk that reads
+greedy request of a program that finished (by length or on a stop token)
+must have produced exactly its reference as its own sampling parameters cut
+it (``request_contract.expected_output``: after the first stop token, EOS
+included unless ``ignore_eos``, else at ``max_new_tokens``), and every
+aborted one a prefix of that. A row or KV slot reused while a forward still
+reads it (PR 17850, issue 18744), a retract that loses tokens, a chunk that reads
 another request's KV: each changes the tokens without crashing anything,
 and this is the check that sees it.
 
@@ -51,10 +53,11 @@ so the oracle compares nothing there (``check_outputs`` returns 0).
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from scripted_runtime.protocol import ENV_CHECKPOINT
 from scripted_runtime.scheduler_side import check_registry
+from scripted_runtime.scheduler_side.explore import prompts
 
 # New tokens computed per reference (the explorer asks for at most 12).
 REFERENCE_TOKENS = 16
@@ -89,15 +92,6 @@ def weights_fingerprint(scheduler: Any) -> Any:
     return tuple(round(float(p.detach().reshape(-1)[:64].double().sum()), 6) for _, (_, p) in params)
 
 
-def _prompt_and_budget(handle: Any) -> Tuple[Optional[Tuple[int, ...]], Optional[int], Any]:
-    req = handle.last_req
-    if req is None:
-        return None, None, None
-    prompt = tuple(getattr(req, "origin_input_ids", ()) or ())
-    params = getattr(req, "sampling_params", None)
-    return prompt, getattr(params, "max_new_tokens", None), params
-
-
 def is_greedy(params: Any) -> bool:
     """SGLang's ``SamplingParams`` as the scheduler holds it: temperature 0
     was turned into ``top_k == 1`` (greedy) by ``__post_init__``."""
@@ -128,27 +122,50 @@ def comparable_prefix(top_logprobs: Optional[Sequence[Sequence[float]]], n: int)
     return n
 
 
-def compare(handle_status: str, output: Sequence[int], expected_len: Optional[int],
-            reference: Sequence[int], comparable: Optional[int] = None) -> Optional[str]:
-    """What is wrong with one request's output, or None (pure logic). Only
-    the first ``comparable`` tokens of ``reference`` are compared (all by
-    default): past a token without a clear margin either choice is greedy."""
+def compare(handle_status: str, output: Sequence[int], expected: Sequence[int], *, cut: str = "",
+            comparable: Optional[int] = None) -> Optional[str]:
+    """What is wrong with one request's output, or None (pure logic).
+    ``expected``: what the request must output in full, its reference as its
+    own sampling parameters cut it (``request_contract.expected_output``);
+    ``cut`` says where it was cut, for the message ("max_new_tokens=5", "at
+    stop token 7"). ``comparable``: how many reference tokens have a clear
+    margin (``comparable_prefix``); when ``expected`` reaches past them only
+    that prefix is compared (past a token without a clear margin either
+    choice is greedy, and so is where a stop token ends the output; the
+    request contract still judges the length by the request's own
+    parameters)."""
     output = list(output)
     if handle_status not in ("finished", "aborted"):
         return None
-    if handle_status == "finished" and expected_len is not None and len(output) != expected_len:
-        # finished by length: exactly max_new_tokens
-        return f"finished by length with {len(output)} tokens, max_new_tokens={expected_len}"
-    if comparable is not None:
-        reference = list(reference)[:comparable]
-    i = _first_difference(output, reference)
-    if i is None:
-        return None
-    if handle_status == "finished":
-        return (f"token {i} is {output[i]}, the reference has {reference[i]} "
-                f"(output {output[:i + 3]}..., reference {list(reference[:i + 3])}...)")
-    return (f"aborted after {len(output)} tokens that are not a prefix of the reference: token {i} is "
-            f"{output[i]}, the reference has {reference[i]}")
+    if comparable is not None and comparable < len(expected):
+        i = _first_difference(output, list(expected)[:comparable])
+        if i is None:
+            return None
+        return (f"token {i} is {output[i]}, the reference has {expected[i]} "
+                f"(output {output[:i + 3]}..., reference {list(expected[:i + 3])}...)")
+    i = _first_difference(output, expected)
+    if i is not None:
+        if handle_status == "finished":
+            return (f"token {i} is {output[i]}, the reference has {expected[i]} "
+                    f"(output {output[:i + 3]}..., reference {list(expected[:i + 3])}...)")
+        return (f"aborted after {len(output)} tokens that are not a prefix of the reference: token {i} is "
+                f"{output[i]}, the reference has {expected[i]}")
+    where = f" ({cut})" if cut else ""
+    if handle_status == "finished" and len(output) != len(expected):
+        return (f"finished with {len(output)} tokens, its reference ends after {len(expected)}{where} "
+                f"(output {output}, reference {list(expected)})")
+    if len(output) > len(expected):
+        return (f"aborted after {len(output)} tokens, past the end of its reference after "
+                f"{len(expected)}{where}: {output[len(expected):]} emitted after it")
+    return None
+
+
+def cut_of(expected: Sequence[int], *, max_new_tokens: int, ignore_eos: bool, stop_tokens: Iterable[int]) -> str:
+    """Where ``expected`` (``request_contract.expected_output``) ends, in
+    words, for ``compare``'s messages: on its stop token or at the cap."""
+    if expected and not ignore_eos and expected[-1] in set(stop_tokens):
+        return f"at stop token {expected[-1]}"
+    return f"max_new_tokens={max_new_tokens}"
 
 
 def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
@@ -163,16 +180,7 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
 
     slots = max(1, state.mbs_slots(ctx.scheduler))
     yield from ctx.wait_idle(max_steps=60 * slots)
-    listeners = list(ctx.control_listeners)
-    ctx.control_listeners.clear()  # the reference's flush is not the program's (explorer coverage)
-    try:
-        flush = ctx.flush_cache()
-    finally:
-        ctx.control_listeners.extend(listeners)
-    yield from flush.wait(max_steps=4 * slots)
-    if not flush.success:
-        raise RuntimeError(f"output oracle: the flush before a reference run was refused on an idle engine "
-                           f"({flush.message}); state: {ctx.describe()}")
+    yield from flush_unseen(ctx, "before a reference run")
     h = ctx.start_req(input_ids=list(prompt), max_new_tokens=max(n, REFERENCE_TOKENS), ignore_eos=True,
                       temperature=GREEDY, top_logprobs=2)
     yield from ctx.wait_finished(h, max_steps=REFERENCE_STEPS * slots)
@@ -233,6 +241,27 @@ def warm(ctx, prompts: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, with_
     program). Returns how many it computed. A server serving dummy weights
     (the GPU default) computes them under the update's weights only, as
     before: its programs run after one update."""
+
+
+def flush_unseen(ctx: Any, why: str):
+    """``yield from flush_unseen(ctx, why)``: flush the idle engine and wait
+    until it was processed, unseen by the control listeners (the explorer's
+    coverage counts the program's own operations, not the oracle's). Raises
+    when the scheduler refused it."""
+    from scripted_runtime.scheduler_side import state
+
+    listeners = list(ctx.control_listeners)
+    ctx.control_listeners.clear()
+    try:
+        flush = ctx.flush_cache()
+    finally:
+        ctx.control_listeners.extend(listeners)
+    yield from flush.wait(max_steps=4 * max(1, state.mbs_slots(ctx.scheduler)))
+    if not flush.success:
+        raise RuntimeError(f"output oracle: the flush {why} was refused on an idle engine "
+                           f"({flush.message}); state: {ctx.describe()}")
+
+
     before = computed["references"]
     path, fmt = _served_weights(ctx)
     if path is None:  # dummy weights: every program runs under the update checkpoint's
@@ -253,13 +282,30 @@ def warm(ctx, prompts: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, with_
     return computed["references"] - before
 
 
-@check_registry.end_check("greedy_output", doc="every greedy request that finished by length output its "
-                                                "reference's tokens; an aborted one a prefix of them")
+def cached_reference(ctx: Any, prompt: Sequence[int]) -> Optional[Tuple[List[int], int]]:
+    """The reference of ``prompt`` under the weights loaded now, if it was
+    computed on this server; None otherwise (never computes one)."""
+    return _references.get((weights_fingerprint(ctx.scheduler), tuple(prompt)))
+
+
+def references_wanted(ctx: Any) -> bool:
+    """Whether this script compares outputs with references: the check is on
+    and outputs are exact on this device (``exact_here``)."""
+    return ctx.check_enabled("greedy_output") and exact_here(ctx.scheduler)
+
+
+@check_registry.end_check("greedy_output", doc="every greedy request that finished output its reference's "
+                                                "tokens, cut at its first stop token or its length cap; an "
+                                                "aborted one a prefix of them")
 def check_outputs(ctx: Any, handles: Sequence[Any]):
     """``yield from check_outputs(ctx, handles)``: every greedy handle that
-    finished by length equals its reference; every aborted one is a prefix
-    of it. Raises ``OutputMismatch`` naming the request and the first
-    differing token. Returns how many were compared."""
+    finished by length or on a stop token equals its reference cut as its
+    sampling parameters end it (``request_contract.expected_output``); every
+    aborted one is a prefix of that. Raises ``OutputMismatch`` naming the
+    request and the first differing token. Returns how many were compared."""
+    # imported here: at module level it would register its end check before this one
+    from scripted_runtime.scheduler_side import request_contract
+
     if not exact_here(ctx.scheduler):
         return 0
     todo = []
@@ -267,25 +313,31 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
         status = h.status
         if status not in ("finished", "aborted"):
             continue
-        prompt, max_new, params = _prompt_and_budget(h)
-        if not prompt or not is_greedy(params):
+        req = h.last_req
+        params = getattr(req, "sampling_params", None) if req is not None else None
+        prompt = tuple(getattr(req, "origin_input_ids", ()) or ()) if req is not None else ()
+        ends = request_contract.params_of(h)  # (max_new_tokens, ignore_eos, stop tokens) as SGLang matches them
+        if not prompt or not is_greedy(params) or ends is None or ends[0] is None:
             continue
-        if status == "finished" and h.finish_reason != "FINISH_LENGTH":
-            continue  # a stop token or string ends it early: only length finishes are exact
-        todo.append((h, status, prompt, max_new))
+        if status == "finished" and h.finish_reason not in ("FINISH_LENGTH", "FINISH_MATCHED_TOKEN"):
+            continue  # a stop string (or a grammar) ends it where only the tokenizer can tell
+        todo.append((h, status, prompt, ends))
     updates = [op.processed_step for op in ctx.control_ops
                if op.name.startswith("update_weights") and op.processed_step is not None]
     if updates:  # a request posted before a weight update may hold tokens of both weights
         todo = [t for t in todo if t[0].posted_step > max(updates)]
     compared = 0
-    for h, status, prompt, max_new in todo:
-        output = h.output_ids
+    for h, status, prompt, (max_new, ignore_eos, stops) in todo:
+        answer = request_contract.answer_of(h.last_req)  # what the client is sent: cut at finished_len
+        output = answer["output_ids"] if answer is not None else h.output_ids
         if not output and status == "aborted":
             continue
-        ref, comparable = yield from reference(ctx, prompt, max(len(output), max_new or 0))
-        problem = compare(status, output, max_new if status == "finished" else None, ref, comparable)
+        ref, comparable = yield from reference(ctx, prompt, max(len(output), max_new))
+        expected = request_contract.expected_output(ref, max_new_tokens=max_new, ignore_eos=ignore_eos,
+                                                    stop_tokens=stops)
+        problem = compare(status, output, expected, comparable=comparable,
+                          cut=cut_of(expected, max_new_tokens=max_new, ignore_eos=ignore_eos, stop_tokens=stops))
         compared += 1
         if problem:
-            raise OutputMismatch(f"request {h.rid} ({len(prompt)}-token prompt of token {prompt[0]}, "
-                                 f"{status}): {problem}")
+            raise OutputMismatch(f"request {h.rid} ({prompts.describe(prompt)}, {status}): {problem}")
     return compared

@@ -26,14 +26,42 @@ it) must satisfy:
 
 Stop strings need the tokenizer, which the CPU default skips
 (``skip_tokenizer_init``): a ``stop`` matched on a string is not judged.
+
+The same rules say what a greedy request must output given the tokens its
+prompt produces alone (``expected_output``): the output oracle
+(``output_oracle.py``) cuts its reference with them, so the two checks
+share one reading of ``update_finish_state``.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from scripted_runtime.scheduler_side import check_registry
 
 NAME = "request_semantics"
+
+
+def first_stop(tokens: Sequence[int], *, ignore_eos: bool, stop_tokens: Iterable[int]) -> Optional[int]:
+    """The position of the first token that ends a request
+    (``_check_token_based_finish``: any stop token or EOS, none at all under
+    ``ignore_eos``), or None. Pure."""
+    if ignore_eos:
+        return None
+    stops = set(stop_tokens)
+    return next((i for i, t in enumerate(tokens) if t in stops), None)
+
+
+def expected_output(reference: Sequence[int], *, max_new_tokens: int, ignore_eos: bool,
+                    stop_tokens: Iterable[int]) -> List[int]:
+    """What a request emits when its model produces ``reference`` (the
+    greedy tokens of its prompt run alone, which go on past any stop): cut
+    after the first stop token, which is part of the output (SGLang sets
+    ``finished_len`` to its position + 1), else at ``max_new_tokens`` (a stop
+    token is matched before the length cap, so one at the cap's position is a
+    stop). Needs ``len(reference) >= max_new_tokens``. Pure."""
+    head = list(reference[:max_new_tokens])
+    stop = first_stop(head, ignore_eos=ignore_eos, stop_tokens=stop_tokens)
+    return head if stop is None else head[:stop + 1]
 
 
 def violation(answer: Dict[str, Any], *, max_new_tokens: int, ignore_eos: bool,
@@ -54,9 +82,9 @@ def violation(answer: Dict[str, Any], *, max_new_tokens: int, ignore_eos: bool,
         return f"finish reason length with {n} of max_new_tokens={max_new_tokens} tokens"
     if kind not in ("length", "stop"):
         return f"finish reason {reason!r} is none of length, stop, abort"
-    early = [i for i, t in enumerate(out[:-1]) if t in stops]
-    if early:
-        return f"stop token {out[early[0]]} at position {early[0]} of {n}, yet tokens were emitted after it"
+    early = first_stop(out[:-1], ignore_eos=ignore_eos, stop_tokens=stops)
+    if early is not None:
+        return f"stop token {out[early]} at position {early} of {n}, yet tokens were emitted after it"
     matched = reason.get("matched")
     if kind == "stop" and isinstance(matched, int):
         if ignore_eos:
@@ -71,7 +99,7 @@ def violation(answer: Dict[str, Any], *, max_new_tokens: int, ignore_eos: bool,
     return None
 
 
-def _params(handle: Any):
+def params_of(handle: Any):
     """(max_new_tokens as the scheduler clamped it, ignore_eos, the stop
     tokens ``_check_token_based_finish`` matches), or None where the rule
     does not apply: no Req seen, or a grammar (a terminated grammar ends a
@@ -118,7 +146,7 @@ def check_answers(handles: Iterable[Any]) -> int:
     for h in handles:
         if h.status not in ("finished", "aborted"):
             continue
-        params = _params(h)
+        params = params_of(h)
         body = answer_of(h.last_req) if params is not None else None
         if body is None or params[0] is None:
             continue

@@ -311,8 +311,8 @@ def test_a_hicache_program_can_open_with_three_distinct_prefixes():
     from hypothesis import find
 
     program = find(strategies.programs("pp1-hicache"),
-                   lambda p: [a.token for a in p if isinstance(a, A.Start)][:3] == [1, 2, 3])
-    assert [a.token for a in program if isinstance(a, A.Start)] == [1, 2, 3]  # shrunk to just the opening
+                   lambda p: [a.family for a in p if isinstance(a, A.Start)][:3] == [0, 1, 2])
+    assert [a.family for a in program if isinstance(a, A.Start)] == [0, 1, 2]  # shrunk to just the opening
 
 
 def test_hicache_gate_actions_are_drawn_only_with_hicache_on():
@@ -349,8 +349,8 @@ def test_hicache_gate_actions_are_drawn_only_with_hicache_on():
 def test_every_generated_hicache_program_compiles_and_may_hold_from_its_start(program):
     first_start = next(i for i, a in enumerate(program) if isinstance(a, A.Start))
     assert first_start <= 1 and (first_start == 0 or isinstance(program[0], A.HoldTransfers))
-    # it opens with up to three prompts of distinct prefixes (tokens 1, 2, 3 in turn)
-    assert program[first_start].token == strategies.PROMPT_TOKENS[0]
+    # it opens with up to three prompts of distinct prefixes (families 0, 1, 2 in turn)
+    assert program[first_start].family == strategies.PROMPT_FAMILIES[0]
     assert program[first_start].prompt_len in strategies.HICACHE_PROMPT_LENGTHS
     assert len(program) <= strategies.MAX_ACTIONS
     compile(A.to_source(program).text, "<program>", "exec")

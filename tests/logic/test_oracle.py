@@ -15,19 +15,22 @@ REF = [37, 1, 37, 1, 37, 1, 37, 1]
 
 
 def test_a_finished_request_must_equal_its_reference_prefix():
-    assert oracle.compare("finished", REF[:5], 5, REF) is None
-    problem = oracle.compare("finished", [37, 1, 9, 1, 37], 5, REF)
+    assert oracle.compare("finished", REF[:5], REF[:5]) is None
+    problem = oracle.compare("finished", [37, 1, 9, 1, 37], REF[:5])
     assert problem.startswith("token 2 is 9, the reference has 37")
 
 
 def test_a_length_finish_must_have_max_new_tokens():
-    assert "with 4 tokens, max_new_tokens=5" in oracle.compare("finished", REF[:4], 5, REF)
+    assert "finished with 4 tokens, its reference ends after 5 (max_new_tokens=5)" in \
+        oracle.compare("finished", REF[:4], REF[:5],
+                       cut=oracle.cut_of(REF[:5], max_new_tokens=5, ignore_eos=True, stop_tokens=()))
 
 
 def test_an_aborted_request_is_any_prefix_of_its_reference():
-    assert oracle.compare("aborted", [], None, REF) is None
-    assert oracle.compare("aborted", REF[:3], None, REF) is None
-    assert "not a prefix of the reference: token 0 is 2" in oracle.compare("aborted", [2], None, REF)
+    assert oracle.compare("aborted", [], REF) is None
+    assert oracle.compare("aborted", REF[:3], REF) is None
+    assert "not a prefix of the reference: token 0 is 2" in oracle.compare("aborted", [2], REF)
+    assert "past the end of its reference after 3" in oracle.compare("aborted", REF[:4], REF[:3])
 
 
 def test_tokens_past_the_first_low_margin_reference_token_are_not_compared():
@@ -36,13 +39,16 @@ def test_tokens_past_the_first_low_margin_reference_token_are_not_compared():
     assert oracle.comparable_prefix(tops, 4) == 2
     assert oracle.comparable_prefix(None, 4) == 4  # margins unknown (dummy weights, another release): all
     assert oracle.comparable_prefix([[-0.1, -2.0]] * 6, 4) == 4
-    assert oracle.compare("finished", [37, 1, 9, 9], 4, REF, comparable=2) is None
-    assert oracle.compare("finished", [37, 2, 9, 9], 4, REF, comparable=2).startswith("token 1 is 2")
-    assert oracle.compare("finished", [37, 1, 9], 4, REF, comparable=2).startswith("finished by length")
+    assert oracle.compare("finished", [37, 1, 9, 9], REF[:4], comparable=2) is None
+    assert oracle.compare("finished", [37, 2, 9, 9], REF[:4], comparable=2).startswith("token 1 is 2")
+    # where the comparison stops short of the expected end, so does the length judgement (either
+    # choice past a low-margin token may meet a stop token earlier): the request contract judges it
+    assert oracle.compare("finished", [37, 1, 9], REF[:4], comparable=2) is None
+    assert oracle.compare("finished", [37, 1, 37], REF[:4], comparable=4).startswith("finished with 3 tokens")
 
 
 def test_other_statuses_are_not_judged():
-    assert oracle.compare("running", [5, 5], 9, REF) is None
+    assert oracle.compare("running", [5, 5], REF) is None
 
 
 @pytest.mark.parametrize("temperature,greedy", [(0.0, True), (1e-6, False), (None, False), (0.7, False)])
@@ -96,7 +102,7 @@ def test_by_name_lists_the_registered_on_a_miss():
 @pytest.mark.parametrize("signature,check", [
     ("ContractViolation[pause]", "contract pause"),
     ("InvariantViolation[idle_gate]", "invariant idle_gate"),
-    ("OutputMismatch: request <rid> (N-token prompt of token N, finished)", "output oracle"),
+    ("OutputMismatch: request <rid> (N-token prompt of family N, finished)", "output oracle"),
     ("EndStateError: requests lost", "end-state check"),
 ])
 def test_the_kill_table_names_the_check(signature, check):

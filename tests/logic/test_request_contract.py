@@ -64,12 +64,12 @@ def _handle(**req_fields):
 
 
 def test_the_stop_tokens_are_those_sglang_matches_and_a_grammar_is_not_judged():
-    assert request_contract._params(_handle()) == (4, False, {9, EOS})
+    assert request_contract.params_of(_handle()) == (4, False, {9, EOS})
     from types import SimpleNamespace
 
     tok = SimpleNamespace(eos_token_id=7, additional_stop_token_ids=[11])
-    assert request_contract._params(_handle(tokenizer=tok)) == (4, False, {9, EOS, 7, 11})
-    assert request_contract._params(_handle(grammar=object())) is None
+    assert request_contract.params_of(_handle(tokenizer=tok)) == (4, False, {9, EOS, 7, 11})
+    assert request_contract.params_of(_handle(grammar=object())) is None
 
 
 def test_the_answer_is_read_off_the_ended_request_as_sglang_serializes_it():

@@ -288,6 +288,17 @@ class ScriptContext:
             raise RuntimeError(f"exhaust_kv: the allocator refused {need} tokens")
         return int(need)
 
+    def release_exhausted_kv(self) -> int:
+        """Give back every KV slot ``exhaust_kv`` took, now instead of at the
+        next reset (the memory pressure ends: SGLang's next iteration can
+        admit and decode again); returns the tokens given back, 0 when none
+        were held. Release before an accepted ``flush_cache``: a flush clears
+        the allocator, held slots included, so giving them back after it
+        would free them twice."""
+        tokens = self._kv_holds.tokens
+        self._kv_holds.release()
+        return tokens
+
     @property
     def exhausted_kv_tokens(self) -> int:
         """KV tokens ``exhaust_kv`` holds now (given back at the next reset)."""

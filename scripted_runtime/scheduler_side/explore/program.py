@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import inspect
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from scripted_runtime.scheduler_side import control, hicache_state, output_oracle, request_contract, state
+from scripted_runtime.scheduler_side.explore.prompts import prompt_ids  # noqa: F401 - programs call explore.prompt_ids
 
 # Iterations the end-state check allows for every request to finish (and then
 # for the engine to go idle), per PP microbatch slot.
@@ -57,12 +58,26 @@ def abort_one(ctx, reqs, pick: int):
 
 def flush_cache(ctx):
     """``yield from flush_cache(ctx)``: ``ctx.flush_cache()``, after stepping
-    until an earlier flush was processed (the tokenizer sends one at a time)."""
+    until an earlier flush was processed (the tokenizer sends one at a time).
+    KV the program took (``exhaust_kv``) is given back first: see
+    ``release_before_flush``."""
     for _ in range(4 * _slots(ctx)):
         if not ctx.unprocessed_ops("flush_cache"):
             break
         yield
+    release_before_flush(ctx)
     return ctx.flush_cache()
+
+
+def release_before_flush(ctx) -> int:
+    """Give back the KV ``exhaust_kv`` holds before a flush is posted: an
+    accepted flush clears SGLang's allocator (``token_to_kv_pool_allocator.
+    clear()``), which would put the held slots on its free list while the
+    harness still holds them, hand them to requests and free them a second
+    time at the next reset. The memory pressure ends with the flush either
+    way (a refused flush ends it too: deterministic, whatever the scheduler
+    answers). Returns the tokens given back."""
+    return ctx.release_exhausted_kv() if ctx.exhausted_kv_tokens else 0
 
 
 def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = None):
@@ -76,6 +91,8 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
     requests back, so this then waits for that answer (which needs no further
     iteration) without stepping. Returns the op, or None when the requests
     did not finish in time."""
+    if flush_cache:
+        release_before_flush(ctx)  # the update's flush clears the allocator as flush_cache does
     if not tokenizer_paused(ctx):
         budget = (max_steps or UPDATE_WAIT_STEPS) * _slots(ctx)
         for _ in range(budget):
@@ -102,9 +119,13 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     ``scheduler_side/output_oracle.py``; off with the check name
     ``greedy_output``), and every ended request's answer to agree with its
     own sampling parameters (``scheduler_side/request_contract.py``; off with
-    ``request_semantics``). HiCache copies the program held are released first."""
+    ``request_semantics``). HiCache copies the program held and KV it took
+    (``exhaust_kv``) are given back first: a request waiting for memory the
+    program holds could never finish."""
     if tokenizer_paused(ctx):
         ctx.continue_generation()
+    if ctx.exhausted_kv_tokens:
+        ctx.release_exhausted_kv()
     if hicache_state.controller(ctx.scheduler) is not None:
         # held copies are the program's own window; the end needs them done
         # (a held load also keeps later loads of a full ack ring waiting)
@@ -181,6 +202,91 @@ def release_transfers(ctx) -> int:
     if coverage_sink is not None:
         coverage_sink("hicache:release")
     return ctx.release_hicache_transfers()
+
+
+# Operations that flush the cache when the scheduler processes them (a weight update may).
+FLUSHING_OPS = ("flush_cache", "update_weights_from_disk")
+
+
+def exhaust_kv(ctx, leave_pages: int):
+    """``yield from exhaust_kv(ctx, leave_pages)``: ``ctx.exhaust_kv`` as a
+    program action: memory pressure from now on, so admission refuses,
+    ``retract_decode`` retracts and the radix tree is evicted, until
+    ``release_kv`` (or a flush, or the end-state checks) gives it back.
+    First steps (bounded) until no flush the program posted is still
+    unprocessed: one processed after the slots were taken would clear the
+    allocator under them (``release_before_flush``). Counted in the
+    coverage table as ``kv:exhaust``. Returns the tokens taken (0 when
+    fewer were free, or a flush stayed unprocessed and nothing was taken)."""
+    for _ in range(4 * _slots(ctx)):
+        if not any(ctx.unprocessed_ops(name) for name in FLUSHING_OPS):
+            break
+        yield
+    if any(ctx.unprocessed_ops(name) for name in FLUSHING_OPS):
+        return 0
+    if coverage_sink is not None:
+        coverage_sink("kv:exhaust")
+    return ctx.exhaust_kv(leave_pages=leave_pages)
+
+
+def release_kv(ctx) -> int:
+    """Give back what ``exhaust_kv`` took (``ctx.release_exhausted_kv``);
+    counted as ``kv:release``."""
+    if coverage_sink is not None:
+        coverage_sink("kv:release")
+    return ctx.release_exhausted_kv()
+
+
+# The stop token a request gets when no reference says which token its
+# output holds (the output oracle off, or a device where it compares
+# nothing): an ordinary token of the prompts' range, so the stop fires only
+# where the model happens to output it.
+FALLBACK_STOP_ID = 3
+
+
+def stop_tokens(ctx, wanted: Sequence[Tuple[int, int, int]]):
+    """``stops = yield from stop_tokens(ctx, [(family, length, k), ...])``:
+    the stop token of each request that stops "on the k-th token of its
+    prompt's reference output", by (family, length, k), resolved once at the
+    program's start (so a weight update later in the program changes
+    nothing). A random stop id would almost never fire on pseudo-random
+    outputs; the k-th reference token fires at position k or before (where
+    the same id came earlier), so the output oracle's stop cut is exercised.
+
+    With references wanted (``output_oracle.references_wanted``: the oracle
+    on, on the CPU default) each is read from the oracle's cache, which the
+    explorer fills before any program (no step taken). A prompt not cached
+    yet (a written file replayed on a fresh server) is computed here, before
+    the program's first action, as the oracle computes any reference (alone
+    on the idle engine after a flush); the engine is then flushed and, under
+    PP, brought round to slot 0 again, as the reset leaves it. Without
+    references every stop is ``FALLBACK_STOP_ID``."""
+    wanted = list(dict.fromkeys(tuple(w) for w in wanted))
+    if not output_oracle.references_wanted(ctx):
+        return {w: FALLBACK_STOP_ID for w in wanted}
+    out: Dict[Tuple[int, int, int], int] = {}
+    computed = False
+    for family, length, k in wanted:
+        ids = prompt_ids(family, length)
+        ref = output_oracle.cached_reference(ctx, ids)
+        if ref is None or len(ref[0]) <= k:
+            ref = yield from output_oracle.reference(ctx, tuple(ids), k + 1)
+            computed = True
+        out[(family, length, k)] = ref[0][k]  # (tokens, comparable prefix): any token is a fine stop id
+    if computed:
+        yield from _as_after_reset(ctx)
+    return out
+
+
+def _as_after_reset(ctx):
+    """Flush (the references left their prompts in the tree) and, under PP,
+    step round to slot 0: the state the engine reset leaves a program in."""
+    yield from output_oracle.flush_unseen(ctx, "after computing stop tokens' references")
+    slots = state.mbs_slots(ctx.scheduler)
+    for _ in range(slots or 0):
+        if state.pp_slot(ctx.scheduler) in (None, 0):
+            break
+        yield
 
 
 # Set by the interpreter for the program it runs: records a coverage-table row and its phases.

@@ -1,7 +1,9 @@
 """The actions an explored program is made of, and the Python source they
 compile to.
 
-A program is a list of actions. It is never interpreted: ``to_source``
+A program is a list of actions. Its prompts are token sequences of a few
+families (``scheduler_side/explore/prompts.py``), named in the source as
+``explore.prompt_ids(family, length)``. It is never interpreted: ``to_source``
 turns it into a plain scenario function (``def program(ctx): ...``) over
 the public context API and the helpers in
 ``scheduler_side/explore/program.py``, and that
@@ -19,7 +21,14 @@ from scripted_runtime.scheduler_side.explore.interpreter import PROGRAM_FUNCTION
 CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # Bump when an action's meaning or fields change: stored failing programs
 # (``failure_db``) are keyed by it, so an old program is never replayed as a new one.
-GRAMMAR_VERSION = 1
+# 2: a Start's prompt is a pseudo-random family sequence (``prompts.prompt_ids``), not one
+# repeated token; Start draws ignore_eos and a stop token; Resend, ExhaustKv, ReleaseKv.
+GRAMMAR_VERSION = 2
+# The prompt lengths programs use: around the 64-token chunk boundaries (1, 2 and 3
+# chunks), simplest first for shrinking. Part of the grammar: a Resend's "longer" steps up
+# this ladder, and the output oracle's warm-up computes every (family, length) of it.
+PROMPT_LENGTHS = (8, 1, 63, 64, 65, 100, 127, 128, 129, 150, 192)
+LENGTH_LADDER = tuple(sorted(PROMPT_LENGTHS))
 
 
 @dataclass(frozen=True)
@@ -30,16 +39,84 @@ class Steps:
         return f"step {self.n}"
 
 
+def _request_words(max_new_tokens: int, ignore_eos: bool, stop_at: Optional[int]) -> str:
+    words = f"{max_new_tokens} new"
+    if not ignore_eos:
+        words += ", EOS ends it"
+    if stop_at is not None:
+        words += f", stop token: its reference's token {stop_at}"
+    return words
+
+
+def _prompt_words(family: int, length: int) -> str:
+    chunks = -(-length // CHUNK_TOKENS)
+    return f"{length} tokens of family {family} ({chunks} chunk{'s' if chunks > 1 else ''})"
+
+
 @dataclass(frozen=True)
 class Start:
+    """Start a greedy request. Its prompt is ``prompts.prompt_ids(family,
+    prompt_len)``: requests of one family share the prefix of the shorter
+    (radix hits), of different families nothing. ``ignore_eos=False`` lets
+    the model's EOS end it; ``stop_at=k`` passes the k-th token of the
+    prompt's reference output as its stop token (``program.stop_tokens``),
+    so the stop fires at position k or before."""
+
     prompt_len: int
-    token: int  # requests with the same token share a prefix (radix hits)
+    family: int
     max_new_tokens: int
+    ignore_eos: bool = True
+    stop_at: Optional[int] = None
 
     def describe(self) -> str:
-        chunks = -(-self.prompt_len // CHUNK_TOKENS)
-        return (f"start: {self.prompt_len} x token {self.token} ({chunks} chunk{'s' if chunks > 1 else ''}), "
-                f"{self.max_new_tokens} new")
+        return (f"start: {_prompt_words(self.family, self.prompt_len)}, "
+                f"{_request_words(self.max_new_tokens, self.ignore_eos, self.stop_at)}")
+
+
+@dataclass(frozen=True)
+class Resend:
+    """Start a request on an earlier request's prompt: request ``pick`` of
+    those the program started before it (modulo their number, Starts and
+    Resends in program order), its prompt as it was (``longer=0``: a full
+    prefix hit) or the same family's prompt ``longer`` lengths further up
+    ``LENGTH_LADDER`` (a partial hit on the node the earlier request left;
+    the longest stays as it is). Resolved when the source is written
+    (``resolve_prompts``); with no earlier request it does nothing."""
+
+    pick: int
+    longer: int
+    max_new_tokens: int
+    ignore_eos: bool = True
+    stop_at: Optional[int] = None
+
+    def describe(self, resolved: Optional[Tuple[int, int, int]] = None) -> str:
+        """``resolved``: (action index, family, length) from ``resolve_prompts``, when known."""
+        how = "as it was" if not self.longer else f"{self.longer} length{'s' if self.longer > 1 else ''} longer"
+        if resolved is None:
+            what = f"earlier request #{self.pick}'s prompt {how}"
+        else:
+            index, family, length = resolved
+            what = f"action {index + 1}'s prompt {how}: {_prompt_words(family, length)}"
+        return f"resend {what}, {_request_words(self.max_new_tokens, self.ignore_eos, self.stop_at)}"
+
+
+@dataclass(frozen=True)
+class ExhaustKv:
+    """Take every free KV slot but ``leave_pages`` pages (``ctx.exhaust_kv``):
+    admission, ``retract_decode`` and tree eviction under memory pressure.
+    Not drawn under PP: every PP rank schedules on its own pool, and the
+    harness can take slots from the driver rank's only."""
+
+    leave_pages: int
+
+    def describe(self) -> str:
+        return f"exhaust KV: hold every free slot but {self.leave_pages} pages"
+
+
+@dataclass(frozen=True)
+class ReleaseKv:
+    def describe(self) -> str:
+        return "give the held KV back"
 
 
 @dataclass(frozen=True)
@@ -127,7 +204,7 @@ class ReleaseTransfers:
 
 
 Action = Union[Steps, Start, Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, OnWindow, Extension,
-               HoldTransfers, ReleaseTransfers]
+               HoldTransfers, ReleaseTransfers, Resend, ExhaustKv, ReleaseKv]
 
 
 def _op_lines(op: Op) -> List[str]:
@@ -144,6 +221,71 @@ def _op_lines(op: Op) -> List[str]:
     if isinstance(op, AbortAll):
         return ["ctx.abort_all()"]
     raise TypeError(f"not a control operation: {op!r}")
+
+
+def _longer(length: int, steps: int) -> int:
+    """``length`` moved ``steps`` places up ``LENGTH_LADDER`` (capped at its top)."""
+    above = [n for n in LENGTH_LADDER if n > length]
+    if not steps or not above:
+        return length
+    return above[min(steps, len(above)) - 1]
+
+
+def _resolve(actions: Sequence[Action]) -> List[Optional[Tuple[int, int, int]]]:
+    """Per action, (the index of the action whose prompt it starts from,
+    family, length), or None: see ``resolve_prompts``."""
+    started: List[Tuple[int, int, int]] = []
+    out: List[Optional[Tuple[int, int, int]]] = []
+    for i, action in enumerate(actions):
+        resolved: Optional[Tuple[int, int, int]] = None
+        if isinstance(action, Start):
+            resolved = (i, action.family, action.prompt_len)
+        elif isinstance(action, Resend) and started:
+            _, family, length = earlier = started[action.pick % len(started)]
+            resolved = (earlier[0], family, _longer(length, action.longer))
+        if resolved is not None:
+            started.append((i, resolved[1], resolved[2]))
+        out.append(resolved)
+    return out
+
+
+def resolve_prompts(actions: Sequence[Action]) -> List[Optional[Tuple[int, int]]]:
+    """Per action, the (family, length) of the prompt it starts, or None
+    (not a request, or a Resend with no earlier request). A request a pause
+    holds back at run time still counts as started here: the resolution
+    depends on the program's text only."""
+    return [None if r is None else (r[1], r[2]) for r in _resolve(actions)]
+
+
+def describe_program(actions: Sequence[Action]) -> List[str]:
+    """One line per action, a Resend with the prompt it resolves to."""
+    lines = []
+    for action, resolved in zip(actions, _resolve(actions)):
+        if isinstance(action, Resend):
+            lines.append(action.describe(resolved) if resolved else
+                         f"{action.describe()}: no earlier request, nothing")
+        else:
+            lines.append(action.describe())
+    return lines
+
+
+def _start_call(family: int, length: int, action: Union[Start, Resend]) -> str:
+    args = [f"input_ids=explore.prompt_ids({family}, {length})", f"max_new_tokens={action.max_new_tokens}",
+            f"ignore_eos={action.ignore_eos}"]
+    if action.stop_at is not None:
+        args.append(f"stop_token_ids=[stops[{family}, {length}, {action.stop_at}]]")
+    args.append("temperature=0.0")
+    return f"reqs.append(ctx.start_req({', '.join(args)}))"
+
+
+def _stops_wanted(actions: Sequence[Action],
+                  prompts: Sequence[Optional[Tuple[int, int]]]) -> List[Tuple[int, int, int]]:
+    """The (family, length, k) of every stop token the program's requests use, once each."""
+    wanted: List[Tuple[int, int, int]] = []
+    for action, prompt in zip(actions, prompts):
+        if prompt is not None and action.stop_at is not None and (*prompt, action.stop_at) not in wanted:
+            wanted.append((*prompt, action.stop_at))
+    return wanted
 
 
 def _pauses(action: Action) -> bool:
@@ -181,20 +323,29 @@ def to_source(actions: Sequence[Action], *, docstring: str = "", mark: Optional[
         f"def {function}(ctx):",
         "    reqs = []",
     ]
+    prompts = resolve_prompts(actions)
+    stops = _stops_wanted(actions, prompts)
+    if stops:  # resolved before the first action: see program.stop_tokens
+        head.append(f"    stops = yield from explore.stop_tokens(ctx, {stops!r})")
     lines = list(head)
     ranges: List[Tuple[int, int]] = []
     may_be_paused = False
-    for i, action in enumerate(actions):
-        lines.append(f"    # {i + 1}. {action.describe()}")
+    for i, (action, text) in enumerate(zip(actions, describe_program(actions))):
+        lines.append(f"    # {i + 1}. {text}")
         first = len(lines) + 1
         body: List[str]
         if isinstance(action, Steps):
             body = [f"yield from ctx.steps({action.n})"]
-        elif isinstance(action, Start):
-            call = (f"reqs.append(ctx.start_req(input_ids=[{action.token}] * {action.prompt_len}, "
-                    f"max_new_tokens={action.max_new_tokens}, ignore_eos=True, temperature=0.0))")
+        elif isinstance(action, (Start, Resend)) and prompts[i] is None:
+            body = ["pass"]
+        elif isinstance(action, (Start, Resend)):
+            call = _start_call(*prompts[i], action)
             # The tokenizer holds new requests for the whole pause.
             body = ["if not explore.tokenizer_paused(ctx):", "    " + call] if may_be_paused else [call]
+        elif isinstance(action, ExhaustKv):
+            body = [f"yield from explore.exhaust_kv(ctx, {action.leave_pages})"]
+        elif isinstance(action, ReleaseKv):
+            body = ["explore.release_kv(ctx)"]
         elif isinstance(action, Extension):
             body = [f"yield from explore.extension_action(ctx, reqs, {action.name!r})"]
         elif isinstance(action, HoldTransfers):

@@ -10,7 +10,10 @@ It is built from the operations and the scheduler's request phases, not
 from any particular bug, and Hypothesis runs it in its ``explicit`` phase
 (``@example``) before it generates anything.
 
-A corpus program that fails is reported unshrunk: it is short already.
+A corpus program that fails is reported unshrunk: it is short already. Its
+requests are the plain ones (``ignore_eos``, no stop token): prompts of
+families 0, 1 and 2 (distinct prefixes), the ``prefix_hit`` phase's two of
+one family (the longer shares the shorter's prefix).
 """
 from __future__ import annotations
 
@@ -29,20 +32,20 @@ def phases(topology: str) -> Dict[str, List[A.Action]]:
     decode = DECODE_STEPS[topology]
     return {
         # posted, not scheduled yet (the operation arrives with it)
-        "queued": [A.Start(8, 1, NEW_TOKENS)],
+        "queued": [A.Start(8, 0, NEW_TOKENS)],
         # prefilled in the last iteration: on overlap its result is still in
         # flight, under PP it is in a slot; not merged into running_batch yet
-        "prefill_ran": [A.Start(8, 1, NEW_TOKENS), A.Steps(1)],
+        "prefill_ran": [A.Start(8, 0, NEW_TOKENS), A.Steps(1)],
         # a 3-chunk prompt between chunks (the chunked request holds its row)
-        "mid_chunk": [A.Start(150, 2, NEW_TOKENS), A.Steps(2)],
+        "mid_chunk": [A.Start(150, 1, NEW_TOKENS), A.Steps(2)],
         # decoding, locked on the root
-        "decoding": [A.Start(8, 1, NEW_TOKENS), A.Steps(decode)],
+        "decoding": [A.Start(8, 0, NEW_TOKENS), A.Steps(decode)],
         # decoding on a cached prefix (locked on a non-root node) beside a
         # request still in its chunks
-        "prefix_hit": [A.Start(100, 3, NEW_TOKENS), A.Steps(decode), A.Start(129, 3, NEW_TOKENS),
+        "prefix_hit": [A.Start(100, 2, NEW_TOKENS), A.Steps(decode), A.Start(129, 2, NEW_TOKENS),
                        A.Steps(decode)],
         # finished: right after its last token (not pruned yet on some loops), then idle
-        "finished": [A.Start(8, 1, 2), A.Steps(decode)],
+        "finished": [A.Start(8, 0, 2), A.Steps(decode)],
     }
 
 
@@ -68,14 +71,14 @@ def hicache_phases(topology: str) -> Dict[str, List[A.Action]]:
         # a prefix evicted to the host by two others, asked for again while
         # loads are held: its load-back is pending (copied by the extend
         # batch's wait, not acknowledged) while the request decodes
-        "load_held": [A.Start(192, 1, 2), A.Steps(8), A.Start(192, 2, 2), A.Steps(8), A.Start(192, 3, 2),
-                      A.Steps(8), A.HoldTransfers(loads=True, backups=False), A.Start(192, 1, NEW_TOKENS),
+        "load_held": [A.Start(192, 0, 2), A.Steps(8), A.Start(192, 1, 2), A.Steps(8), A.Start(192, 2, 2),
+                      A.Steps(8), A.HoldTransfers(loads=True, backups=False), A.Start(192, 0, NEW_TOKENS),
                       A.Steps(decode)],
         # a finished request whose write-through backup is held (its node
         # locked, its device slots read by the pending copy) while two new
         # prompts need more of the device pool than is free
-        "backup_held": [A.HoldTransfers(loads=False, backups=True), A.Start(100, 1, 2), A.Steps(decode),
-                        A.Start(192, 2, NEW_TOKENS), A.Start(192, 3, NEW_TOKENS), A.Steps(2)],
+        "backup_held": [A.HoldTransfers(loads=False, backups=True), A.Start(100, 0, 2), A.Steps(decode),
+                        A.Start(192, 1, NEW_TOKENS), A.Start(192, 2, NEW_TOKENS), A.Steps(2)],
     }
 
 

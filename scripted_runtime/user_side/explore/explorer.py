@@ -12,7 +12,8 @@ from typing import Any, Callable, Dict, List, Optional
 from hypothesis import configuration as hypothesis_configuration
 
 from scripted_runtime import known_bugs as known_bugs_mod
-from scripted_runtime.user_side.explore import determinism, failure_db, history as history_mod, search as search_mod, writer
+from scripted_runtime.user_side.explore import actions as A, determinism, failure_db, history as history_mod
+from scripted_runtime.user_side.explore import search as search_mod, writer
 from scripted_runtime.user_side.explore.explore_settings import FOUND_BY, ExploreSettings
 from scripted_runtime.user_side.explore.runner import ExampleRunner, signature_of
 from scripted_runtime.user_side.explore.stats import Stats
@@ -129,7 +130,7 @@ def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(),
             report.first_failure_s = (stats.first_failure_s or 0) + warm_s
             report.found_s = report.first_failure_s + start_s
             report.found_after_examples = result.found_after_examples
-            report.program_lines = [a.describe() for a in result.program]
+            report.program_lines = A.describe_program(result.program)
             found_after = (f"first failing after {result.found_after_examples} programs, "
                            f"{report.found_s:.0f}s from a cold start")
 
@@ -275,7 +276,7 @@ def _recover_history(runner: ExampleRunner, report: ExploreReport, result, *, bu
             + ("" if recovery.shrink_complete else "; the budget ran out before the shrink ended"))
     history_path = write(recovery.program, recovery.earlier, note, recovery.outcome or outcome)
     report.standalone_path, report.scenario_path = report.scenario_path, str(history_path)
-    report.program_lines = [a.describe() for a in recovery.program]
+    report.program_lines = A.describe_program(recovery.program)
     progress(f"wrote {history_path} ({len(recovery.earlier)} earlier programs, then {len(recovery.program)} "
              "actions)")
     runner.fresh_server("replaying the history file on a fresh server")

@@ -215,9 +215,11 @@ class ExampleRunner:
 
     def _warm_on(self, server: Any) -> ScriptResult:
         """Compute, on ``server``, the reference of every prompt a program can draw."""
+        from scripted_runtime.scheduler_side.explore.prompts import prompt_ids
         from scripted_runtime.user_side.explore import strategies
 
-        prompts = [[token] * n for n in strategies.PROMPT_LENGTHS for token in strategies.PROMPT_TOKENS]
+        # every (family, length) a Start can draw; a Resend's longer prompt is one of them too
+        prompts = [prompt_ids(family, n) for n in A.PROMPT_LENGTHS for family in strategies.PROMPT_FAMILIES]
         return server.run(WARM_REFERENCES, prompts, strategies.MAX_NEW_TOKENS,
                           timeout=self.example_timeout_s * 4, trace=False, invariants=False)
 

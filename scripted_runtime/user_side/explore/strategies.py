@@ -13,18 +13,27 @@ from hypothesis import strategies as st
 
 from scripted_runtime import extensions
 from scripted_runtime.scheduler_side import windows
+from scripted_runtime.scheduler_side.explore import prompts
 from scripted_runtime.user_side import engine_config
 from scripted_runtime.user_side.explore import actions as A
 
-# Prompt lengths around the 64-token chunk boundaries (1, 2 and 3 chunks).
-PROMPT_LENGTHS = (8, 1, 63, 64, 65, 100, 127, 128, 129, 150, 192)
+# Prompt lengths around the 64-token chunk boundaries (1, 2 and 3 chunks): the grammar's own.
+PROMPT_LENGTHS = A.PROMPT_LENGTHS
 # With HiCache on (pp1-hicache's 400-token device pool, 481-slot host pool) long prompts,
 # so that three prefixes overflow the device pool (evicting to the host) and the host pool.
 HICACHE_PROMPT_LENGTHS = (64, 128, 150, 192)
-# Requests with the same token share their prompt prefix in the radix tree.
-PROMPT_TOKENS = (1, 2, 3)
+# Requests of one prompt family share their prompt prefix in the radix tree; family 0 first.
+PROMPT_FAMILIES = tuple(range(prompts.FAMILIES))
 MAX_NEW_TOKENS = 12
 MAX_ACTIONS = 12
+# How many earlier requests a Resend picks among, and how far up the length ladder it may go.
+RESEND_PICKS = 4
+RESEND_LONGER = 3
+# Pages an ExhaustKv leaves free: none (nothing new is admitted; a decode batch retracts down
+# to one request, which is then aborted), a few decode steps' worth, about one 64-token chunk,
+# and room for one long prompt (the radix tree is evicted to make room). The CPU default's
+# page is one token and its pool 8192 (pp1-hicache's 400).
+KV_LEAVE_PAGES = (0, 4, 64, 200)
 
 LOOP_OF_TOPOLOGY = {"pp1-overlap": "overlap", "pp1-normal": "normal", "pp4": "pp", "pp1-hicache": "normal"}
 # Steps "when window W opens" waits for it, per topology (PP steps are microbatch slots).
@@ -54,10 +63,36 @@ def control_ops() -> st.SearchStrategy:
     )
 
 
+def _request_semantics() -> dict:
+    """A request's drawn end: ignore_eos (True, the simpler, first), and
+    no stop token (first) or the k-th token of its reference output."""
+    return {"max_new_tokens": st.integers(1, MAX_NEW_TOKENS),
+            "ignore_eos": st.sampled_from((True, False)),
+            "stop_at": st.one_of(st.none(), st.integers(0, MAX_NEW_TOKENS - 1))}
+
+
 def starts(lengths=PROMPT_LENGTHS) -> st.SearchStrategy:
-    return st.builds(A.Start, prompt_len=st.sampled_from(lengths),
-                     token=st.sampled_from(PROMPT_TOKENS),
-                     max_new_tokens=st.integers(1, MAX_NEW_TOKENS))
+    return st.builds(A.Start, prompt_len=st.sampled_from(lengths), family=st.sampled_from(PROMPT_FAMILIES),
+                     **_request_semantics())
+
+
+def resends() -> st.SearchStrategy:
+    """A request on an earlier request's prompt (a full hit) or that prompt
+    made longer (a partial hit)."""
+    return st.builds(A.Resend, pick=st.integers(0, RESEND_PICKS - 1), longer=st.integers(0, RESEND_LONGER),
+                     **_request_semantics())
+
+
+def kv_pressure_actions() -> st.SearchStrategy:
+    return st.one_of(st.builds(A.ExhaustKv, leave_pages=st.sampled_from(KV_LEAVE_PAGES)),
+                     st.just(A.ReleaseKv()))
+
+
+def kv_pressure_drawn(topology: str) -> bool:
+    """KV pressure only off PP: every PP rank schedules on its own KV pool and
+    the harness can take slots from the driver rank's only, so under PP the
+    ranks would disagree about what fits (a harness artefact, not a bug)."""
+    return LOOP_OF_TOPOLOGY[topology] != "pp"
 
 
 def hicache_gate_actions() -> st.SearchStrategy:
@@ -81,7 +116,10 @@ def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None) -
         st.builds(A.OnWindow, window=st.sampled_from(names),
                   op=control_ops().filter(lambda op: not isinstance(op, A.Continue)),
                   max_steps=st.just(WINDOW_WAIT_STEPS[topology])),
+        resends(),
     ]
+    if kv_pressure_drawn(topology):
+        choices.append(kv_pressure_actions())
     if "hicache" in features:
         choices.append(hicache_gate_actions())
         choices.append(starts(HICACHE_PROMPT_LENGTHS))  # new traffic twice as often: evictions, returns
@@ -103,10 +141,10 @@ def programs(topology: str, *, max_actions: int = MAX_ACTIONS,
         hold = st.sampled_from([None, A.HoldTransfers(loads=True, backups=True),
                                 A.HoldTransfers(loads=True, backups=False), A.HoldTransfers(loads=False, backups=True)])
         # and HiCache only acts once traffic overflows the device pool: first up to three prompts of
-        # distinct prefixes (tokens 1, 2, 3 in turn), which later requests may return to
+        # distinct prefixes (families 0, 1, 2 in turn), which later requests may return to
         first = st.lists(st.tuples(st.sampled_from(HICACHE_PROMPT_LENGTHS), st.integers(1, MAX_NEW_TOKENS)),
-                         min_size=1, max_size=len(PROMPT_TOKENS)).map(
-            lambda drawn: [A.Start(n, PROMPT_TOKENS[i], new) for i, (n, new) in enumerate(drawn)])
+                         min_size=1, max_size=len(PROMPT_FAMILIES)).map(
+            lambda drawn: [A.Start(n, PROMPT_FAMILIES[i], new) for i, (n, new) in enumerate(drawn)])
         return st.builds(lambda h, first, rest: ([h] if h else []) + first + rest, hold, first,
                          st.lists(action_strategy(topology, features), max_size=max_actions - 4))
     return st.builds(lambda first, rest: [first] + rest, starts(),

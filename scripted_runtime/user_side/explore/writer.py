@@ -70,12 +70,12 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, confi
         ]
         for k, prior in enumerate(earlier, 1):
             lines.append(f"earlier_{k}:")
-            lines += [f"  {i + 1}. {a.describe()}" for i, a in enumerate(prior)] or ["  (no actions)"]
+            lines += [f"  {i + 1}. {text}" for i, text in enumerate(A.describe_program(prior))] or ["  (no actions)"]
         lines.append("")
     lines.append(("The failing program, shrunk after them on fresh servers" if shrunk and earlier else
                   "The program, shrunk by Hypothesis" if shrunk else "The program as it was first found (not shrunk)")
                  + " (one `yield` = one scheduler iteration):")
-    lines += [f"  {i + 1}. {a.describe()}" for i, a in enumerate(program)]
+    lines += [f"  {i + 1}. {text}" for i, text in enumerate(A.describe_program(program))]
     mark: Dict[int, str] = {}
     key = outcome.failing_action if outcome.failing_action is not None else -1
     step = f" (step {outcome.failing_step})" if outcome.failing_step is not None else ""

@@ -1,0 +1,390 @@
+"""The explorer's grammar (grammar version 2): prompts with content, drawn
+request semantics (ignore_eos, a stop token), resends and KV pressure; the
+source they compile to, run on a fake context; the output oracle's stop cut.
+Pure logic, no server."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import find, given, settings
+
+from scripted_runtime.scheduler_side import output_oracle as oracle, request_contract
+from scripted_runtime.scheduler_side.explore import program as explore_helpers, prompts
+from scripted_runtime.user_side.explore import actions as A, corpus, failure_db, runner, strategies
+from scripted_runtime.user_side.server_config import ServerConfig
+from tests.fakes import FakeScheduler
+
+# derandomized: find() then draws the same examples every run (no flaky "no example found")
+NO_DB = settings(database=None, max_examples=2000, derandomize=True)
+
+
+# --- the prompt generator -----------------------------------------------------------
+
+def test_prompt_ids_are_pinned():
+    """The tokens a written scenario file sends: changing them changes every stored program."""
+    assert prompts.prompt_ids(0, 8) == [31, 479, 164, 302, 411, 71, 130, 256]
+    assert prompts.prompt_ids(1, 8) == [375, 390, 311, 204, 358, 285, 504, 130]
+    assert prompts.prompt_ids(2, 8) == [476, 67, 433, 12, 135, 490, 17, 228]
+
+
+def test_a_shorter_prompt_is_a_prefix_of_a_longer_one_of_its_family_only():
+    longest = {f: prompts.prompt_ids(f, 300) for f in range(prompts.FAMILIES)}
+    for f in range(prompts.FAMILIES):
+        for n in strategies.PROMPT_LENGTHS:
+            assert prompts.prompt_ids(f, n) == longest[f][:n]
+    firsts = [longest[f][0] for f in range(prompts.FAMILIES)]
+    assert len(set(firsts)) == len(firsts), "two families would share a prefix"
+
+
+def test_prompt_tokens_avoid_the_special_ids_and_stay_in_the_vocabulary():
+    tokens = [t for f in range(prompts.FAMILIES) for t in prompts.prompt_ids(f, 4096)]
+    assert min(tokens) >= prompts.TOKEN_MIN == 3 and max(tokens) <= prompts.TOKEN_MAX == 511
+    assert len(set(tokens)) > 400, "the range is used, not a few values"
+    with pytest.raises(ValueError):
+        prompts.prompt_ids(0, 0)
+    with pytest.raises(ValueError):
+        prompts.prompt_ids(-1, 4)
+
+
+def test_a_prompt_is_described_by_its_family():
+    assert prompts.describe(prompts.prompt_ids(1, 65)) == "65-token prompt of family 1"
+    assert prompts.describe([1, 1, 1, 1]) == "4-token prompt [1, 1, 1, ...]"
+    assert prompts.family_of([]) is None
+
+
+# --- the output oracle's stop cut ------------------------------------------------------------
+
+EOS = 2
+REF = [40, 41, 42, 43, 42, 45, 2, 47, 48, 49, 50, 51, 52, 53, 54, 55]
+
+
+@pytest.mark.parametrize("kwargs, expected", [
+    ({"max_new_tokens": 5, "ignore_eos": True, "stop_tokens": {42, EOS}}, REF[:5]),  # stops ignored
+    ({"max_new_tokens": 5, "ignore_eos": False, "stop_tokens": {43}}, REF[:4]),  # the stop token is output
+    ({"max_new_tokens": 9, "ignore_eos": False, "stop_tokens": {42}}, REF[:3]),  # the first occurrence
+    ({"max_new_tokens": 9, "ignore_eos": False, "stop_tokens": {EOS}}, REF[:7]),  # EOS ends it
+    ({"max_new_tokens": 4, "ignore_eos": False, "stop_tokens": {43}}, REF[:4]),  # a stop at the cap: a stop
+    ({"max_new_tokens": 3, "ignore_eos": False, "stop_tokens": {45}}, REF[:3]),  # beyond the cap: length
+])
+def test_expected_output_cuts_the_reference_as_sglang_ends_the_request(kwargs, expected):
+    assert request_contract.expected_output(REF, **kwargs) == expected
+    words = oracle.cut_of(expected, **kwargs)
+    stopped = not kwargs["ignore_eos"] and expected[-1] in kwargs["stop_tokens"]
+    assert words == (f"at stop token {expected[-1]}" if stopped else f"max_new_tokens={kwargs['max_new_tokens']}")
+
+
+def _Reason(name, **json):
+    """A finish reason named as SGLang's class is, serialized as it serializes it."""
+    return type(name, (), {"to_json": lambda self: dict(json)})()
+
+
+def _handle(output, reason, *, max_new=8, ignore_eos=False, stops=(), finished_len=None, status="finished"):
+    params = SimpleNamespace(top_k=1, max_new_tokens=max_new, ignore_eos=ignore_eos, stop_token_ids=set(stops))
+    req = SimpleNamespace(origin_input_ids=prompts.prompt_ids(0, 8), sampling_params=params, eos_token_ids={EOS},
+                          output_ids=list(output), finished_len=finished_len, finished_reason=reason)
+    return SimpleNamespace(rid="r1", status=status, last_req=req, finish_reason=type(reason).__name__,
+                           output_ids=list(output), posted_step=0)
+
+
+def _check(monkeypatch, *handles):
+    monkeypatch.setattr(oracle, "_references", {(None, tuple(prompts.prompt_ids(0, 8))): (list(REF), len(REF))})
+    ctx = SimpleNamespace(scheduler=FakeScheduler(), control_ops=[])
+    gen = oracle.check_outputs(ctx, list(handles))
+    with pytest.raises(StopIteration) as stop:
+        next(gen)  # every reference is cached: no step
+    return stop.value.value
+
+
+def test_a_stop_finished_request_is_compared_with_its_reference_cut_at_the_stop(monkeypatch):
+    stopped = _handle(REF[:4], _Reason("FINISH_MATCHED_TOKEN", type="stop", matched=43), stops={43}, finished_len=4)
+    on_eos = _handle(REF[:7], _Reason("FINISH_MATCHED_TOKEN", type="stop", matched=EOS), max_new=9, finished_len=7)
+    ignored = _handle(REF[:8], _Reason("FINISH_LENGTH", type="length", length=8), ignore_eos=True, stops={43},
+                      finished_len=8)
+    assert _check(monkeypatch, stopped, on_eos, ignored) == 3
+
+
+def test_a_request_that_ran_past_its_stop_token_is_a_mismatch(monkeypatch):
+    past = _handle(REF[:6], _Reason("FINISH_LENGTH", type="length", length=6), max_new=6, stops={43},
+                   finished_len=6)
+    with pytest.raises(oracle.OutputMismatch, match=r"8-token prompt of family 0, finished\): finished with 6 "
+                                                    r"tokens, its reference ends after 4 \(at stop token 43\)"):
+        _check(monkeypatch, past)
+
+
+def test_an_aborted_request_is_a_prefix_of_its_cut_reference(monkeypatch):
+    reason = _Reason("FINISH_ABORT", type="abort")
+    assert _check(monkeypatch, _handle(REF[:3], reason, stops={43}, status="aborted")) == 1
+    with pytest.raises(oracle.OutputMismatch, match="past the end of its reference after 4"):
+        _check(monkeypatch, _handle(REF[:5], reason, stops={43}, status="aborted"))
+
+
+# --- the program helpers (scheduler side), on a fake context ------------------------------
+
+class _FakeCtx:
+    """What a program's source calls on ``ctx``, recorded; every request
+    finishes at once (the end-state checks are stubbed)."""
+
+    def __init__(self):
+        self.scheduler = FakeScheduler(idle=True)
+        self.control_ops, self.calls, self.held = [], [], 0
+        self.pending_flushes = 0  # iterations until a posted flush is processed
+
+    def unprocessed_ops(self, name):
+        return ["op"] if name == "flush_cache" and self.pending_flushes else []
+
+    def check_enabled(self, name):
+        return True
+
+    def start_req(self, **kwargs):
+        self.calls.append(("start_req", kwargs))
+        return SimpleNamespace(finished=True, status="finished")
+
+    def steps(self, n):
+        for _ in range(n):
+            yield
+            self.iterated()
+
+    def iterated(self):
+        self.pending_flushes = max(0, self.pending_flushes - 1)
+
+    def pause_generation(self, mode):
+        self.control_ops.append(SimpleNamespace(name=f"pause_generation({mode})"))
+
+    def continue_generation(self):
+        self.control_ops.append(SimpleNamespace(name="continue_generation"))
+
+    def exhaust_kv(self, *, leave_pages):
+        self.calls.append(("exhaust_kv", leave_pages))
+        self.held = 100
+        return 100
+
+    @property
+    def exhausted_kv_tokens(self):
+        return self.held
+
+    def release_exhausted_kv(self):
+        self.calls.append(("release_exhausted_kv", self.held))
+        held, self.held = self.held, 0
+        return held
+
+
+def _run(source_text, ctx):
+    namespace = {}
+    exec(compile(source_text, "<program>", "exec"), namespace)
+    gen = namespace["program"](ctx)
+    steps = 0
+    try:
+        while True:
+            next(gen)
+            steps += 1
+    except StopIteration as stop:
+        return stop.value, steps
+
+
+def test_without_references_a_stop_is_the_fixed_id(monkeypatch):
+    """The oracle off (or a device it does not compare on): no reference is
+    computed, every stop is ``FALLBACK_STOP_ID``."""
+    ctx = _FakeCtx()
+    ctx.check_enabled = lambda name: name != "greedy_output"
+    gen = explore_helpers.stop_tokens(ctx, [(0, 8, 5), (2, 64, 0)])
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    fixed = explore_helpers.FALLBACK_STOP_ID
+    assert stop.value.value == {(0, 8, 5): fixed, (2, 64, 0): fixed}
+
+
+def test_a_flush_gives_back_the_exhausted_kv_first():
+    """An accepted flush clears SGLang's allocator: held slots would be freed twice."""
+    ctx = _FakeCtx()
+    ctx.flush_cache = lambda: ctx.calls.append(("flush_cache", ctx.held)) or "op"
+    ctx.exhaust_kv(leave_pages=0)
+    gen = explore_helpers.flush_cache(ctx)
+    with pytest.raises(StopIteration):
+        next(gen)
+    assert ctx.calls[-2:] == [("release_exhausted_kv", 100), ("flush_cache", 0)]
+
+
+def test_kv_is_not_taken_while_a_flush_is_in_flight():
+    """A flush processed after the slots were taken would clear them: the
+    action steps until it was processed, or takes nothing."""
+    ctx = _FakeCtx()
+    ctx.pending_flushes = 2
+    gen = explore_helpers.exhaust_kv(ctx, 4)
+    next(gen)
+    ctx.iterated()
+    assert ctx.calls == []
+    next(gen)
+    ctx.iterated()
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert stop.value.value == 100 and ctx.calls == [("exhaust_kv", 4)]
+    stuck = _FakeCtx()
+    stuck.pending_flushes = 10 ** 6  # never processed (the tokenizer dropped it)
+    gen = explore_helpers.exhaust_kv(stuck, 4)
+    assert sum(1 for _ in _drain(gen)) == 4 and stuck.calls == []
+
+
+def _drain(gen):
+    while True:
+        try:
+            yield next(gen)
+        except StopIteration:
+            return
+
+
+def test_release_exhausted_kv_gives_everything_back_now():
+    from tests.logic.test_collaborators import _allocating, _wired
+    from tests.fakes import TOTAL
+
+    s = _allocating(FakeScheduler(idle=True))
+    ctx, _, _, kv_holds, _ = _wired(s)
+    assert ctx.release_exhausted_kv() == 0
+    taken = ctx.exhaust_kv(leave_pages=10)
+    assert ctx.release_exhausted_kv() == taken == TOTAL - 10
+    assert not kv_holds.holding and len(s.token_to_kv_pool_allocator.free_pages) == TOTAL
+
+
+# --- the actions and their source -----------------------------------------------------
+
+def test_resend_resolves_to_an_earlier_prompt_or_that_prompt_longer():
+    program = [A.Start(100, 1, 4), A.Steps(1), A.Resend(0, 0, 2), A.Resend(1, 2, 2), A.Resend(5, 9, 1)]
+    assert A.resolve_prompts(program) == [(1, 100), None, (1, 100), (1, 128), (1, 192)]
+    # pick counts the requests started so far (modulo), Resends included; the ladder's top stays
+    assert A.resolve_prompts([A.Resend(0, 1, 1)]) == [None]
+    assert A.resolve_prompts([A.Start(192, 2, 1), A.Resend(0, 3, 1)]) == [(2, 192), (2, 192)]
+    lines = A.describe_program(program)
+    assert lines[2] == "resend action 1's prompt as it was: 100 tokens of family 1 (2 chunks), 2 new"
+    # request 2 (action 3) resent its prompt: a Resend is an earlier request like any other
+    assert lines[3].startswith("resend action 3's prompt 2 lengths longer: 128 tokens of family 1")
+    assert A.describe_program([A.Resend(0, 1, 2)]) == [
+        "resend earlier request #0's prompt 1 length longer, 2 new: no earlier request, nothing"]
+
+
+def test_the_source_names_prompts_by_family_and_resolves_stops_before_the_first_action():
+    program = [A.Start(100, 1, 4, ignore_eos=False, stop_at=3), A.Pause("retract"), A.Resend(0, 1, 5, stop_at=0),
+               A.ExhaustKv(4), A.Resend(1, 0, 3), A.ReleaseKv(), A.Continue(), A.Resend(0, 0, 2, stop_at=3)]
+    source = A.to_source(program)
+    text = source.text
+    compile(text, "<program>", "exec")
+    lines = text.splitlines()
+    prologue = [l for l in lines if "explore.stop_tokens" in l]
+    assert prologue == ["    stops = yield from explore.stop_tokens(ctx, [(1, 100, 3), (1, 127, 0)])"]
+    assert lines.index(prologue[0]) < source.action_lines[0][0] - 1, "resolved before the first action"
+    first = "\n".join(lines[source.action_lines[0][0] - 1:source.action_lines[0][1]])
+    assert ("ctx.start_req(input_ids=explore.prompt_ids(1, 100), max_new_tokens=4, ignore_eos=False, "
+            "stop_token_ids=[stops[1, 100, 3]], temperature=0.0)") in first
+    resent = "\n".join(lines[source.action_lines[2][0] - 1:source.action_lines[2][1]])
+    assert "if not explore.tokenizer_paused(ctx):" in resent and "explore.prompt_ids(1, 127)" in resent
+    assert "yield from explore.exhaust_kv(ctx, 4)" in text and "explore.release_kv(ctx)" in text
+    assert "stops" not in A.to_source([A.Start(8, 0, 1)]).text, "no prologue without a stop token"
+
+
+def test_the_generated_source_sends_the_prompts_and_stop_tokens_it_names(monkeypatch):
+    def ended(ctx, reqs):
+        return {"requests": len(reqs)}
+        yield
+
+    monkeypatch.setattr(explore_helpers, "end_state_checks", ended)
+    ref_100 = [9, 8, 7, 6, 5, 4, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3]
+    monkeypatch.setattr(oracle, "_references", {(None, tuple(prompts.prompt_ids(1, 100))): (ref_100, len(ref_100))})
+    program = [A.Start(100, 1, 4, ignore_eos=False, stop_at=3), A.Steps(2), A.ExhaustKv(0),
+               A.Resend(0, 0, 2), A.ReleaseKv()]
+    ctx = _FakeCtx()
+    value, steps = _run(A.to_source(program).text, ctx)
+    assert value == {"requests": 2} and steps == 2  # the cached reference cost no step
+    (_, first), exhaust, (_, second), release = ctx.calls
+    assert first == {"input_ids": prompts.prompt_ids(1, 100), "max_new_tokens": 4, "ignore_eos": False,
+                     "stop_token_ids": [6], "temperature": 0.0}  # token 3 of its reference
+    assert second["input_ids"] == prompts.prompt_ids(1, 100) and "stop_token_ids" not in second
+    assert exhaust == ("exhaust_kv", 0) and release == ("release_exhausted_kv", 100)
+
+
+# --- the strategies ---------------------------------------------------------------------
+
+def test_every_new_field_is_drawn_and_shrinks_to_the_plain_request():
+    plain = find(strategies.starts(), lambda a: True, settings=NO_DB)
+    assert plain == A.Start(8, 0, 1, ignore_eos=True, stop_at=None)
+    assert find(strategies.starts(), lambda a: not a.ignore_eos, settings=NO_DB) == A.Start(8, 0, 1, False, None)
+    assert find(strategies.starts(), lambda a: a.stop_at is not None, settings=NO_DB) == A.Start(8, 0, 1, True, 0)
+    assert find(strategies.starts(), lambda a: a.family == 2, settings=NO_DB).family == 2
+    assert find(strategies.starts(), lambda a: a.stop_at == strategies.MAX_NEW_TOKENS - 1, settings=NO_DB)
+
+
+@pytest.mark.parametrize("topology", ["pp1-overlap", "pp1-normal", "pp1-hicache"])
+def test_resends_and_kv_pressure_are_drawn_off_pp(topology):
+    draw = strategies.action_strategy(topology)
+    assert find(draw, lambda a: isinstance(a, A.Resend) and a.longer > 0, settings=NO_DB) == A.Resend(0, 1, 1)
+    assert find(draw, lambda a: isinstance(a, A.ExhaustKv), settings=NO_DB) == A.ExhaustKv(0)
+    assert find(draw, lambda a: isinstance(a, A.ExhaustKv) and a.leave_pages == 200, settings=NO_DB)
+    assert find(draw, lambda a: isinstance(a, A.ReleaseKv), settings=NO_DB) == A.ReleaseKv()
+
+
+def test_no_kv_pressure_under_pp():
+    """Every PP rank schedules on its own pool; the harness takes the driver rank's only."""
+    assert find(strategies.action_strategy("pp4"), lambda a: isinstance(a, A.Resend), settings=NO_DB)
+    with pytest.raises(Exception):
+        find(strategies.action_strategy("pp4"), lambda a: isinstance(a, (A.ExhaustKv, A.ReleaseKv)),
+             settings=settings(max_examples=400, database=None))
+
+
+def test_requests_of_very_different_lengths_together_still_shrink():
+    """A failure that needs a 1-token and a 192-token request together shrinks
+    to two or three plain requests (a Resend may stand for the long one: it
+    depends on the request it resends, so Hypothesis need not find the pair
+    of Starts)."""
+    program = find(strategies.programs("pp1-normal"),
+                   lambda p: {n for _, n in filter(None, A.resolve_prompts(p))} >= {1, 192}, settings=NO_DB)
+    assert 2 <= len(program) <= 3 and all(isinstance(a, (A.Start, A.Resend)) for a in program)
+    assert all(a.max_new_tokens == 1 and a.ignore_eos and a.stop_at is None for a in program)
+    assert {f for f, _ in filter(None, A.resolve_prompts(program))} == {0}
+
+
+@settings(max_examples=60, deadline=None)
+@given(strategies.programs("pp1-normal"))
+def test_every_prompt_a_program_sends_is_warmed(program):
+    """The warm-up computes every reference a program needs, so no program
+    computes one (and each runs the same steps whatever ran before it)."""
+    warmed = {(f, n) for f in strategies.PROMPT_FAMILIES for n in A.PROMPT_LENGTHS}
+    assert set(filter(None, A.resolve_prompts(program))) <= warmed
+    compile(A.to_source(program).text, "<program>", "exec")
+
+
+def test_the_warm_up_sends_every_family_at_every_length():
+    class Server:
+        def run(self, target, *args, **kwargs):
+            self.target, self.args = target, args
+            return "ran"
+
+    server = Server()
+    assert runner.ExampleRunner(ServerConfig("pp1-normal"), server=server)._warm_on(server) == "ran"
+    sent, new_tokens = server.args
+    assert server.target == runner.WARM_REFERENCES and new_tokens == strategies.MAX_NEW_TOKENS
+    assert sorted(map(tuple, sent)) == sorted(tuple(prompts.prompt_ids(f, n)) for f in range(3)
+                                              for n in A.PROMPT_LENGTHS)
+    assert strategies.MAX_NEW_TOKENS - 1 < oracle.REFERENCE_TOKENS, "a stop index beyond the references"
+
+
+# --- stored programs and the corpus ----------------------------------------------------------
+
+def test_new_actions_round_trip_through_the_failure_database():
+    program = [A.Start(64, 2, 3, ignore_eos=False, stop_at=4), A.Resend(1, 2, 3), A.ExhaustKv(64), A.ReleaseKv()]
+    assert failure_db.decode(failure_db.encode(program)) == program
+    assert A.GRAMMAR_VERSION == 2
+
+
+def test_the_corpus_keeps_its_meaning_with_families():
+    """Token 1, 2, 3 prompts became families 0, 1, 2: distinct prefixes where
+    they were distinct, a shared one in ``prefix_hit``; plain requests."""
+    phases = corpus.phases("pp1-normal")
+    starts = {name: [a for a in prefix if isinstance(a, A.Start)] for name, prefix in phases.items()}
+    assert all(a.ignore_eos and a.stop_at is None for group in starts.values() for a in group)
+    assert [a.family for a in starts["queued"] + starts["mid_chunk"]] == [0, 1]
+    short, long = starts["prefix_hit"]
+    assert short.family == long.family and short.prompt_len < long.prompt_len
+    assert prompts.prompt_ids(long.family, long.prompt_len)[:short.prompt_len] == \
+        prompts.prompt_ids(short.family, short.prompt_len)
+    hicache = corpus.hicache_phases("pp1-hicache")
+    assert [a.family for a in hicache["load_held"] if isinstance(a, A.Start)] == [0, 1, 2, 0]
+    for name, program in corpus.programs("pp1-hicache", ("hicache",)):
+        compile(A.to_source(program).text, name, "exec")
