@@ -233,16 +233,6 @@ def state_slots(ctx: Any) -> int:
     return state.mbs_slots(ctx.scheduler)
 
 
-def warm(ctx, prompts: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, with_update: bool = True):
-    """A script: compute the reference of every prompt under the served
-    weights and, with ``with_update``, under the weights a default
-    ``update_weights_from_disk`` loads, then load the served ones back
-    (``scripted-runtime explore`` runs it once per server before any
-    program). Returns how many it computed. A server serving dummy weights
-    (the GPU default) computes them under the update's weights only, as
-    before: its programs run after one update."""
-
-
 def flush_unseen(ctx: Any, why: str):
     """``yield from flush_unseen(ctx, why)``: flush the idle engine and wait
     until it was processed, unseen by the control listeners (the explorer's
@@ -262,21 +252,29 @@ def flush_unseen(ctx: Any, why: str):
                            f"({flush.message}); state: {ctx.describe()}")
 
 
+def warm(ctx, prompt_list: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, with_update: bool = True):
+    """A script: compute the reference of every prompt under the served
+    weights and, with ``with_update``, under the weights a default
+    ``update_weights_from_disk`` loads, then load the served ones back
+    (``scripted-runtime explore`` runs it once per server before any
+    program). Returns how many it computed. A server serving dummy weights
+    (the GPU default) computes them under the update's weights only, as
+    before: its programs run after one update."""
     before = computed["references"]
     path, fmt = _served_weights(ctx)
     if path is None:  # dummy weights: every program runs under the update checkpoint's
         if with_update:
             yield from _load(ctx, why="before the references")
-        for prompt in prompts:
+        for prompt in prompt_list:
             yield from reference(ctx, tuple(prompt), n)
         return computed["references"] - before
     _served.setdefault("fingerprint", weights_fingerprint(ctx.scheduler))
     yield from restore_served_weights(ctx)
-    for prompt in prompts:
+    for prompt in prompt_list:
         yield from reference(ctx, tuple(prompt), n)
     if with_update and os.environ.get(ENV_CHECKPOINT) not in (None, "", path):
         yield from _load(ctx, why="(the update checkpoint, for its references)")
-        for prompt in prompts:
+        for prompt in prompt_list:
             yield from reference(ctx, tuple(prompt), n)
         yield from restore_served_weights(ctx)
     return computed["references"] - before
