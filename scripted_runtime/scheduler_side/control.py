@@ -28,6 +28,7 @@ class ControlOp:
     processed_step: Optional[int] = None
     answer: Any = None  # the scheduler's reply object (None for ops without one)
     describe: Optional[Callable[[], str]] = field(default=None, repr=False)
+    payload: Dict[str, Any] = field(default_factory=dict, repr=False)  # what was posted (the HTTP body)
 
     @property
     def processed(self) -> bool:

@@ -160,6 +160,27 @@ def compare(handle_status: str, output: Sequence[int], expected: Sequence[int], 
     return None
 
 
+def comparable_after_updates(posted_step: int, ops: Sequence[Any]) -> bool:
+    """Whether a request posted at ``posted_step`` runs under one set of
+    weights on KV computed under them (pure logic over the control ops): it
+    was posted after the last processed weight update (one posted before it
+    may hold tokens of both weights), and, when that update did not flush
+    the cache (``flush_cache=False``), after a successful flush processed
+    since (the radix tree still holds KV computed under the old weights, and
+    a prefix hit reads it: SGLang's documented meaning of not flushing, not
+    a bug)."""
+    updates = [op for op in ops if op.name.startswith("update_weights") and op.processed_step is not None]
+    if not updates:
+        return True
+    last = max(updates, key=lambda op: op.processed_step)
+    if posted_step <= last.processed_step:
+        return False
+    if last.payload.get("flush_cache", True) is not False:
+        return True
+    return any(op.name == "flush_cache" and op.processed_step is not None and op.success
+               and last.processed_step < op.processed_step < posted_step for op in ops)
+
+
 def cut_of(expected: Sequence[int], *, max_new_tokens: int, ignore_eos: bool, stop_tokens: Iterable[int]) -> str:
     """Where ``expected`` (``request_contract.expected_output``) ends, in
     words, for ``compare``'s messages: on its stop token or at the cap."""
@@ -320,10 +341,7 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
         if status == "finished" and h.finish_reason not in ("FINISH_LENGTH", "FINISH_MATCHED_TOKEN"):
             continue  # a stop string (or a grammar) ends it where only the tokenizer can tell
         todo.append((h, status, prompt, ends))
-    updates = [op.processed_step for op in ctx.control_ops
-               if op.name.startswith("update_weights") and op.processed_step is not None]
-    if updates:  # a request posted before a weight update may hold tokens of both weights
-        todo = [t for t in todo if t[0].posted_step > max(updates)]
+    todo = [t for t in todo if comparable_after_updates(t[0].posted_step, ctx.control_ops)]
     compared = 0
     for h, status, prompt, (max_new, ignore_eos, stops) in todo:
         answer = request_contract.answer_of(h.last_req)  # what the client is sent: cut at finished_len

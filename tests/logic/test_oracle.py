@@ -118,3 +118,21 @@ def test_the_duplicated_token_entry_matches_only_a_repeated_token():
                                      message=m)
     assert find(msg("[8, 8]", 8)).name == "pp_retract_chunk_duplicate_token"
     assert find(msg("[8, 9]", 9)) is None, "another wrong token is a new finding"
+
+
+class _Op:
+    def __init__(self, name, processed_step, payload=None, success=True):
+        self.name, self.processed_step, self.payload, self.success = name, processed_step, payload or {}, success
+
+
+def test_a_request_is_compared_only_on_kv_of_the_weights_it_runs_under():
+    update = _Op("update_weights_from_disk", 10, {"flush_cache": True})
+    stale = _Op("update_weights_from_disk", 10, {"flush_cache": False})
+    assert oracle.comparable_after_updates(5, [])
+    assert not oracle.comparable_after_updates(5, [update])  # posted before: tokens of both weights
+    assert oracle.comparable_after_updates(12, [update])
+    # no flush: the tree keeps KV of the old weights, a prefix hit reads it (SGLang's meaning of flush_cache=False)
+    assert not oracle.comparable_after_updates(12, [stale])
+    assert oracle.comparable_after_updates(12, [stale, _Op("flush_cache", 11)])
+    assert not oracle.comparable_after_updates(12, [stale, _Op("flush_cache", 11, success=False)])
+    assert not oracle.comparable_after_updates(12, [stale, _Op("flush_cache", 9)])  # before the update

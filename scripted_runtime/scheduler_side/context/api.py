@@ -147,7 +147,7 @@ class ScriptContext:
         answer = self._poster.post(path, payload)
         op = self._ledger.register(
             ControlOp(name=name, request_type=request_type, rid=rid,
-                      posted_step=self.step, http=answer)
+                      posted_step=self.step, http=answer, payload=dict(payload or {}))
         )
         op.describe = self.describe
         if await_arrival:
