@@ -113,7 +113,9 @@ class InvariantMemory:
     """What a check remembers across iterations of one run, and this
     iteration's inputs (``step_inputs``, set by the checker)."""
 
-    chunked_rows: Dict[str, int] = field(default_factory=dict)  # rid -> row at first chunk
+    # rid -> (row at first chunk, the request's retraction count then): a retract gives the row
+    # back (Req.reset_for_retract) and the re-prefill takes a new one, possibly in the same iteration
+    chunked_rows: Dict[str, Tuple[Any, int]] = field(default_factory=dict)
     free_rows: "FreeRowsCache" = field(default_factory=lambda: FreeRowsCache())
     free_kv: "KvFreeCounts" = field(default_factory=lambda: KvFreeCounts())
     rows: "RowTable" = field(default_factory=lambda: RowTable())
@@ -276,24 +278,33 @@ def check_slot_ownership(v: StateView, mem: InvariantMemory) -> Optional[Violati
         chunked = None
     if chunked is not None:
         row = state.req_pool_idx(chunked)
-        first = mem.chunked_rows.setdefault(chunked.rid, row)
-        if row != first:
+        retractions = _retractions(chunked)
+        first, then = mem.chunked_rows.setdefault(chunked.rid, (row, retractions))
+        if retractions != then:  # retracted and prefilled again since: a new first chunk, a new row
+            mem.chunked_rows[chunked.rid] = (row, retractions)
+        elif row != first:
             return Violation("slot_ownership",
                              f"chunked request {chunked.rid} moved from row {first} to row {row} "
                              "between chunks (PR 17850: its old row may be handed to another request)",
                              v.owner_info([chunked]))
     live_by_rid = {r.rid: r for r in v.live}
-    for rid, first in list(mem.chunked_rows.items()):
+    for rid, (first, then) in list(mem.chunked_rows.items()):
         if chunked is not None and rid == chunked.rid:
             continue
         del mem.chunked_rows[rid]  # done chunking (or gone): check its row once more
         req = live_by_rid.get(rid)
         row = state.req_pool_idx(req) if req is not None else None
-        if row is not None and row != first:
+        if row is not None and row != first and _retractions(req) == then:
             return Violation("slot_ownership",
                              f"request {rid} left chunking in row {row}, not its first-chunk row "
                              f"{first}", v.owner_info([req]))
     return _check_kv_not_free(v, by_row, mem)
+
+
+def _retractions(req: Any) -> int:
+    """How often SGLang retracted ``req`` (``Req.retraction_count``, 0 where a
+    release does not count them)."""
+    return int(getattr(req, "retraction_count", 0) or 0)
 
 
 def _check_kv_not_free(v: StateView, by_row: Dict[int, List[Any]], mem: InvariantMemory) -> Optional[Violation]:

@@ -218,7 +218,8 @@ def test_kv_is_not_taken_while_a_flush_is_in_flight():
     ctx.iterated()
     with pytest.raises(StopIteration) as stop:
         next(gen)
-    assert stop.value.value == 100 and ctx.calls == [("exhaust_kv", 4)]
+    # 4 drawn pages, plus room for one whole request (page size 1 here)
+    assert stop.value.value == 100 and ctx.calls == [("exhaust_kv", 4 + explore_helpers.ONE_REQUEST_TOKENS)]
     stuck = _FakeCtx()
     stuck.pending_flushes = 10 ** 6  # never processed (the tokenizer dropped it)
     gen = explore_helpers.exhaust_kv(stuck, 4)
@@ -297,7 +298,7 @@ def test_the_generated_source_sends_the_prompts_and_stop_tokens_it_names(monkeyp
     assert first == {"input_ids": prompts.prompt_ids(1, 100), "max_new_tokens": 4, "ignore_eos": False,
                      "stop_token_ids": [6], "temperature": 0.0}  # token 3 of its reference
     assert second["input_ids"] == prompts.prompt_ids(1, 100) and "stop_token_ids" not in second
-    assert exhaust == ("exhaust_kv", 0) and release == ("release_exhausted_kv", 100)
+    assert exhaust == ("exhaust_kv", explore_helpers.ONE_REQUEST_TOKENS) and release == ("release_exhausted_kv", 100)
 
 
 # --- the strategies ---------------------------------------------------------------------

@@ -77,6 +77,36 @@ def test_slot_ownership_chunked_request_changes_row():
     assert "chunked request c moved from row 5 to row 6" in v.message
 
 
+def test_slot_ownership_a_retracted_chunked_request_may_come_back_in_another_row():
+    """pause(retract) and continue processed in one iteration: the retract gave
+    the chunked request's row back (Req.reset_for_retract counts it) and the
+    re-prefill took another, done in one chunk thanks to the cached prefix.
+    Met by the explorer on pp1-overlap; a row change without a retract is
+    still a violation (the test above)."""
+    req = FakeReq("c", row=5, allocated=64)
+    s = FakeScheduler(reqs=[req])
+    s.chunked_req = req
+    memory = invariants.InvariantMemory()
+    assert check(s, memory=memory) is None
+    req.retraction_count = 1
+    req.kv.req_pool_idx = 6
+    s.chunked_req = None  # left chunking: prefilled again in one chunk
+    s.req_to_token_pool.free_slots = [i for i in range(1, 9) if i != 6]
+    s.req_to_token_pool.req_to_token[6, :64] = torch.arange(64)
+    assert check(s, memory=memory) is None
+    # and without the retract the same move is reported
+    req2 = FakeReq("d", row=5, allocated=64)
+    s2 = FakeScheduler(reqs=[req2])
+    s2.chunked_req = req2
+    memory2 = invariants.InvariantMemory()
+    assert check(s2, memory=memory2) is None
+    req2.kv.req_pool_idx = 6
+    s2.chunked_req = None
+    s2.req_to_token_pool.free_slots = [i for i in range(1, 9) if i != 6]
+    s2.req_to_token_pool.req_to_token[6, :64] = torch.arange(64)
+    assert "request d left chunking in row 6, not its first-chunk row 5" in check(s2, memory=memory2).message
+
+
 def test_slot_ownership_kv_index_of_live_row_is_free():
     s = FakeScheduler(reqs=[FakeReq("a", row=1, allocated=10)])
     s.token_to_kv_pool_allocator.free_pages = torch.cat([torch.tensor([7]), torch.arange(10, TOTAL)])

@@ -208,6 +208,16 @@ def release_transfers(ctx) -> int:
 FLUSHING_OPS = ("flush_cache", "update_weights_from_disk")
 
 
+# What exhaust_kv always leaves free beyond its drawn pages: room for the longest request the
+# explorer draws (a 192-token prompt and 12 new tokens), rounded up. SGLang assumes its pool
+# holds at least one whole request: it admits a chunked prompt for all of its chunks and, when
+# decoding runs short, retracts until one request is left, which must fit (0.5.23 crashes with
+# "Out of memory" otherwise). Slots taken by the harness are slots no request of SGLang's holds,
+# so taking every one strands an admitted request where no deployment could (met by the first
+# 2,000-program runs: a scheduler crash and a lost chunked request, both at 0 pages left).
+ONE_REQUEST_TOKENS = 256
+
+
 def exhaust_kv(ctx, leave_pages: int):
     """``yield from exhaust_kv(ctx, leave_pages)``: ``ctx.exhaust_kv`` as a
     program action: memory pressure from now on, so admission refuses,
@@ -217,7 +227,9 @@ def exhaust_kv(ctx, leave_pages: int):
     unprocessed: one processed after the slots were taken would clear the
     allocator under them (``release_before_flush``). Counted in the
     coverage table as ``kv:exhaust``. Returns the tokens taken (0 when
-    fewer were free, or a flush stayed unprocessed and nothing was taken)."""
+    fewer were free, or a flush stayed unprocessed and nothing was taken).
+    It always leaves room for one whole request (``ONE_REQUEST_TOKENS``)
+    beyond ``leave_pages``."""
     for _ in range(4 * _slots(ctx)):
         if not any(ctx.unprocessed_ops(name) for name in FLUSHING_OPS):
             break
@@ -226,7 +238,8 @@ def exhaust_kv(ctx, leave_pages: int):
         return 0
     if coverage_sink is not None:
         coverage_sink("kv:exhaust")
-    return ctx.exhaust_kv(leave_pages=leave_pages)
+    page = max(1, int(getattr(ctx.scheduler, "page_size", 1) or 1))
+    return ctx.exhaust_kv(leave_pages=leave_pages + -(-ONE_REQUEST_TOKENS // page))
 
 
 def release_kv(ctx) -> int:
