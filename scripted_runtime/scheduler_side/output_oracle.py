@@ -165,17 +165,19 @@ def comparable_after_updates(posted_step: int, ops: Sequence[Any]) -> bool:
     weights on KV computed under them (pure logic over the control ops): it
     was posted after the last processed weight update (one posted before it
     may hold tokens of both weights), and, when that update did not flush
-    the cache (``flush_cache=False``), after a successful flush processed
-    since (the radix tree still holds KV computed under the old weights, and
-    a prefix hit reads it: SGLang's documented meaning of not flushing, not
-    a bug)."""
+    the cache, after a successful flush processed since: the radix tree
+    still holds KV computed under the old weights, and a prefix hit reads it
+    (SGLang's meaning of ``flush_cache=False``, and of an update whose flush
+    was refused because a request was still held: 0.5.23 loads the weights,
+    answers ``success=False`` "Weights were updated, but the cache was not
+    flushed", and keeps the tree; not a bug)."""
     updates = [op for op in ops if op.name.startswith("update_weights") and op.processed_step is not None]
     if not updates:
         return True
     last = max(updates, key=lambda op: op.processed_step)
     if posted_step <= last.processed_step:
         return False
-    if last.payload.get("flush_cache", True) is not False:
+    if last.payload.get("flush_cache", True) is not False and last.success:
         return True
     return any(op.name == "flush_cache" and op.processed_step is not None and op.success
                and last.processed_step < op.processed_step < posted_step for op in ops)

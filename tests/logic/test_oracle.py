@@ -136,3 +136,8 @@ def test_a_request_is_compared_only_on_kv_of_the_weights_it_runs_under():
     assert oracle.comparable_after_updates(12, [stale, _Op("flush_cache", 11)])
     assert not oracle.comparable_after_updates(12, [stale, _Op("flush_cache", 11, success=False)])
     assert not oracle.comparable_after_updates(12, [stale, _Op("flush_cache", 9)])  # before the update
+    # a flush the update asked for but the scheduler refused (a request still held): the weights
+    # changed, the tree did not (0.5.23 answers success=False); met on pp4 and pp1
+    refused = _Op("update_weights_from_disk", 10, {"flush_cache": True}, success=False)
+    assert not oracle.comparable_after_updates(12, [refused])
+    assert oracle.comparable_after_updates(12, [refused, _Op("flush_cache", 11)])

@@ -24,6 +24,10 @@ from scripted_runtime.user_side.standby import Standby
 
 INTERPRETER = protocol.ScriptTarget(qualname="run_source", module="scripted_runtime.scheduler_side.explore.interpreter")
 SETTLE = protocol.ScriptTarget(qualname="nothing", module="scripted_runtime.scheduler_side.explore.interpreter")
+# Loads the served weights back when a weight update changed them (a passing program's
+# interpreter does it itself; a failing one stops before it).
+RESTORE_WEIGHTS = protocol.ScriptTarget(qualname="restore_served_weights",
+                                        module="scripted_runtime.scheduler_side.output_oracle")
 WARM_REFERENCES = protocol.ScriptTarget(qualname="warm", module="scripted_runtime.scheduler_side.output_oracle")
 EXAMPLE_TIMEOUT_S = 120.0
 STANDBY_MODES = ("auto", "on", "off")
@@ -306,6 +310,10 @@ class ExampleRunner:
             lambda: self.server.run(INTERPRETER, source.text, timeout=self.example_timeout_s,
                                     trace=trace, invariants=self.invariants, abstract_states=True)))
         wall = time.monotonic() - t0
+        if not result.passed and self.oracle_on and self.server.alive:
+            # the next program (the determinism check's second run among them) must start with the
+            # served weights, as on a fresh server, without steps of its own to load them
+            self.server.run(RESTORE_WEIGHTS, timeout=self.example_timeout_s, trace=False, invariants=False)
         server_id, index = self._record(tuple(program))
         value = result.value if isinstance(result.value, dict) else {}
         return Outcome(
