@@ -357,5 +357,24 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
                           cut=cut_of(expected, max_new_tokens=max_new, ignore_eos=ignore_eos, stop_tokens=stops))
         compared += 1
         if problem:
-            raise OutputMismatch(f"request {h.rid} ({prompts.describe(prompt)}, {status}): {problem}")
+            hint = yield from chunk_hint(ctx, prompt, output, expected)
+            raise OutputMismatch(f"request {h.rid} ({prompts.describe(prompt)}, {status}): {problem}{hint}")
     return compared
+
+
+def chunk_hint(ctx: Any, prompt: Sequence[int], output: Sequence[int], expected: Sequence[int]):
+    """``yield from chunk_hint(...)``: when a chunked prompt's first output
+    token is wrong, whether it is the greedy token of the prompt cut at a
+    chunk boundary (a non-final chunk's prediction committed as the
+    request's token), as words for the mismatch message; "" otherwise.
+    Computes those cut prompts' references (only after a mismatch)."""
+    if not output or not expected or output[0] == expected[0]:
+        return ""
+    size = int(getattr(getattr(ctx.scheduler, "server_args", None), "chunked_prefill_size", 0) or 0)
+    if size <= 0 or len(prompt) <= size:
+        return ""
+    for cut in range(size, len(prompt), size):
+        ref, _ = yield from reference(ctx, tuple(prompt[:cut]), 1)
+        if ref and ref[0] == output[0]:
+            return f"; token 0 is what the first {cut} prompt tokens predict: a non-final chunk's token"
+    return ""

@@ -118,6 +118,49 @@ def test_the_duplicated_token_entry_matches_only_a_repeated_token():
                                      message=m)
     assert find(msg("[8, 8]", 8)).name == "pp_retract_chunk_duplicate_token"
     assert find(msg("[8, 9]", 9)) is None, "another wrong token is a new finding"
+    # the same bug with the context-sensitive weights: the committed first token is what the
+    # prompt's first chunk predicts (the oracle says so); another wrong first token is new
+    chunk = ("OutputMismatch: request r4 (65-token prompt of family 0, finished): token 0 is 365, the reference "
+             "has 210 (output [365]..., reference [210]...); token 0 is what the first 64 prompt tokens predict: "
+             "a non-final chunk's token")
+    assert find(chunk).name == "pp_retract_chunk_duplicate_token"
+    assert find(chunk.split("; token 0 is what")[0]) is None
+    assert known_bugs.find("OutputMismatch: request <rid>", topology="pp1-normal", sglang_version="0.5.23",
+                           message=chunk) is None, "PP only"
+
+
+def test_the_chunk_hint_names_a_non_final_chunks_token():
+    class Ctx:
+        scheduler = type("S", (), {"server_args": type("A", (), {"chunked_prefill_size": 4})()})()
+
+    prompt = tuple(range(10, 20))
+    calls = []
+
+    def fake_reference(ctx, p, n):
+        calls.append(len(p))
+        return ([100 + len(p)], 1)
+        yield
+
+    import pytest as _pytest
+
+    mp = _pytest.MonkeyPatch()
+    mp.setattr(oracle, "reference", fake_reference)
+    try:
+        def run(gen):
+            try:
+                while True:
+                    next(gen)
+            except StopIteration as stop:
+                return stop.value
+
+        assert run(oracle.chunk_hint(Ctx(), prompt, [108], [999])) == \
+            "; token 0 is what the first 8 prompt tokens predict: a non-final chunk's token"
+        assert calls == [4, 8]
+        assert run(oracle.chunk_hint(Ctx(), prompt, [5], [999])) == ""  # no chunk predicts it
+        assert run(oracle.chunk_hint(Ctx(), prompt, [999], [999])) == ""  # token 0 is right
+        assert run(oracle.chunk_hint(Ctx(), prompt[:4], [104], [999])) == ""  # one chunk: nothing to cut
+    finally:
+        mp.undo()
 
 
 class _Op:
