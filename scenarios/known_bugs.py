@@ -70,21 +70,23 @@ def pp_retract_chunk_duplicate_token(ctx):
     change what the request outputs: with greedy sampling, exactly the
     tokens of the same prompt run alone.
 
-    On 0.5.23 at pp=4 the request's stale last-chunk result commits its first
-    token after the retract, and the recompute scheduled from the waiting
-    queue (built when it had no output yet) predicts that first token again
-    and appends it as the second: [8, 8] instead of [8, 429]. The output
-    oracle reports it (``OutputMismatch``); same cause as
+    On 0.5.23 at pp=4 a chunk result computed before the retract is
+    committed after it: the request (a 65-token prompt of random tokens, one
+    new token) outputs 365 where the prompt alone gives 210, and 365 is what
+    the prompt's first 64 tokens predict, the non-final chunk's prediction
+    that SGLang computes and normally drops. The output oracle reports it
+    (``OutputMismatch ... a non-final chunk's token``); same cause as
     ``pp_retract_chunk_double_release``
     (docs/upstream/pp-retract-chunk-double-release.md). The program is the
     one ``scripted-runtime explore --pp 4`` found and shrank (dev profile,
-    seed 7), kept as it was written.
+    seed 11, program 831), kept as it was written. With the earlier
+    context-free weights the same bug showed as a duplicated token ([8, 8]
+    for [8, 429]): a chunk's prediction then equalled the full prompt's.
     """
     from scripted_runtime.scheduler_side.explore import program as explore
 
-    reqs = [ctx.start_req(input_ids=[1] * 65, max_new_tokens=2, ignore_eos=True, temperature=0.0)]
-    yield from explore.flush_cache(ctx)
-    yield from explore.flush_cache(ctx)
+    reqs = [ctx.start_req(input_ids=explore.prompt_ids(0, 65), max_new_tokens=1, ignore_eos=True, temperature=0.0)]
+    yield from ctx.steps(1)
     ctx.pause_generation("retract")
     return (yield from explore.end_state_checks(ctx, reqs))
 

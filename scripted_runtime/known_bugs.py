@@ -96,8 +96,9 @@ REGISTRY: Tuple[KnownBug, ...] = (
     ),
     KnownBug(
         name="pp_retract_chunk_duplicate_token",
-        title="the same retract under PP, with one request: its stale last chunk commits a token that the "
-              "recompute then predicts again (a duplicated output token)",
+        title="the same retract under PP, with one request: a chunk result computed before the retract is "
+              "committed after it (a non-final chunk's prediction as the output; with context-free weights a "
+              "duplicated output token)",
         signature=r"OutputMismatch",
         # a token that repeats the one before it, where the reference goes on (what the old
         # context-free weights showed: a chunk's prediction equalled the full prompt's), or a
