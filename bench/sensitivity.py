@@ -70,7 +70,7 @@ def summarize(rows: List[dict]) -> Dict[str, dict]:
 
 
 def table(results: Dict[str, Dict[str, dict]]) -> str:
-    header = ["weights"] + [k if k != "none" else "none (control)" for k in KINDS if k != "none"] + \
+    header = ["weights"] + [k for k in KINDS if k != "none"] + \
         ["all corruptions", "none (control, must be 0)", "median first changed token"]
     rows = []
     for weights, summary in results.items():

@@ -56,7 +56,7 @@ import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from scripted_runtime.protocol import ENV_CHECKPOINT
-from scripted_runtime.scheduler_side import check_registry
+from scripted_runtime.scheduler_side import check_registry, state
 from scripted_runtime.scheduler_side.explore import prompts
 
 # New tokens computed per reference (the explorer asks for at most 12).
@@ -199,9 +199,7 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
     have = _references.get(key)
     if have is not None and len(have[0]) >= n:
         return have
-    from scripted_runtime.scheduler_side import state
-
-    slots = max(1, state.mbs_slots(ctx.scheduler))
+    slots = _slots(ctx)
     yield from ctx.wait_idle(max_steps=60 * slots)
     yield from flush_unseen(ctx, "before a reference run")
     h = ctx.start_req(input_ids=list(prompt), max_new_tokens=max(n, REFERENCE_TOKENS), ignore_eos=True,
@@ -245,15 +243,14 @@ def restore_served_weights(ctx: Any):
     path, fmt = _served_weights(ctx)
     if path is None:
         return False
-    yield from ctx.wait_idle(max_steps=60 * max(1, state_slots(ctx)))
+    yield from ctx.wait_idle(max_steps=60 * _slots(ctx))
     yield from _load(ctx, path, fmt, "(the served weights, back after a weight update)")
     return True
 
 
-def state_slots(ctx: Any) -> int:
-    from scripted_runtime.scheduler_side import state
-
-    return state.mbs_slots(ctx.scheduler)
+def _slots(ctx: Any) -> int:
+    """PP microbatch slots (1 without PP): waits scale with them."""
+    return max(1, state.mbs_slots(ctx.scheduler))
 
 
 def flush_unseen(ctx: Any, why: str):
@@ -261,15 +258,13 @@ def flush_unseen(ctx: Any, why: str):
     until it was processed, unseen by the control listeners (the explorer's
     coverage counts the program's own operations, not the oracle's). Raises
     when the scheduler refused it."""
-    from scripted_runtime.scheduler_side import state
-
     listeners = list(ctx.control_listeners)
     ctx.control_listeners.clear()
     try:
         flush = ctx.flush_cache()
     finally:
         ctx.control_listeners.extend(listeners)
-    yield from flush.wait(max_steps=4 * max(1, state.mbs_slots(ctx.scheduler)))
+    yield from flush.wait(max_steps=4 * _slots(ctx))
     if not flush.success:
         raise RuntimeError(f"output oracle: the flush {why} was refused on an idle engine "
                            f"({flush.message}); state: {ctx.describe()}")
