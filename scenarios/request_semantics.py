@@ -3,9 +3,13 @@ contract (docs/checks.md, "The request-semantics contract") on requests the
 explorer does not draw yet: stop tokens, EOS honoured and ignored, a length
 cap of one.
 
+And what the client receives: the answer-delivery contract (docs/checks.md,
+"The answer-delivery contract") on streamed and plain answers.
+
 Run them:
   scripted-runtime run scenarios/request_semantics.py:length_caps
   scripted-runtime run scenarios/request_semantics.py:stop_tokens
+  scripted-runtime run scenarios/request_semantics.py:streamed_answers
 """
 
 
@@ -50,3 +54,26 @@ def stop_tokens(ctx, max_new_tokens=8):
     assert stopped.http.body["meta_info"]["finish_reason"] == {"type": "stop", "matched": third}, stopped.http.body
     assert ignored.http.body["output_ids"] == out and unmet.http.body["output_ids"] == out
     return {"probe": out, "stopped": stopped_out, **checks}
+
+
+def streamed_answers(ctx, max_new_tokens=6):
+    """Streamed and plain requests side by side, among them a two-chunk
+    prompt that ends at its prefill (one new token): every answer must
+    arrive and hold exactly what the scheduler emitted, and every event of
+    a streamed one must extend the one before (the end-state checks judge
+    it: ``answer_delivery``)."""
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    reqs = [
+        ctx.start_req(input_ids=explore.prompt_ids(0, 20), max_new_tokens=max_new_tokens, ignore_eos=True,
+                      temperature=0.0, stream=True),
+        ctx.start_req(input_ids=explore.prompt_ids(1, 20), max_new_tokens=max_new_tokens, ignore_eos=True,
+                      temperature=0.0),
+        ctx.start_req(input_ids=explore.prompt_ids(2, 100), max_new_tokens=1, ignore_eos=True,
+                      temperature=0.0, stream=True),
+        ctx.start_req(input_ids=explore.prompt_ids(1, 100), max_new_tokens=1, ignore_eos=True, temperature=0.0),
+    ]
+    checks = yield from explore.end_state_checks(ctx, reqs)
+    assert checks["answers_delivered"] == len(reqs), checks
+    events = [len(h.http.chunks) if h.http.chunks is not None else None for h in reqs]
+    return {"events": events, **checks}

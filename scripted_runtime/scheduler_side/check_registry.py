@@ -9,10 +9,11 @@ extension (``scripted_runtime/extensions.py``) registers the same way:
   Optional[Violation]`` over the iteration's ``StateView`` and the run's
   ``InvariantMemory``. One ``run`` may serve several names (the contracts are
   checked together): it runs once an iteration when any of its names is on.
-* ``@end_check(NAME)`` (``output_oracle.py``, ``request_contract.py``):
+* ``@end_check(NAME)`` (``output_oracle.py``, ``request_contract.py``,
+  ``answer_delivery.py``):
   checked once, at a program's end-state check, switched on and off by name
   like the others; they fail the program with their own error
-  (``OutputMismatch``, ``RequestContractError``), as the failure signatures
+  (``OutputMismatch``, ``RequestContractError``, ``AnswerDeliveryError``), as the failure signatures
   the kill table and the known-bug registry match have always named them.
 * ``@window(NAME, loops=..., source=..., doc=...)`` (``windows.py``): a
   predicate over the scheduler, evaluated each iteration.

@@ -11,7 +11,7 @@ import http.client
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, List, Optional
 from urllib.parse import urlsplit
 
 POST_TIMEOUT_S = 600.0
@@ -22,6 +22,9 @@ class HttpAnswer:
     status: Optional[int] = None
     body: Any = None
     error: Optional[str] = None
+    # A streamed answer (``text/event-stream``): every ``data:`` event's JSON in
+    # order (``[DONE]`` left out); ``body`` is then the last of them. None otherwise.
+    chunks: Optional[List[Any]] = None
     _answered: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     @property
@@ -39,7 +42,30 @@ class HttpAnswer:
         self._answered.set()
 
     def as_dict(self) -> dict:
-        return {"status": self.status, "body": self.body, "error": self.error}
+        out = {"status": self.status, "body": self.body, "error": self.error}
+        if self.chunks is not None:
+            out["chunks"] = len(self.chunks)
+        return out
+
+
+def parse_event_stream(lines) -> List[Any]:
+    """The events of a server-sent-event body as SGLang's ``/generate``
+    streams it (``data: {json}`` lines, blank lines between, ``data: [DONE]``
+    last): each event's JSON (its text where it is not JSON), up to
+    ``[DONE]``. ``lines`` yields bytes. Pure."""
+    events: List[Any] = []
+    for raw in lines:
+        line = raw.decode("utf-8", errors="replace").strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[len("data:"):].strip()
+        if data == "[DONE]":
+            break
+        try:
+            events.append(json.loads(data))
+        except ValueError:
+            events.append(data)
+    return events
 
 
 class HttpPoster:
@@ -75,6 +101,11 @@ class HttpPoster:
                 conn.request("POST", self._prefix + path, body=json.dumps(payload).encode(),
                              headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
+            if (resp.getheader("Content-Type") or "").startswith("text/event-stream"):
+                answer.chunks = parse_event_stream(resp)
+                answer.body = answer.chunks[-1] if answer.chunks else None
+                answer.status = resp.status
+                return
             raw = resp.read()
             text = raw.decode("utf-8", errors="replace")
             try:

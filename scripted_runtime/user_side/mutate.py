@@ -57,6 +57,8 @@ def caught_by(signature: str) -> str:
         return "end-state check"
     if signature.startswith("RequestContractError"):
         return "request contract"
+    if signature.startswith("AnswerDeliveryError"):
+        return "answer delivery"
     if signature.startswith("server start"):
         return "server start"
     return "script error" if signature else ""

@@ -129,6 +129,10 @@ class _FakeCtx:
         self.scheduler = FakeScheduler(idle=True)
         self.control_ops, self.calls, self.held = [], [], 0
         self.pending_flushes = 0  # iterations until a posted flush is processed
+        self.sglang_held = 0  # KV tokens SGLang's requests and tree hold
+
+    def engine_stats(self):
+        return {"kv_pool_total": 8192, "kv_pool_free": 8192 - self.sglang_held - self.held}
 
     def unprocessed_ops(self, name):
         return ["op"] if name == "flush_cache" and self.pending_flushes else []
@@ -226,6 +230,17 @@ def test_kv_is_not_taken_while_a_flush_is_in_flight():
     assert sum(1 for _ in _drain(gen)) == 4 and stuck.calls == []
 
 
+@pytest.mark.parametrize("sglang_held, left", [(0, 4 + 256), (200, 4 + 56), (256, 4), (3000, 4)])
+def test_kv_sglang_holds_counts_towards_the_room_for_one_request(sglang_held, left):
+    """The room for one whole request counts the KV SGLang holds already
+    (a retraction or an eviction gives it back): decoding requests that hold
+    a lot are left with the drawn pages only, so ``retract_decode`` runs."""
+    ctx = _FakeCtx()
+    ctx.sglang_held = sglang_held
+    list(_drain(explore_helpers.exhaust_kv(ctx, 4)))
+    assert explore_helpers.ONE_REQUEST_TOKENS == 256 and ctx.calls == [("exhaust_kv", left)]
+
+
 def _drain(gen):
     while True:
         try:
@@ -290,7 +305,7 @@ def test_the_generated_source_sends_the_prompts_and_stop_tokens_it_names(monkeyp
     ref_100 = [9, 8, 7, 6, 5, 4, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3]
     monkeypatch.setattr(oracle, "_references", {(None, tuple(prompts.prompt_ids(1, 100))): (ref_100, len(ref_100))})
     program = [A.Start(100, 1, 4, ignore_eos=False, stop_at=3), A.Steps(2), A.ExhaustKv(0),
-               A.Resend(0, 0, 2), A.ReleaseKv()]
+               A.Resend(0, 0, 2, stream=True), A.ReleaseKv()]
     ctx = _FakeCtx()
     value, steps = _run(A.to_source(program).text, ctx)
     assert value == {"requests": 2} and steps == 2  # the cached reference cost no step
@@ -298,6 +313,7 @@ def test_the_generated_source_sends_the_prompts_and_stop_tokens_it_names(monkeyp
     assert first == {"input_ids": prompts.prompt_ids(1, 100), "max_new_tokens": 4, "ignore_eos": False,
                      "stop_token_ids": [6], "temperature": 0.0}  # token 3 of its reference
     assert second["input_ids"] == prompts.prompt_ids(1, 100) and "stop_token_ids" not in second
+    assert "stream" not in first and second["stream"] is True
     assert exhaust == ("exhaust_kv", explore_helpers.ONE_REQUEST_TOKENS) and release == ("release_exhausted_kv", 100)
 
 
@@ -309,6 +325,8 @@ def test_every_new_field_is_drawn_and_shrinks_to_the_plain_request():
     assert find(strategies.starts(), lambda a: not a.ignore_eos, settings=NO_DB) == A.Start(8, 0, 1, False, None)
     assert find(strategies.starts(), lambda a: a.stop_at is not None, settings=NO_DB) == A.Start(8, 0, 1, True, 0)
     assert find(strategies.starts(), lambda a: a.family == 2, settings=NO_DB).family == 2
+    assert find(strategies.starts(), lambda a: a.stream, settings=NO_DB) == A.Start(8, 0, 1, True, None, stream=True)
+    assert find(strategies.resends(), lambda a: a.stream, settings=NO_DB).stream
     assert find(strategies.starts(), lambda a: a.stop_at == strategies.MAX_NEW_TOKENS - 1, settings=NO_DB)
 
 
@@ -369,9 +387,10 @@ def test_the_warm_up_sends_every_family_at_every_length():
 # --- stored programs and the corpus ----------------------------------------------------------
 
 def test_new_actions_round_trip_through_the_failure_database():
-    program = [A.Start(64, 2, 3, ignore_eos=False, stop_at=4), A.Resend(1, 2, 3), A.ExhaustKv(64), A.ReleaseKv()]
+    program = [A.Start(64, 2, 3, ignore_eos=False, stop_at=4, stream=True), A.Resend(1, 2, 3, stream=True),
+               A.ExhaustKv(64), A.ReleaseKv()]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 2
+    assert A.GRAMMAR_VERSION == 3
 
 
 def test_the_corpus_keeps_its_meaning_with_families():

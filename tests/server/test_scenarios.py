@@ -123,6 +123,10 @@ def test_requests_end_by_their_own_sampling_parameters(server):
     stops = server.run(f"{REQUEST_SEMANTICS}:stop_tokens")
     assert stops.passed, stops.traceback
     assert stops.value["stopped"][-1] in stops.value["probe"], stops.value
+    streamed = server.run(f"{REQUEST_SEMANTICS}:streamed_answers")
+    assert streamed.passed, streamed.traceback
+    # the streamed 6-token answer came in several events; a plain answer has none
+    assert streamed.value["events"][0] > 1 and streamed.value["events"][1] is None, streamed.value
 
 
 @pytest.mark.slow
@@ -141,3 +145,24 @@ def test_the_contract_sees_a_short_length_finish_with_the_oracle_off():
     assert not result.passed
     assert result.error.startswith("RequestContractError: request "), result.error
     assert "finish reason length with 1 of max_new_tokens=2" in result.error, result.error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant, words", [
+    ("mut_stream_resends_last_token", "the answer's output_ids"),
+    ("mut_chunked_prefill_answer_withheld", "no /generate answer arrived"),
+])
+def test_the_answer_delivery_contract_sees_what_the_client_gets(mutant, words):
+    """Two bugs between the scheduler and the client that change nothing the
+    scheduler holds (so the oracle and the request contract pass): the
+    answer-delivery contract names both."""
+    from scripted_runtime import ScriptedServer
+
+    server = ScriptedServer.start(topology="pp1-overlap", patches=[mutant])
+    try:
+        result = server.run(f"{REQUEST_SEMANTICS}:streamed_answers")
+    finally:
+        server.shutdown()
+    assert not result.passed
+    assert result.error.startswith("AnswerDeliveryError: request "), result.error
+    assert words in result.error, result.error

@@ -97,12 +97,15 @@ class ScriptContext:
         temperature: Optional[float] = None,
         stop_token_ids: Optional[List[int]] = None,
         top_logprobs: int = 0,
+        stream: bool = False,
         await_arrival: bool = True,
     ) -> ReqHandle:
         """Send a generate request of ``prompt_len`` copies of ``prompt_token``
         (or explicit ``input_ids``); returns once it reached the scheduler.
         ``top_logprobs=k`` asks SGLang for the k best logprobs of every output
-        token (``return_logprob``), read back with ``handle.top_logprobs``."""
+        token (``return_logprob``), read back with ``handle.top_logprobs``.
+        ``stream=True`` asks for a streamed answer: ``handle.http.chunks``
+        holds every event, ``handle.http.body`` the last."""
         if input_ids is None:
             if prompt_len is None or prompt_len < 1:
                 raise ValueError("start_req needs prompt_len >= 1 or input_ids")
@@ -113,7 +116,7 @@ class ScriptContext:
             sampling["temperature"] = temperature
         if stop_token_ids is not None:
             sampling["stop_token_ids"] = stop_token_ids
-        payload = {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": False}
+        payload = {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": bool(stream)}
         if top_logprobs:
             payload.update(return_logprob=True, top_logprobs_num=top_logprobs)
         t0 = time.monotonic()

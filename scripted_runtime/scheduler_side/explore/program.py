@@ -11,7 +11,8 @@ import inspect
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from scripted_runtime.scheduler_side import control, hicache_state, output_oracle, request_contract, state
+from scripted_runtime.scheduler_side import (answer_delivery, control, hicache_state, output_oracle, request_contract,
+                                             state)
 from scripted_runtime.scheduler_side.explore.prompts import prompt_ids  # noqa: F401 - programs call explore.prompt_ids
 
 # Iterations the end-state check allows for every request to finish (and then
@@ -119,7 +120,9 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     ``scheduler_side/output_oracle.py``; off with the check name
     ``greedy_output``), and every ended request's answer to agree with its
     own sampling parameters (``scheduler_side/request_contract.py``; off with
-    ``request_semantics``). HiCache copies the program held and KV it took
+    ``request_semantics``), and every ended request's HTTP answer to arrive
+    holding what the scheduler emitted (``scheduler_side/answer_delivery.py``;
+    off with ``answer_delivery``). HiCache copies the program held and KV it took
     (``exhaust_kv``) are given back first: a request waiting for memory the
     program holds could never finish."""
     if tokenizer_paused(ctx):
@@ -172,9 +175,13 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     answers = 0
     if ctx.check_enabled(request_contract.NAME):  # last: the checks above keep their findings' names
         answers = request_contract.check_answers(reqs)
+    delivered = 0
+    if ctx.check_enabled(answer_delivery.NAME):  # waits on the clock, takes no step
+        delivered = answer_delivery.check_answers(reqs)
     return {
         "outputs_compared": compared,
         "answers_checked": answers,
+        "answers_delivered": delivered,
         "requests": len(reqs),
         "finished": sum(1 for h in reqs if h.status == "finished"),
         "aborted": sum(1 for h in reqs if h.status == "aborted"),
@@ -208,13 +215,18 @@ def release_transfers(ctx) -> int:
 FLUSHING_OPS = ("flush_cache", "update_weights_from_disk")
 
 
-# What exhaust_kv always leaves free beyond its drawn pages: room for the longest request the
-# explorer draws (a 192-token prompt and 12 new tokens), rounded up. SGLang assumes its pool
-# holds at least one whole request: it admits a chunked prompt for all of its chunks and, when
-# decoding runs short, retracts until one request is left, which must fit (0.5.23 crashes with
-# "Out of memory" otherwise). Slots taken by the harness are slots no request of SGLang's holds,
-# so taking every one strands an admitted request where no deployment could (met by the first
-# 2,000-program runs: a scheduler crash and a lost chunked request, both at 0 pages left).
+# What exhaust_kv always leaves to SGLang beyond its drawn pages, counting the KV SGLang already
+# holds (its requests' and the tree's): room for the longest request the explorer draws (a
+# 192-token prompt and 12 new tokens), rounded up. SGLang assumes its pool holds at least one
+# whole request: it admits a chunked prompt for all of its chunks and, when decoding runs short,
+# retracts until one request is left, which must fit (0.5.23 crashes with "Out of memory"
+# otherwise). Slots taken by the harness are slots no request of SGLang's holds, so taking every
+# one strands an admitted request where no deployment could (met by the first 2,000-program
+# runs: a scheduler crash and a lost chunked request, both at 0 pages left and nothing held).
+# KV SGLang holds counts towards that room: a retraction or an eviction gives it back, so
+# decoding requests that hold it may be left with only the drawn pages free, and
+# ``retract_decode`` runs (grammar 2 left these 256 tokens free on top of what SGLang held, so
+# decoding requests of at most 12 new tokens never ran short).
 ONE_REQUEST_TOKENS = 256
 
 
@@ -228,8 +240,9 @@ def exhaust_kv(ctx, leave_pages: int):
     allocator under them (``release_before_flush``). Counted in the
     coverage table as ``kv:exhaust``. Returns the tokens taken (0 when
     fewer were free, or a flush stayed unprocessed and nothing was taken).
-    It always leaves room for one whole request (``ONE_REQUEST_TOKENS``)
-    beyond ``leave_pages``."""
+    It always leaves SGLang room for one whole request
+    (``ONE_REQUEST_TOKENS``, the KV it already holds counted) beyond
+    ``leave_pages``."""
     for _ in range(4 * _slots(ctx)):
         if not any(ctx.unprocessed_ops(name) for name in FLUSHING_OPS):
             break
@@ -239,7 +252,10 @@ def exhaust_kv(ctx, leave_pages: int):
     if coverage_sink is not None:
         coverage_sink("kv:exhaust")
     page = max(1, int(getattr(ctx.scheduler, "page_size", 1) or 1))
-    return ctx.exhaust_kv(leave_pages=leave_pages + -(-ONE_REQUEST_TOKENS // page))
+    stats = ctx.engine_stats()
+    held_by_sglang = stats["kv_pool_total"] - stats["kv_pool_free"] - ctx.exhausted_kv_tokens
+    floor = max(0, ONE_REQUEST_TOKENS - held_by_sglang)
+    return ctx.exhaust_kv(leave_pages=leave_pages + -(-floor // page))
 
 
 def release_kv(ctx) -> int:

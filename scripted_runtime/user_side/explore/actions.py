@@ -23,7 +23,8 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # (``failure_db``) are keyed by it, so an old program is never replayed as a new one.
 # 2: a Start's prompt is a pseudo-random family sequence (``prompts.prompt_ids``), not one
 # repeated token; Start draws ignore_eos and a stop token; Resend, ExhaustKv, ReleaseKv.
-GRAMMAR_VERSION = 2
+# 3: Start and Resend draw ``stream``; ExhaustKv's floor counts the KV SGLang already holds.
+GRAMMAR_VERSION = 3
 # The prompt lengths programs use: around the 64-token chunk boundaries (1, 2 and 3
 # chunks), simplest first for shrinking. Part of the grammar: a Resend's "longer" steps up
 # this ladder, and the output oracle's warm-up computes every (family, length) of it.
@@ -39,8 +40,10 @@ class Steps:
         return f"step {self.n}"
 
 
-def _request_words(max_new_tokens: int, ignore_eos: bool, stop_at: Optional[int]) -> str:
+def _request_words(max_new_tokens: int, ignore_eos: bool, stop_at: Optional[int], stream: bool = False) -> str:
     words = f"{max_new_tokens} new"
+    if stream:
+        words += ", streamed"
     if not ignore_eos:
         words += ", EOS ends it"
     if stop_at is not None:
@@ -60,17 +63,19 @@ class Start:
     (radix hits), of different families nothing. ``ignore_eos=False`` lets
     the model's EOS end it; ``stop_at=k`` passes the k-th token of the
     prompt's reference output as its stop token (``program.stop_tokens``),
-    so the stop fires at position k or before."""
+    so the stop fires at position k or before. ``stream=True`` asks for a
+    streamed answer (every event judged by the answer-delivery check)."""
 
     prompt_len: int
     family: int
     max_new_tokens: int
     ignore_eos: bool = True
     stop_at: Optional[int] = None
+    stream: bool = False
 
     def describe(self) -> str:
         return (f"start: {_prompt_words(self.family, self.prompt_len)}, "
-                f"{_request_words(self.max_new_tokens, self.ignore_eos, self.stop_at)}")
+                f"{_request_words(self.max_new_tokens, self.ignore_eos, self.stop_at, self.stream)}")
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,7 @@ class Resend:
     max_new_tokens: int
     ignore_eos: bool = True
     stop_at: Optional[int] = None
+    stream: bool = False
 
     def describe(self, resolved: Optional[Tuple[int, int, int]] = None) -> str:
         """``resolved``: (action index, family, length) from ``resolve_prompts``, when known."""
@@ -97,7 +103,7 @@ class Resend:
         else:
             index, family, length = resolved
             what = f"action {index + 1}'s prompt {how}: {_prompt_words(family, length)}"
-        return f"resend {what}, {_request_words(self.max_new_tokens, self.ignore_eos, self.stop_at)}"
+        return f"resend {what}, {_request_words(self.max_new_tokens, self.ignore_eos, self.stop_at, self.stream)}"
 
 
 @dataclass(frozen=True)
@@ -275,6 +281,8 @@ def _start_call(family: int, length: int, action: Union[Start, Resend]) -> str:
     if action.stop_at is not None:
         args.append(f"stop_token_ids=[stops[{family}, {length}, {action.stop_at}]]")
     args.append("temperature=0.0")
+    if action.stream:
+        args.append("stream=True")
     return f"reqs.append(ctx.start_req({', '.join(args)}))"
 
 

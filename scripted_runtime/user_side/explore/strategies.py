@@ -65,10 +65,12 @@ def control_ops() -> st.SearchStrategy:
 
 def _request_semantics() -> dict:
     """A request's drawn end: ignore_eos (True, the simpler, first), and
-    no stop token (first) or the k-th token of its reference output."""
+    no stop token (first) or the k-th token of its reference output; and
+    whether its answer is streamed (not first)."""
     return {"max_new_tokens": st.integers(1, MAX_NEW_TOKENS),
             "ignore_eos": st.sampled_from((True, False)),
-            "stop_at": st.one_of(st.none(), st.integers(0, MAX_NEW_TOKENS - 1))}
+            "stop_at": st.one_of(st.none(), st.integers(0, MAX_NEW_TOKENS - 1)),
+            "stream": st.booleans()}
 
 
 def starts(lengths=PROMPT_LENGTHS) -> st.SearchStrategy:
