@@ -128,5 +128,27 @@ def paused_retract_waiting_with_kv(ctx):
                    output_len=len(req.output_ids))
 
 
+def decode_retracted_waiting(ctx):
+    """Decoding runs short of KV: three 150-token prompts decode, then the
+    harness takes every free slot the one-request room allows
+    (``explore.exhaust_kv``: SGLang's 450 held tokens count towards it, so
+    nothing is left free). The next decode step cannot fit, and
+    ``retract_decode`` puts requests back in the waiting queue; given the
+    KV back, they are re-admitted with their prompt and generated tokens,
+    and every output must still be its reference's (the end-state checks)."""
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    reqs = [ctx.start_req(input_ids=explore.prompt_ids(f, 150), max_new_tokens=12, ignore_eos=True,
+                          temperature=0.0) for f in range(3)]
+    yield from ctx.wait_until(lambda: all(h.status == "running" and h.output_ids for h in reqs), max_steps=40,
+                              what="three requests decoding")
+    taken = yield from explore.exhaust_kv(ctx, 0)
+    detail = yield from ctx.wait_for_window("decode_retracted_waiting", max_steps=10)
+    explore.release_kv(ctx)
+    checks = yield from explore.end_state_checks(ctx, reqs)
+    retracted = sum(1 for h in reqs if getattr(h.last_req, "retraction_count", 0))
+    return _report(ctx, "decode_retracted_waiting", detail, taken=taken, retracted=retracted, **checks)
+
+
 ALL = (pp_inflight_after_last_chunk, finished_not_pruned, chunked_between_chunks,
-       overlap_result_pending, paused_in_place_busy, paused_retract_waiting_with_kv)
+       overlap_result_pending, paused_in_place_busy, paused_retract_waiting_with_kv, decode_retracted_waiting)

@@ -157,6 +157,21 @@ def paused_retract_waiting_with_kv(s: Any) -> Optional[str]:
 
 
 @check_registry.window(
+    "decode_retracted_waiting", loops=("normal", "overlap", "pp"), source="retract_decode",
+    doc=(
+        "Not paused, yet a request waits in the queue after a retraction: decoding ran short of KV "
+        "(ScheduleBatch.retract_decode) and the request must be re-admitted with its prompt and the "
+        "tokens it already generated (Req.refresh_fill_ids)."),
+)
+def decode_retracted_waiting(s: Any) -> Optional[str]:
+    if sglang_compat.is_paused(s):
+        return None
+    retracted = [r for r in getattr(s, "waiting_queue", ()) or ()
+                 if getattr(r, "is_retracted", False) and not r.finished()]
+    return f"waiting=[{_rids(retracted)}]" if retracted else None
+
+
+@check_registry.window(
     "hicache_write_through_pending", loops=("normal", "overlap", "pp"), source="HiCache",
     doc=(
         "HiCache: a device->host backup was issued and is not reaped yet (ongoing_write_through); "
