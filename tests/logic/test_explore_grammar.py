@@ -130,6 +130,10 @@ class _FakeCtx:
         self.control_ops, self.calls, self.held = [], [], 0
         self.pending_flushes = 0  # iterations until a posted flush is processed
         self.sglang_held = 0  # KV tokens SGLang's requests and tree hold
+        self.active = []  # the live requests SGLang holds
+
+    def list_active_reqs(self):
+        return list(self.active)
 
     def engine_stats(self):
         return {"kv_pool_total": 8192, "kv_pool_free": 8192 - self.sglang_held - self.held}
@@ -222,23 +226,33 @@ def test_kv_is_not_taken_while_a_flush_is_in_flight():
     ctx.iterated()
     with pytest.raises(StopIteration) as stop:
         next(gen)
-    # 4 drawn pages, plus room for one whole request (page size 1 here)
-    assert stop.value.value == 100 and ctx.calls == [("exhaust_kv", 4 + explore_helpers.ONE_REQUEST_TOKENS)]
+    # 4 drawn pages (no request held: no room needed; page size 1 here)
+    assert stop.value.value == 100 and ctx.calls == [("exhaust_kv", 4)]
     stuck = _FakeCtx()
     stuck.pending_flushes = 10 ** 6  # never processed (the tokenizer dropped it)
     gen = explore_helpers.exhaust_kv(stuck, 4)
     assert sum(1 for _ in _drain(gen)) == 4 and stuck.calls == []
 
 
-@pytest.mark.parametrize("sglang_held, left", [(0, 4 + 256), (200, 4 + 56), (256, 4), (3000, 4)])
-def test_kv_sglang_holds_counts_towards_the_room_for_one_request(sglang_held, left):
-    """The room for one whole request counts the KV SGLang holds already
-    (a retraction or an eviction gives it back): decoding requests that hold
-    a lot are left with the drawn pages only, so ``retract_decode`` runs."""
+def _req(prompt, max_new):
+    return SimpleNamespace(origin_input_ids=[1] * prompt, sampling_params=SimpleNamespace(max_new_tokens=max_new))
+
+
+@pytest.mark.parametrize("requests, sglang_held, left", [
+    ([], 0, 4),  # nothing held: SGLang's admission judges every later request
+    ([(150, 12)], 100, 4 + 62),  # a chunked 150-token prompt, 100 tokens in: the rest of it and its 12 new
+    ([(150, 12), (8, 12)], 100, 4 + 62),  # the largest request counts
+    ([(150, 12), (150, 12), (150, 12)], 450, 4),  # three decoding: a retraction gives KV back
+    ([(8, 12)], 500, 4),  # the tree holds plenty (evictable)
+])
+def test_kv_is_taken_down_to_room_for_the_largest_request_sglang_holds(requests, sglang_held, left):
+    """SGLang must be able to finish what it admitted (retracting down to one
+    request, evicting the tree): the largest held request's prompt and new
+    tokens, less the KV SGLang holds, stay free beyond the drawn pages."""
     ctx = _FakeCtx()
-    ctx.sglang_held = sglang_held
+    ctx.active, ctx.sglang_held = [_req(*r) for r in requests], sglang_held
     list(_drain(explore_helpers.exhaust_kv(ctx, 4)))
-    assert explore_helpers.ONE_REQUEST_TOKENS == 256 and ctx.calls == [("exhaust_kv", left)]
+    assert ctx.calls == [("exhaust_kv", left)]
 
 
 def _drain(gen):
@@ -314,7 +328,7 @@ def test_the_generated_source_sends_the_prompts_and_stop_tokens_it_names(monkeyp
                      "stop_token_ids": [6], "temperature": 0.0}  # token 3 of its reference
     assert second["input_ids"] == prompts.prompt_ids(1, 100) and "stop_token_ids" not in second
     assert "stream" not in first and second["stream"] is True
-    assert exhaust == ("exhaust_kv", explore_helpers.ONE_REQUEST_TOKENS) and release == ("release_exhausted_kv", 100)
+    assert exhaust == ("exhaust_kv", 0) and release == ("release_exhausted_kv", 100)  # the fake holds no request
 
 
 # --- the strategies ---------------------------------------------------------------------

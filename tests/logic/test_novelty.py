@@ -4,6 +4,8 @@ novel programs, the search with and without guidance on a stand-in runner,
 the coverage series, the flag. No SGLang process."""
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given, settings as hsettings
 
@@ -158,3 +160,24 @@ def test_no_novelty_flag_turns_the_guidance_off_and_workers_inherit_it():
     assert "--no-novelty" in parallel.explore_argv(args, workers=1)
     assert "--no-novelty" not in parallel.explore_argv(parser.parse_args(["explore"]), workers=1)
     assert ExploreSettings().novelty is True
+
+
+class _SlowRunner(_StatesRunner):
+    def run(self, program, trace=None):
+        time.sleep(0.01)
+        return super().run(program, trace)
+
+
+@pytest.mark.parametrize("novelty", [True, False])
+def test_the_time_budget_ends_the_search_whatever_the_program_count(novelty):
+    """With the program count lifted (bench/novelty.py), the search time
+    ends Hypothesis's run: it does not go on drawing programs that are
+    answered without running (the first bench run never ended)."""
+    fake = _SlowRunner("pp1-overlap")
+    t0 = time.monotonic()
+    result = search.search(fake, ExploreSettings(profile="dev", seed=3, max_examples=10 ** 9, max_time_s=1.0,
+                                                 corpus=False, known_bugs=(), novelty=novelty))
+    took = time.monotonic() - t0
+    assert result.program is None and result.stats.examples == len(fake.ran) > 10
+    assert took < 30, f"the search ran {took:.0f}s on a 1 s budget"
+    assert result.stats.skipped == 1  # the one program drawn after the budget, not run

@@ -215,19 +215,32 @@ def release_transfers(ctx) -> int:
 FLUSHING_OPS = ("flush_cache", "update_weights_from_disk")
 
 
-# What exhaust_kv always leaves to SGLang beyond its drawn pages, counting the KV SGLang already
-# holds (its requests' and the tree's): room for the longest request the explorer draws (a
-# 192-token prompt and 12 new tokens), rounded up. SGLang assumes its pool holds at least one
-# whole request: it admits a chunked prompt for all of its chunks and, when decoding runs short,
-# retracts until one request is left, which must fit (0.5.23 crashes with "Out of memory"
-# otherwise). Slots taken by the harness are slots no request of SGLang's holds, so taking every
-# one strands an admitted request where no deployment could (met by the first 2,000-program
-# runs: a scheduler crash and a lost chunked request, both at 0 pages left and nothing held).
-# KV SGLang holds counts towards that room: a retraction or an eviction gives it back, so
-# decoding requests that hold it may be left with only the drawn pages free, and
-# ``retract_decode`` runs (grammar 2 left these 256 tokens free on top of what SGLang held, so
-# decoding requests of at most 12 new tokens never ran short).
-ONE_REQUEST_TOKENS = 256
+# What exhaust_kv leaves to SGLang beyond its drawn pages: room for the largest request SGLang
+# holds (its prompt and max_new_tokens), counting the KV SGLang already holds (its requests' and
+# the tree's: a retraction or an eviction gives it back). SGLang assumes what it admitted can
+# finish: it admits a chunked prompt for all of its chunks and a request for all of its new
+# tokens, and when decoding runs short it retracts until one request is left, which must then
+# fit (0.5.23 crashes with "Out of memory" otherwise). Slots taken by the harness are slots no
+# request of SGLang's holds, so taking every one strands an admitted request where no deployment
+# could (met by the first 2,000-program runs: a scheduler crash and a lost chunked request, both
+# at 0 pages left and nothing held). A request admitted later is SGLang's own admission's to
+# judge: it admits one only if its prompt and all of its new tokens fit.
+# Grammar 2 left a fixed 256 tokens free on top of what SGLang held, so decoding requests of at
+# most 12 new tokens never ran short; grammar 3 leaves only what the largest one needs, so
+# ``retract_decode`` runs (the ``decode_retracted_waiting`` window).
+
+
+def room_for_largest_request(ctx) -> int:
+    """Free KV tokens the largest request SGLang holds may still need
+    beyond the KV SGLang holds: ``max(prompt + max_new_tokens) - held``, at
+    least 0 (0 with no request held)."""
+    totals = [len(getattr(r, "origin_input_ids", ()) or ()) + int(getattr(r.sampling_params, "max_new_tokens", 0) or 0)
+              for r in ctx.list_active_reqs()]
+    if not totals:
+        return 0
+    stats = ctx.engine_stats()
+    held_by_sglang = stats["kv_pool_total"] - stats["kv_pool_free"] - ctx.exhausted_kv_tokens
+    return max(0, max(totals) - held_by_sglang)
 
 
 def exhaust_kv(ctx, leave_pages: int):
@@ -240,9 +253,8 @@ def exhaust_kv(ctx, leave_pages: int):
     allocator under them (``release_before_flush``). Counted in the
     coverage table as ``kv:exhaust``. Returns the tokens taken (0 when
     fewer were free, or a flush stayed unprocessed and nothing was taken).
-    It always leaves SGLang room for one whole request
-    (``ONE_REQUEST_TOKENS``, the KV it already holds counted) beyond
-    ``leave_pages``."""
+    It always leaves SGLang room for the largest request it holds
+    (``room_for_largest_request``) beyond ``leave_pages``."""
     for _ in range(4 * _slots(ctx)):
         if not any(ctx.unprocessed_ops(name) for name in FLUSHING_OPS):
             break
@@ -252,10 +264,7 @@ def exhaust_kv(ctx, leave_pages: int):
     if coverage_sink is not None:
         coverage_sink("kv:exhaust")
     page = max(1, int(getattr(ctx.scheduler, "page_size", 1) or 1))
-    stats = ctx.engine_stats()
-    held_by_sglang = stats["kv_pool_total"] - stats["kv_pool_free"] - ctx.exhausted_kv_tokens
-    floor = max(0, ONE_REQUEST_TOKENS - held_by_sglang)
-    return ctx.exhaust_kv(leave_pages=leave_pages + -(-floor // page))
+    return ctx.exhaust_kv(leave_pages=leave_pages + -(-room_for_largest_request(ctx) // page))
 
 
 def release_kv(ctx) -> int:

@@ -12,7 +12,10 @@ back), so a shrunk program never needs a precondition it cannot meet.
 Runs are memoized by program, so Hypothesis's final replay of the shrunk
 example answers from memory (no Flaky from a nondeterministic build; the
 determinism check replays for real). The time budget is enforced by answering
-programs that arrive after it as passing without running them.
+programs that arrive after it as passing without running them, and, while no
+failure was met, by ending Hypothesis's run at the first program drawn after
+it (``_SearchTimeSpent``): with a lifted program count Hypothesis would
+otherwise go on drawing programs that are answered without running.
 
 With ``settings.novelty`` (the default) the search is guided by novelty
 (``novelty.py``): a program that reaches an abstract scheduler state no
@@ -37,6 +40,12 @@ from scripted_runtime.user_side.explore import corpus as corpus_mod, failure_db,
 from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
 from scripted_runtime.user_side.explore.runner import ExampleRunner, Outcome
 from scripted_runtime.user_side.explore.stats import Stats
+
+
+class _SearchTimeSpent(BaseException):
+    """Ends Hypothesis's run when the search time is spent (a BaseException
+    that is none of ``hypothesis.core.failure_exceptions_to_catch``: it
+    propagates as a KeyboardInterrupt does, not as a failing example)."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +241,12 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
             return False
         return key in seed_keys or now - t0 < limit_s
 
+    def search_time_spent(key: Tuple) -> bool:
+        """The search's own budget is spent, no failure is being shrunk or
+        replayed, and ``key`` is not a stored or corpus program."""
+        return ("at" not in first and not first.get("needs_history") and key not in seed_keys
+                and time.monotonic() - t0 >= limit_s)
+
     def note(force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - last_note[0] < profile.progress_every_s:
@@ -250,6 +265,8 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
         if outcome is None:
             if not budget_left(key):
                 stats.skipped += 1
+                if search_time_spent(key):
+                    raise _SearchTimeSpent()
                 return
             ran_at = time.monotonic()
             outcome = runner.run(program)
@@ -323,6 +340,8 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
     result = SearchResult(stats=stats, seed=seed, known=met_known)
     try:
         explored()
+    except _SearchTimeSpent:
+        pass  # the budget ended the search with nothing failing: as Hypothesis's own end
     except ProgramFailed as exc:
         program, outcome = last_failing[exc.signature]
         result.program, result.outcome = program, outcome
