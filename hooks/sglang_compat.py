@@ -430,3 +430,23 @@ def output_top_logprobs(req: Any) -> Optional[List[List[float]]]:
     if values is None:
         return None
     return [[float(v) for v in row] for row in values]
+
+
+def evict_cache(scheduler: Any, num_tokens: int) -> int:
+    """Evict up to ``num_tokens`` of the radix tree's evictable (unlocked)
+    KV back to the allocator, as SGLang's own allocation path does under
+    memory pressure (0.5.2x: ``tree_cache.evict(EvictParams(num_tokens=N))``
+    returning an ``EvictResult``; older releases took the count and returned
+    nothing); returns the tokens evicted (measured on the tree, so either
+    form reports the same)."""
+    tree = scheduler.tree_cache
+    before = int(tree.evictable_size())
+    if num_tokens <= 0 or before <= 0:
+        return 0
+    try:
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+    except ImportError:
+        tree.evict(num_tokens)
+    else:
+        tree.evict(EvictParams(num_tokens=num_tokens))
+    return before - int(tree.evictable_size())

@@ -135,6 +135,11 @@ class _FakeCtx:
     def list_active_reqs(self):
         return list(self.active)
 
+    def evict_cache(self):
+        self.calls.append(("evict_cache",))
+        evicted, self.sglang_held = self.sglang_held, 0  # the fake's tree holds all of SGLang's KV
+        return evicted
+
     def engine_stats(self):
         return {"kv_pool_total": 8192, "kv_pool_free": 8192 - self.sglang_held - self.held}
 
@@ -253,6 +258,18 @@ def test_kv_is_taken_down_to_room_for_the_largest_request_sglang_holds(requests,
     ctx.active, ctx.sglang_held = [_req(*r) for r in requests], sglang_held
     list(_drain(explore_helpers.exhaust_kv(ctx, 4)))
     assert ctx.calls == [("exhaust_kv", left)]
+
+
+def test_exhaust_kv_may_evict_the_radix_cache_first_and_take_it_too():
+    ctx = _FakeCtx()
+    ctx.active, ctx.sglang_held = [_req(8, 12)], 500
+    list(_drain(explore_helpers.exhaust_kv(ctx, 0, evict_cache=True)))
+    # evicted first, then room for the one request (20 tokens, nothing held any more)
+    assert ctx.calls == [("evict_cache",), ("exhaust_kv", 20)]
+    source = A.to_source([A.Start(8, 0, 4), A.ExhaustKv(0, evict_cache=True), A.ExhaustKv(4)]).text
+    assert "yield from explore.exhaust_kv(ctx, 0, evict_cache=True)\n" in source
+    assert "yield from explore.exhaust_kv(ctx, 4)\n" in source
+    assert "the radix cache evicted first" in A.ExhaustKv(0, evict_cache=True).describe()
 
 
 def _drain(gen):
@@ -402,7 +419,7 @@ def test_the_warm_up_sends_every_family_at_every_length():
 
 def test_new_actions_round_trip_through_the_failure_database():
     program = [A.Start(64, 2, 3, ignore_eos=False, stop_at=4, stream=True), A.Resend(1, 2, 3, stream=True),
-               A.ExhaustKv(64), A.ReleaseKv()]
+               A.ExhaustKv(64, evict_cache=True), A.ReleaseKv()]
     assert failure_db.decode(failure_db.encode(program)) == program
     assert A.GRAMMAR_VERSION == 3
 

@@ -291,6 +291,13 @@ class ScriptContext:
             raise RuntimeError(f"exhaust_kv: the allocator refused {need} tokens")
         return int(need)
 
+    def evict_cache(self) -> int:
+        """Evict every evictable (unlocked) token of the radix tree back to
+        the allocator now, as SGLang's allocation does under memory pressure;
+        returns the tokens evicted. With ``exhaust_kv`` after it, decoding
+        runs short at once (there is no cache left to evict instead)."""
+        return sglang_compat.evict_cache(self.scheduler, self.engine_stats()["evictable"])
+
     def release_exhausted_kv(self) -> int:
         """Give back every KV slot ``exhaust_kv`` took, now instead of at the
         next reset (the memory pressure ends: SGLang's next iteration can

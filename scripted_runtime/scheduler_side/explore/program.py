@@ -243,11 +243,14 @@ def room_for_largest_request(ctx) -> int:
     return max(0, max(totals) - held_by_sglang)
 
 
-def exhaust_kv(ctx, leave_pages: int):
+def exhaust_kv(ctx, leave_pages: int, evict_cache: bool = False):
     """``yield from exhaust_kv(ctx, leave_pages)``: ``ctx.exhaust_kv`` as a
     program action: memory pressure from now on, so admission refuses,
     ``retract_decode`` retracts and the radix tree is evicted, until
     ``release_kv`` (or a flush, or the end-state checks) gives it back.
+    ``evict_cache=True`` evicts the radix tree's evictable KV first
+    (``ctx.evict_cache``) and takes that too: decoding then runs short at
+    once instead of eating the cache first.
     First steps (bounded) until no flush the program posted is still
     unprocessed: one processed after the slots were taken would clear the
     allocator under them (``release_before_flush``). Counted in the
@@ -264,6 +267,8 @@ def exhaust_kv(ctx, leave_pages: int):
     if coverage_sink is not None:
         coverage_sink("kv:exhaust")
     page = max(1, int(getattr(ctx.scheduler, "page_size", 1) or 1))
+    if evict_cache:
+        ctx.evict_cache()
     return ctx.exhaust_kv(leave_pages=leave_pages + -(-room_for_largest_request(ctx) // page))
 
 

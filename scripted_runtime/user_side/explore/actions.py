@@ -23,7 +23,8 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # (``failure_db``) are keyed by it, so an old program is never replayed as a new one.
 # 2: a Start's prompt is a pseudo-random family sequence (``prompts.prompt_ids``), not one
 # repeated token; Start draws ignore_eos and a stop token; Resend, ExhaustKv, ReleaseKv.
-# 3: Start and Resend draw ``stream``; ExhaustKv's floor counts the KV SGLang already holds.
+# 3: Start and Resend draw ``stream``; ExhaustKv leaves room for the largest request SGLang
+# holds (not a fixed 256 tokens) and may evict the radix cache first (``evict_cache``).
 GRAMMAR_VERSION = 3
 # The prompt lengths programs use: around the 64-token chunk boundaries (1, 2 and 3
 # chunks), simplest first for shrinking. Part of the grammar: a Resend's "longer" steps up
@@ -114,9 +115,11 @@ class ExhaustKv:
     harness can take slots from the driver rank's only."""
 
     leave_pages: int
+    evict_cache: bool = False  # evict the radix tree's evictable KV first and take it too
 
     def describe(self) -> str:
-        return f"exhaust KV: hold every free slot but {self.leave_pages} pages"
+        evicted = ", the radix cache evicted first" if self.evict_cache else ""
+        return f"exhaust KV: hold every free slot but {self.leave_pages} pages{evicted}"
 
 
 @dataclass(frozen=True)
@@ -351,7 +354,8 @@ def to_source(actions: Sequence[Action], *, docstring: str = "", mark: Optional[
             # The tokenizer holds new requests for the whole pause.
             body = ["if not explore.tokenizer_paused(ctx):", "    " + call] if may_be_paused else [call]
         elif isinstance(action, ExhaustKv):
-            body = [f"yield from explore.exhaust_kv(ctx, {action.leave_pages})"]
+            body = [f"yield from explore.exhaust_kv(ctx, {action.leave_pages}"
+                    + (", evict_cache=True)" if action.evict_cache else ")")]
         elif isinstance(action, ReleaseKv):
             body = ["explore.release_kv(ctx)"]
         elif isinstance(action, Extension):

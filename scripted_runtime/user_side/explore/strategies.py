@@ -86,7 +86,7 @@ def resends() -> st.SearchStrategy:
 
 
 def kv_pressure_actions() -> st.SearchStrategy:
-    return st.one_of(st.builds(A.ExhaustKv, leave_pages=st.sampled_from(KV_LEAVE_PAGES)),
+    return st.one_of(st.builds(A.ExhaustKv, leave_pages=st.sampled_from(KV_LEAVE_PAGES), evict_cache=st.booleans()),
                      st.just(A.ReleaseKv()))
 
 
