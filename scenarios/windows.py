@@ -150,5 +150,24 @@ def decode_retracted_waiting(ctx):
     return _report(ctx, "decode_retracted_waiting", detail, taken=taken, retracted=retracted, **checks)
 
 
+def prefill_not_merged(ctx):
+    """PR 10071: a pause(retract) in the iteration right after a prefill:
+    the prefill batch sits in ``last_batch``, not merged yet, and the pause
+    must retract its request too (0.5.23 does so explicitly); after
+    continue_generation it finishes with its reference's tokens (the
+    end-state checks)."""
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    req = ctx.start_req(input_ids=explore.prompt_ids(0, 20), max_new_tokens=6, ignore_eos=True, temperature=0.0)
+    detail = yield from ctx.wait_for_window("prefill_not_merged", max_steps=10)
+    ctx.pause_generation("retract")
+    yield from ctx.steps(2)
+    retracted = req.status == "waiting"
+    ctx.continue_generation()
+    checks = yield from explore.end_state_checks(ctx, [req])
+    return _report(ctx, "prefill_not_merged", detail, retracted=retracted, **checks)
+
+
 ALL = (pp_inflight_after_last_chunk, finished_not_pruned, chunked_between_chunks,
-       overlap_result_pending, paused_in_place_busy, paused_retract_waiting_with_kv, decode_retracted_waiting)
+       overlap_result_pending, paused_in_place_busy, paused_retract_waiting_with_kv, decode_retracted_waiting,
+       prefill_not_merged)

@@ -157,6 +157,23 @@ def paused_retract_waiting_with_kv(s: Any) -> Optional[str]:
 
 
 @check_registry.window(
+    "prefill_not_merged", loops=("normal", "overlap"), source="PR 10071",
+    doc=(
+        "The prefill batch just run sits in last_batch with a live request that is not being chunked, "
+        "not merged into running_batch yet (that happens at the next get_next_batch_to_run). Whatever "
+        "lands here must treat it as running: pause_generation(retract) retracts last_batch's requests "
+        "explicitly, is_fully_idle checks last_batch."),
+)
+def prefill_not_merged(s: Any) -> Optional[str]:
+    last = getattr(s, "last_batch", None)
+    if last is None or not _is_extend(last):
+        return None
+    chunked = getattr(s, "chunked_req", None)
+    live = [r for r in getattr(last, "reqs", None) or () if not r.finished() and r is not chunked]
+    return f"last_batch=[{_rids(live)}]" if live else None
+
+
+@check_registry.window(
     "decode_retracted_waiting", loops=("normal", "overlap", "pp"), source="retract_decode",
     doc=(
         "Not paused, yet a request waits in the queue after a retraction: decoding ran short of KV "

@@ -18,7 +18,7 @@ def overlap_server(server_pool):
 
 @pytest.mark.parametrize("name", [
     "finished_not_pruned", "chunked_between_chunks", "overlap_result_pending",
-    "paused_in_place_busy", "paused_retract_waiting_with_kv", "decode_retracted_waiting",
+    "paused_in_place_busy", "paused_retract_waiting_with_kv", "decode_retracted_waiting", "prefill_not_merged",
 ])
 def test_window_reached_on_overlap_default(overlap_server, name):
     result = run_ok(overlap_server, f"{WINDOWS}:{name}")
@@ -33,6 +33,8 @@ def test_window_reached_on_overlap_default(overlap_server, name):
         assert value["flush_success"] is True  # 0.5.21+: flush ignores the retracted waiters
     if name == "decode_retracted_waiting":  # re-admitted, and every output is its reference's
         assert value["retracted"] >= 1 and value["outputs_compared"] == 3, value
+    if name == "prefill_not_merged":  # retracted from last_batch, then resumed and finished intact
+        assert value["retracted"] and value["outputs_compared"] == 1, value
     if name == "finished_not_pruned":
         assert "result_queue" in value["detail"] or "last_batch" in value["detail"] \
             or "running_batch" in value["detail"]
