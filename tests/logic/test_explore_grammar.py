@@ -249,13 +249,15 @@ def _req(prompt, max_new):
     ([(150, 12), (8, 12)], 100, 4 + 62),  # the largest request counts
     ([(150, 12), (150, 12), (150, 12)], 450, 4),  # three decoding: a retraction gives KV back
     ([(8, 12)], 500, 4),  # the tree holds plenty (evictable)
+    ([(8, 12), (192, 12, "waiting")], 20, 4),  # a waiting request is SGLang's admission's to judge
 ])
 def test_kv_is_taken_down_to_room_for_the_largest_request_sglang_holds(requests, sglang_held, left):
     """SGLang must be able to finish what it admitted (retracting down to one
     request, evicting the tree): the largest held request's prompt and new
     tokens, less the KV SGLang holds, stay free beyond the drawn pages."""
     ctx = _FakeCtx()
-    ctx.active, ctx.sglang_held = [_req(*r) for r in requests], sglang_held
+    ctx.active, ctx.sglang_held = [_req(*r[:2]) for r in requests], sglang_held
+    ctx.scheduler.waiting_queue = [req for req, r in zip(ctx.active, requests) if r[2:] == ("waiting",)]
     list(_drain(explore_helpers.exhaust_kv(ctx, 4)))
     assert ctx.calls == [("exhaust_kv", left)]
 

@@ -216,7 +216,7 @@ FLUSHING_OPS = ("flush_cache", "update_weights_from_disk")
 
 
 # What exhaust_kv leaves to SGLang beyond its drawn pages: room for the largest request SGLang
-# holds (its prompt and max_new_tokens), counting the KV SGLang already holds (its requests' and
+# admitted (its prompt and max_new_tokens; a waiting one is not admitted yet), counting the KV SGLang already holds (its requests' and
 # the tree's: a retraction or an eviction gives it back). SGLang assumes what it admitted can
 # finish: it admits a chunked prompt for all of its chunks and a request for all of its new
 # tokens, and when decoding runs short it retracts until one request is left, which must then
@@ -231,11 +231,14 @@ FLUSHING_OPS = ("flush_cache", "update_weights_from_disk")
 
 
 def room_for_largest_request(ctx) -> int:
-    """Free KV tokens the largest request SGLang holds may still need
-    beyond the KV SGLang holds: ``max(prompt + max_new_tokens) - held``, at
-    least 0 (0 with no request held)."""
+    """Free KV tokens the largest request SGLang admitted may still need
+    beyond the KV SGLang holds: ``max(prompt + max_new_tokens) - held`` over
+    the live requests outside the waiting queue, at least 0 (0 with none). A
+    waiting request, a retracted one included, is SGLang's admission's to
+    judge: it waits until its prompt and new tokens fit."""
+    waiting = {id(r) for r in getattr(ctx.scheduler, "waiting_queue", ()) or ()}
     totals = [len(getattr(r, "origin_input_ids", ()) or ()) + int(getattr(r.sampling_params, "max_new_tokens", 0) or 0)
-              for r in ctx.list_active_reqs()]
+              for r in ctx.list_active_reqs() if id(r) not in waiting]
     if not totals:
         return 0
     stats = ctx.engine_stats()
@@ -256,7 +259,7 @@ def exhaust_kv(ctx, leave_pages: int, evict_cache: bool = False):
     allocator under them (``release_before_flush``). Counted in the
     coverage table as ``kv:exhaust``. Returns the tokens taken (0 when
     fewer were free, or a flush stayed unprocessed and nothing was taken).
-    It always leaves SGLang room for the largest request it holds
+    It always leaves SGLang room for the largest request it admitted
     (``room_for_largest_request``) beyond ``leave_pages``."""
     for _ in range(4 * _slots(ctx)):
         if not any(ctx.unprocessed_ops(name) for name in FLUSHING_OPS):
