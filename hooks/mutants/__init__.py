@@ -20,8 +20,15 @@ harness's checks (a fifth blind family, request semantics, adds to
 ``requests``): ``kv_content`` (KV content and slot mapping: the right number of
 slots, the wrong ones), ``prefix_cache`` (prefix matching and insertion),
 ``kv_pressure`` (admission and retraction under KV pressure),
-``stream_output`` (what a request's outputs send). ``MUTANTS`` is the table,
-in the kill table's row order (``ORDER`` below).
+``stream_output`` (what a request's outputs send). A second set of eight
+was written blind for issue 34 by another author, without reading the
+harness's checks or what its explorer draws, and measured as external
+patches before anyone read them: two new families, ``aborts`` (which
+batches an abort scans, the answer of an aborted queued request) and
+``chunked_prefill`` (a chunked prompt's cached-token count, the PP merge
+after its last chunk), and one each added to ``batches``, ``requests``,
+``idle_gate`` and ``radix_locks``. ``MUTANTS`` is the table, in the kill
+table's row order (``ORDER`` below).
 
 Every mutant lets the server's warm-up request (one short prompt, run to
 its length, no abort, pause, flush or chunking) through, so the server
@@ -47,15 +54,21 @@ from __future__ import annotations
 from typing import Dict
 
 # Each family module declares its mutants when imported.
-from scripted_runtime.hooks.mutants import (batches, hicache, idle_gate, kv_content, kv_pressure,  # noqa: F401
-                                            loops, pools, prefix_cache, radix_locks, requests, stream_output)
+from scripted_runtime.hooks.mutants import (aborts, batches, chunked_prefill, hicache, idle_gate,  # noqa: F401
+                                            kv_content, kv_pressure, loops, pools, prefix_cache, radix_locks,
+                                            requests, stream_output)
+from scripted_runtime.hooks.mutants.aborts import COLLECT_INFLIGHT_BATCHES_DIGEST  # noqa: F401
 from scripted_runtime.hooks.mutants.base import (ALL, BATCH_RESULT_PROCESSOR, FULL_COMPONENT, HICACHE,  # noqa: F401
                                                  MEM_CACHE_COMMON, MEMORY_POOL, OUTPUT_STREAMER, PATCHED_MODULES,
-                                                 PP1, PREFILL_BUDGET, RELEASE, SCHEDULE_BATCH, TOKEN_ALLOCATOR,
-                                                 TP_WORKER, UNIFIED_RADIX_CACHE, WEIGHT_UPDATER, in_order,
-                                                 source_digest)
+                                                 PP1, PREFILL_BUDGET, RELEASE, SCHEDULE_BATCH, SCHEDULE_POLICY,
+                                                 TOKEN_ALLOCATOR, TP_WORKER, UNIFIED_RADIX_CACHE, WEIGHT_UPDATER,
+                                                 in_order, source_digest)
+from scripted_runtime.hooks.mutants.batches import REQS_FINISHING_INFLIGHT_DIGEST  # noqa: F401
+from scripted_runtime.hooks.mutants.idle_gate import FLUSH_CACHE_DIGEST  # noqa: F401
 from scripted_runtime.hooks.mutants.kv_pressure import REFRESH_FILL_IDS_DIGEST  # noqa: F401
 from scripted_runtime.hooks.mutants.loops import EVENT_LOOP_NORMAL_DIGEST, EVENT_LOOP_OVERLAP_DIGEST  # noqa: F401
+from scripted_runtime.hooks.mutants.radix_locks import COMMIT_PREFILL_ADMISSION_DIGEST  # noqa: F401
+from scripted_runtime.hooks.mutants.requests import CHECK_TOKEN_BASED_FINISH_DIGEST  # noqa: F401
 from scripted_runtime.hooks.patch_base import Patch
 
 # The kill table's row order (``mutate`` runs and prints them so): the order
@@ -90,6 +103,15 @@ ORDER = (
     "mut_stream_resends_last_token",
     "mut_chunked_prefill_answer_withheld",
     "mut_stop_token_checked_one_step_late",
+    # written blind, second set (issue 34)
+    "mut_abort_misses_unmerged_prefill",
+    "mut_abort_queued_no_reply",
+    "mut_chunk_cached_tokens_inflated",
+    "mut_pp_chunked_req_merged_twice",
+    "mut_overlap_drops_last_token_req",
+    "mut_stop_ids_masked_by_eos",
+    "mut_flush_refused_while_paused",
+    "mut_admission_skips_prefix_lock",
 )
 
 MUTANTS: Dict[str, Patch] = in_order(ORDER)

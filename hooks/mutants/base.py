@@ -33,9 +33,10 @@ TP_WORKER = "sglang.srt.managers.tp_worker"
 FULL_COMPONENT = "sglang.srt.mem_cache.unified_cache.components.full"
 PREFILL_BUDGET = "sglang.srt.mem_cache.prefill_budget"
 OUTPUT_STREAMER = "sglang.srt.managers.scheduler_components.output_streamer"
+SCHEDULE_POLICY = "sglang.srt.managers.schedule_policy"
 PATCHED_MODULES = (SCHEDULE_BATCH, MEMORY_POOL, TOKEN_ALLOCATOR, UNIFIED_RADIX_CACHE, MEM_CACHE_COMMON,
                    BATCH_RESULT_PROCESSOR, WEIGHT_UPDATER, TP_WORKER, FULL_COMPONENT, PREFILL_BUDGET,
-                   OUTPUT_STREAMER)
+                   OUTPUT_STREAMER, SCHEDULE_POLICY)
 
 
 # --- declaring a mutant --------------------------------------------------------

@@ -1,11 +1,20 @@
 """Mutants of what enters and leaves a batch: prefill admission from the
-waiting queue, and the pruning of finished requests."""
+waiting queue, the pruning of finished requests, and which requests the
+overlap loop leaves out of the next decode batch.
+``mut_overlap_drops_last_token_req`` was written blind as a second set
+(issue 34): the harness's checks and what its explorer draws were not read,
+and it was measured as an external patch before anyone read it, so its
+``expected`` is a guess of what should notice the bug."""
 from __future__ import annotations
 
 from typing import Any
 
-from scripted_runtime.hooks.mutants.base import (ALL, SCHEDULE_BATCH, mutant, find_attr, find_method, find_module,
-                                                 replace_attr, scheduler_class)
+from scripted_runtime.hooks.mutants.base import (ALL, SCHEDULE_BATCH, check_copied_body, mutant, find_attr,
+                                                 find_method, find_module, replace_attr, scheduler_class)
+
+# Digest of the 0.5.23 body that mut_overlap_drops_last_token_req copies
+# (normalized source: dedented, blank lines dropped, trailing space stripped).
+REQS_FINISHING_INFLIGHT_DIGEST = "f27c9cc99dfe46be"
 
 
 # --- pruning of finished requests -------------------------------------------------
@@ -91,3 +100,68 @@ def _install_mut_admission_drops_next_waiting(scheduler_module: Any) -> None:
         return new_batch, running_batch
 
     replace_attr(cls, "_get_new_batch_prefill_raw", _get_new_batch_prefill_raw, original)
+
+
+# --- the overlap loop's decode batch: a request its queued result does not finish -----
+
+
+@mutant("mut_overlap_drops_last_token_req", topologies=("pp1-overlap",),
+        summary="overlap: a request one token short of max_new_tokens is dropped from the running batch even when "
+                "its last token is not in the queued result (it never finishes; KV stays held)",
+        expected="unknown (written blind); should show as a request that never finishes (stopped one token short "
+                 "of max_new_tokens, no answer) and a KV and row leak once the engine is otherwise idle")
+def _install_mut_overlap_drops_last_token_req(scheduler_module: Any) -> None:
+    """``Scheduler._reqs_finishing_inflight`` (overlap loop only,
+    ``enable_skip_finishing_decode``) lists the running requests whose
+    *queued* result commits their last output token, so that
+    ``update_running_batch`` can leave them out of the next decode batch
+    (``filter_batch(reqs_to_exclude=...)``, which drops them from the
+    running batch for good). Here the ``req in queued_reqs`` condition is
+    gone: every request one token short of ``max_new_tokens`` is dropped,
+    also one that is not in the queued batch -- its last token is not
+    coming. That happens whenever the queued batch is a prefill batch (a new
+    request was admitted in the previous step instead of a decode): the
+    decoding requests are not in it, their outputs are up to date, and a
+    request with exactly one token left is removed from the running batch
+    still holding its KV and request row, with nobody left to finish it.
+
+    Plausible: "a request whose next output finishes it by length need not
+    decode again" reads right if one forgets that the queued batch may not
+    contain it; with one request, or when every step is a decode, the two
+    conditions agree. The body is copied from 0.5.23 (checked by source
+    digest) with that condition removed.
+
+    Trigger: overlap loop; a new request's prefill runs in the step right
+    after which another running request has exactly ``max_new_tokens - 1``
+    output tokens (i.e. its result for that token was processed and a
+    prefill, not a decode, was queued). Needs two or more requests with
+    staggered arrival; a single warm-up request is never affected.
+
+    Seen by (written blind), as a user sees it: that request never finishes:
+    its client hangs (no final answer, the stream stops one token short),
+    its KV and request row stay allocated (the pool never drains: SGLang's
+    own idle leak check, if strict, raises once the engine is otherwise
+    idle), and a later pause/flush/update_weights that waits for idle never
+    gets there. Overlap loop only."""
+    mutant = "mut_overlap_drops_last_token_req"
+    cls = scheduler_class(scheduler_module, mutant)
+    find_method(cls, "update_running_batch", mutant, ("batch",))
+    original = find_method(cls, "_reqs_finishing_inflight", mutant, ("batch",))
+    check_copied_body(original, REQS_FINISHING_INFLIGHT_DIGEST, mutant, "Scheduler._reqs_finishing_inflight")
+
+    def _reqs_finishing_inflight(self, batch):
+        """Requests whose queued result commits their last output by length."""
+        if not self.enable_skip_finishing_decode or not self.result_queue:
+            return []
+        # At scheduling time the overlap loop has processed every result but the last.
+        assert len(self.result_queue) == 1
+        set(self.result_queue[0][0].reqs)  # MUTANT: `queued_reqs = ...` is built, no longer consulted
+        return [
+            req
+            for req in batch.reqs
+            # MUTANT: `req in queued_reqs and` removed
+            if req.beam_group is None
+            and req.next_output_finishes_by_length()
+        ]
+
+    replace_attr(cls, "_reqs_finishing_inflight", _reqs_finishing_inflight, original)

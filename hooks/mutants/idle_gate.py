@@ -1,12 +1,22 @@
 """Mutants of the idle gate and what trusts it: ``is_fully_idle`` (the PP
-microbatch drain check, the ``last_batch`` term) and the flush after a
-weight update, which must not reset the pools under live requests."""
+microbatch drain check, the ``last_batch`` term), the flush after a
+weight update, which must not reset the pools under live requests, and the
+flush's own gate while the engine is paused.
+``mut_flush_refused_while_paused`` was written blind as a second set (issue
+34): the harness's checks and what its explorer draws were not read, and it
+was measured as an external patch before anyone read it, so its
+``expected`` is a guess of what should notice the bug."""
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from scripted_runtime.hooks.mutants.base import (ALL, WEIGHT_UPDATER, mutant, find_attr, find_method, find_module,
-                                                 replace_attr, scheduler_class)
+from scripted_runtime.hooks.mutants.base import (ALL, WEIGHT_UPDATER, check_copied_body, mutant, find_attr,
+                                                 find_method, find_module, replace_attr, scheduler_class)
+
+# Digest of the 0.5.23 body that mut_flush_refused_while_paused copies
+# (normalized source: dedented, blank lines dropped, trailing space stripped).
+FLUSH_CACHE_DIGEST = "ed54b42daa73397f"
 
 _NOTHING = object()
 
@@ -132,3 +142,84 @@ def _install_mut_update_weights_flush_skips_idle_check(scheduler_module: Any) ->
         return success, message
 
     replace_attr(mgr_cls, "flush_cache_after_weight_update", flush_cache_after_weight_update, original)
+
+
+# --- written blind, second set: the flush's gate forgets the pause -------------------
+
+
+@mutant("mut_flush_refused_while_paused", topologies=ALL,
+        summary="flush_cache counts queued requests as busy even while paused: after pause(retract) a flush or a "
+                "weight update's flush is refused and the old prefix cache survives",
+        expected="unknown (written blind); should show as a refused flush (flush_cache, or update_weights' flush, "
+                 "answers failure after a pause with queued requests) and the old prefix cache still hit after it")
+def _install_mut_flush_refused_while_paused(scheduler_module: Any) -> None:
+    """``Scheduler.flush_cache`` checks ``self.is_fully_idle()`` instead
+    of ``self.is_fully_idle(ignore_waiting=self._engine_paused)``. While the
+    engine is paused, queued requests hold no KV (a retract pause frees the
+    KV of every request it puts back in the queue), so 0.5.23 lets a flush
+    run; with the mutant any queued request makes the flush fail. This is
+    the "pause(retract) -> update weights -> continue" flow: the weights are
+    loaded, then ``flush_cache_after_weight_update`` is refused and the
+    update reports failure, and the prefix cache computed with the old
+    weights survives into the resumed generation.
+
+    Plausible: a "simplification" that drops the ``ignore_waiting`` argument
+    (or a copy of the idle gate from ``attach/detach_hicache_storage``, which
+    use the plain check); unpaused flushes, and paused flushes with an empty
+    queue (pause in_place of an idle engine, pause(abort)), behave as before.
+    The body is copied from 0.5.23 (checked by source digest) with that one
+    call changed.
+
+    Trigger: pause_generation(mode=retract) while requests are running or
+    queued (they all end up in the waiting queue), or any pause while
+    requests are queued, then flush_cache or update_weights_from_disk (flush
+    on by default), then continue_generation.
+
+    Seen by (written blind), as a user sees it: flush_cache answers
+    success=False ("Cache not flushed"); update_weights_from_disk answers
+    success=False with "Weights were updated, but the cache was not flushed
+    ..."; after continue, the resumed requests and repeated prompts still
+    hit the pre-update prefix cache (``cached_tokens`` > 0 where a flush
+    should have made it 0). With the same weights reloaded the tokens
+    themselves do not change. No crash, no leak. All topologies."""
+    mutant = "mut_flush_refused_while_paused"
+    cls = scheduler_class(scheduler_module, mutant)
+    find_method(cls, "is_fully_idle", mutant, ("for_health_check", "ignore_waiting"))
+    current_platform = find_attr(scheduler_module, "current_platform", mutant,
+                                 "sglang.srt.managers.scheduler.current_platform")
+    logger = find_attr(scheduler_module, "logger", mutant, "sglang.srt.managers.scheduler.logger")
+    original = find_method(cls, "flush_cache", mutant, ("empty_cache",))
+    check_copied_body(original, FLUSH_CACHE_DIGEST, mutant, "Scheduler.flush_cache")
+
+    def flush_cache(self, empty_cache: bool = True):
+        """Flush memory pools (e.g., KV cache, Mamba cache) and optionally empty device allocator cache."""
+        if self.is_fully_idle():  # MUTANT: was is_fully_idle(ignore_waiting=self._engine_paused)
+            self.cur_batch_for_debug = None
+            self.last_batch = None
+            self.tree_cache.reset()
+            self.req_to_token_pool.clear()
+            self.token_to_kv_pool_allocator.clear()
+            self.req_to_token_pool.reset_aux_cache_allocator()
+            self.grammar_manager.clear()
+            self.metrics_reporter.reset_metrics()
+
+            if self.draft_worker:
+                self.draft_worker.clear_cache_pool()
+
+            if empty_cache:
+                current_platform.empty_cache()
+            # Per-DP-group leader logs once: ranks within a DP group are
+            # state-synchronous, but DP groups may diverge.
+            if self.metrics_reporter.is_stats_logging_rank:
+                logger.info("Cache flushed successfully!")
+            success = True
+        else:
+            logging.warning(
+                f"Cache not flushed because there are pending requests. "
+                f"#queue-req: {len(self.waiting_queue)}, "
+                f"#running-req: {len(self.running_batch.reqs)}"
+            )
+            success = False
+        return success
+
+    replace_attr(cls, "flush_cache", flush_cache, original)

@@ -37,6 +37,14 @@ BLIND = ("mut_merge_batch_rows_other_first", "mut_checkpoint_row_keeps_duplicate
          "mut_fill_ids_refresh_discards_append", "mut_stream_resends_last_token",
          "mut_chunked_prefill_answer_withheld", "mut_stop_token_checked_one_step_late")
 
+# The second set written blind for issue 34, by another author, without reading
+# the harness's checks or what its explorer draws (measured as external
+# patches before anyone read them): ``expected`` is a plain-words guess too.
+BLIND2 = ("mut_abort_misses_unmerged_prefill", "mut_abort_queued_no_reply",
+          "mut_chunk_cached_tokens_inflated", "mut_pp_chunked_req_merged_twice",
+          "mut_overlap_drops_last_token_req", "mut_stop_ids_masked_by_eos",
+          "mut_flush_refused_while_paused", "mut_admission_skips_prefix_lock")
+
 
 def test_at_least_twelve_mutants_with_unique_prefixed_names():
     assert len(mutants.MUTANTS) >= 12
@@ -61,9 +69,10 @@ def test_each_mutant_says_what_it_breaks_and_where_it_is_seen():
         assert patch.install.__name__ == f"_install_{patch.name}", patch.install.__name__
 
 
-def test_blind_mutants_cover_the_five_families_and_name_no_check():
+def _blind_families(names):
+    """The family modules of ``names``, each checked to name no check."""
     families = {}
-    for name in BLIND:
+    for name in names:
         patch = mutants.MUTANTS[name]
         families.setdefault(patch.install.__module__.rsplit(".", 1)[1], []).append(name)
         assert patch.expected.startswith("unknown (written blind); "), (name, patch.expected)
@@ -71,14 +80,33 @@ def test_blind_mutants_cover_the_five_families_and_name_no_check():
         assert "oracle" not in patch.expected, (name, patch.expected)
         doc = patch.install.__doc__
         assert "Trigger:" in doc and "Seen by (written blind)" in doc, name
+    return families
+
+
+def test_blind_mutants_cover_the_five_families_and_name_no_check():
+    families = _blind_families(BLIND)
     assert set(families) == {"kv_content", "prefix_cache", "kv_pressure", "stream_output", "requests"}
-    assert list(mutants.ORDER[-len(BLIND):]) == list(BLIND)
+    assert list(mutants.ORDER[-len(BLIND) - len(BLIND2):-len(BLIND2)]) == list(BLIND)
+
+
+def test_second_blind_set_ends_the_order_and_names_no_check():
+    families = _blind_families(BLIND2)
+    assert families == {"aborts": ["mut_abort_misses_unmerged_prefill", "mut_abort_queued_no_reply"],
+                        "chunked_prefill": ["mut_chunk_cached_tokens_inflated", "mut_pp_chunked_req_merged_twice"],
+                        "batches": ["mut_overlap_drops_last_token_req"],
+                        "requests": ["mut_stop_ids_masked_by_eos"],
+                        "idle_gate": ["mut_flush_refused_while_paused"],
+                        "radix_locks": ["mut_admission_skips_prefix_lock"]}
+    assert list(mutants.ORDER[-len(BLIND2):]) == list(BLIND2)
+    assert not set(BLIND2) & set(BLIND)
 
 
 def test_topology_specific_mutants_are_limited_to_their_loop():
     assert mutants.MUTANTS["mut_pp_drain_first_slot_only"].topologies == ("pp4",)
     assert mutants.MUTANTS["mut_normal_loop_ignores_pause"].topologies == ("pp1-normal",)
     assert mutants.MUTANTS["mut_overlap_skips_emptied_last_batch_result"].topologies == ("pp1-overlap",)
+    assert mutants.MUTANTS["mut_pp_chunked_req_merged_twice"].topologies == ("pp4",)
+    assert mutants.MUTANTS["mut_overlap_drops_last_token_req"].topologies == ("pp1-overlap",)
 
 
 def test_no_clash_with_fix_toggles_and_every_name_resolves_as_a_builtin_patch():
@@ -171,6 +199,31 @@ PINNED = [
     ('mut_stop_token_checked_one_step_late', ('pp1-overlap', 'pp1-normal', 'pp4'),
      'unknown (written blind); should show as wrong outputs (one token after the stop token; a first-token '
      'stop ignored)'),
+    # written blind, second set (issue 34)
+    ('mut_abort_misses_unmerged_prefill', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'unknown (written blind); should show as an abort that is lost (a request aborted right after its '
+     'prefill decodes on and answers normally instead of as aborted)'),
+    ('mut_abort_queued_no_reply', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'unknown (written blind); should show as a request that never gets an answer (aborted while still '
+     'queued: the client hangs, a pause(abort) or weight update behind it never completes)'),
+    ('mut_chunk_cached_tokens_inflated', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     "unknown (written blind); should show as a wrong cached_tokens in a chunked prompt's answer (its own "
+     'earlier chunks counted as prefix-cache hits); the tokens are right'),
+    ('mut_pp_chunked_req_merged_twice', ('pp4',),
+     'unknown (written blind); should show as wrong outputs for a chunked prompt at pp4 (it decodes in two '
+     'micro-batches), likely a crash or a KV accounting failure once it finishes'),
+    ('mut_overlap_drops_last_token_req', ('pp1-overlap',),
+     'unknown (written blind); should show as a request that never finishes (stopped one token short of '
+     'max_new_tokens, no answer) and a KV and row leak once the engine is otherwise idle'),
+    ('mut_stop_ids_masked_by_eos', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'unknown (written blind); should show as wrong outputs (a request runs on past its stop token to '
+     'max_new_tokens or EOS, finish reason length instead of the matched stop token)'),
+    ('mut_flush_refused_while_paused', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     "unknown (written blind); should show as a refused flush (flush_cache, or update_weights' flush, answers "
+     'failure after a pause with queued requests) and the old prefix cache still hit after it'),
+    ('mut_admission_skips_prefix_lock', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'unknown (written blind); should show as wrong outputs for a prefix hit under KV pressure (its prefix '
+     'KV evicted and reused), then a KV accounting crash or a double free'),
 ]
 
 
@@ -181,7 +234,7 @@ def test_the_table_is_pinned_name_topologies_expected_and_order():
 
 def test_each_mutant_is_declared_in_a_family_module_by_its_install_function():
     families = {"idle_gate", "loops", "pools", "radix_locks", "batches", "hicache", "requests",
-                "kv_content", "prefix_cache", "kv_pressure", "stream_output"}
+                "kv_content", "prefix_cache", "kv_pressure", "stream_output", "aborts", "chunked_prefill"}
     for patch in mutants.MUTANTS.values():
         module = patch.install.__module__
         assert module.startswith("scripted_runtime.hooks.mutants."), (patch.name, module)
@@ -867,6 +920,284 @@ def stop_check(out):
 
 both("mut_stop_token_checked_one_step_late", stop_check)
 
+# --- the mutants written blind, second set (issue 34): each once unmutated, once mutated ---
+from sglang.srt.managers.schedule_policy import PrefillAdder
+
+pp = {"size": 1}
+saved_get_parallel = sched.get_parallel
+sched.get_parallel = lambda: SimpleNamespace(pp_size=pp["size"])
+
+
+def inflight(out):
+    fake = SimpleNamespace(running_batch="running", last_batch="last_prefill", running_mbs=["running0", "running1"],
+                           mbs=["mb0", "mb1"], enable_continuous_input_polling=False, result_queue=deque())
+    for size in (1, 4):
+        pp["size"] = size
+        out[f"pp{size}"] = sched.Scheduler._collect_inflight_batches(fake)
+    pp["size"] = 1
+    fake.enable_continuous_input_polling, fake.result_queue = True, deque([("queued", None)])
+    out["pp1_polling"] = sched.Scheduler._collect_inflight_batches(fake)
+
+
+try:
+    both("mut_abort_misses_unmerged_prefill", inflight)
+finally:
+    sched.get_parallel = saved_get_parallel
+
+
+class AbortScheduler:
+    """What abort_request reads on a non-disaggregated, non-dLLM scheduler
+    with two queued requests and nothing running."""
+
+    def __init__(self):
+        self.chunked_req = self.mm_receiver = self.dllm_config = None
+        self.disaggregation_mode = DisaggregationMode.NULL
+        self.waiting_queue = [SimpleNamespace(rid=rid, kv=SimpleNamespace(holds_mamba=False))
+                              for rid in ("queued", "other")]
+        self.beam_coordinator = SimpleNamespace(retire_group=lambda req: None)
+        self.grammar_manager = SimpleNamespace(abort_requests=lambda recv_req: None)
+        self.released, self.answered = [], []
+
+    def _release_aborted_request(self, req):
+        self.released.append(req.rid)
+
+    def send_abort_output(self, abort_req, req):
+        self.answered.append(abort_req.rid)
+
+    def collect_inflight_reqs(self):
+        return set()
+
+
+def queued_abort(out):
+    saved = sched._make_abort_req
+    sched._make_abort_req = lambda req, finished_reason=None: SimpleNamespace(rid=req.rid)
+    try:
+        fake = AbortScheduler()
+        sched.Scheduler.abort_request(fake, SimpleNamespace(rid="queued", abort_all=False, finished_reason=None,
+                                                            abort_message=None))
+    finally:
+        sched._make_abort_req = saved
+    out["queue"] = [r.rid for r in fake.waiting_queue]
+    out["released"], out["answered"] = fake.released, fake.answered
+    out["send_restored"] = "send_abort_output" not in vars(fake)
+
+
+both("mut_abort_queued_no_reply", queued_abort)
+
+
+class ChunkReq:
+    """What prepare_for_extend reads of a plain text request."""
+
+    def __init__(self, prompt, prefix_len, extend_end):
+        self.origin_input_ids = array("q", range(1, prompt + 1))
+        self.full_untruncated_fill_ids = self.origin_input_ids
+        self.prefix_len, self.extend_end, self.logprob_start_len = prefix_len, extend_end, -1
+        self.input_embeds = self.positional_embed_overrides = self.multimodal_inputs = None
+        self.extend_batch_idx, self.retracted_stain, self.is_retracted = 0, False, False
+        self.already_computed, self.cached_tokens, self._cache_breakdown_computed = 0, 0, True
+        self.kv = SimpleNamespace(holds_mamba=False)
+
+    @property
+    def extend_len(self):
+        return self.extend_end - self.prefix_len
+
+    def get_fill_ids(self):
+        return self.origin_input_ids[:self.extend_end]
+
+    def is_dllm(self):
+        return False
+
+
+def extend(req):
+    batch = ScheduleBatch(reqs=[req], batch_is_full=False)
+    batch.device, batch.return_logprob = "cpu", False
+    batch.model_config = SimpleNamespace(is_encoder_decoder=False, vocab_size=32)
+    ScheduleBatch.prepare_for_extend(batch)
+    return [req.cached_tokens, req.already_computed]
+
+
+def chunk_cached(out):
+    saved = schedule_batch.alloc_for_extend, schedule_batch.get_exec, schedule_batch.SamplingBatchInfo
+    schedule_batch.alloc_for_extend = lambda batch: (None, None, None)
+    schedule_batch.get_exec = lambda: SimpleNamespace(
+        features=SimpleNamespace(enable_encoder_swa_bounded_replay=False),
+        mamba=SimpleNamespace(enable_mamba_extra_buffer=False))
+    schedule_batch.SamplingBatchInfo = SimpleNamespace(from_schedule_batch=lambda batch, vocab_size: None)
+    try:
+        chunked, seen = ChunkReq(150, 0, 64), []
+        for start in (0, 64, 128):  # a cold 150-token prompt in chunks of 64
+            chunked.prefix_len, chunked.extend_end = start, min(start + 64, 150)
+            seen.append(extend(chunked))
+        out["chunked_cold"] = seen  # [cached_tokens, already_computed] after each chunk
+        out["one_extend_prefix_hit_10"] = extend(ChunkReq(30, 10, 30))
+    finally:
+        schedule_batch.alloc_for_extend, schedule_batch.get_exec, schedule_batch.SamplingBatchInfo = saved
+
+
+both("mut_chunk_cached_tokens_inflated", chunk_cached)
+
+
+class MergeBatch:
+    def __init__(self, reqs, chunked_req=None):
+        self.reqs, self.chunked_req = list(reqs), chunked_req
+        self.forward_mode = SimpleNamespace(is_extend=lambda: True)
+        self.batch_is_full = self.is_prefill_only = False
+
+    def batch_size(self):
+        return len(self.reqs)
+
+    def is_empty(self):
+        return not self.reqs
+
+    def filter_batch(self, reqs_to_exclude=None, keep_indices=None):
+        self.reqs = [r for r in self.reqs if r not in (reqs_to_exclude or [])]
+
+    def merge_batch(self, other):
+        self.reqs.extend(other.reqs)
+
+
+class MergeScheduler:
+    """get_next_batch_to_run on a PP micro-batch whose last_batch ran a
+    middle chunk of 'chunked' (self.chunked_req is None: its last chunk was
+    admitted in another micro-batch); no prefill, no decode this step."""
+    dllm_config = chunked_req = scheduler_stage_metrics = None
+    enable_hisparse = require_mlp_sync = False
+
+    def __init__(self):
+        self.dp_attn_adapter = SimpleNamespace(maybe_prepare_mlp_sync_batch=lambda ret, need_sync: ret,
+                                               maybe_convert_decode_to_extend=lambda ret: ret)
+        self.ngram_embedding_manager = SimpleNamespace(prepare_for_forward=lambda ret, chunked_req: ret)
+
+    def process_pending_chunked_abort(self):
+        pass
+
+    def _process_hicache_events(self):
+        pass
+
+    def _should_defer_prefill(self, running_batch):
+        return True
+
+    def update_running_batch(self, batch):
+        return None
+
+    def _arm_prefill_decode_interval(self, ret):
+        pass
+
+
+def stale_merge(out):
+    last = MergeBatch(["chunked", "admitted"], chunked_req="chunked")
+    plan = sched.Scheduler.get_next_batch_to_run(MergeScheduler(), MergeBatch(["decoding"]), last)
+    out["running"] = plan.running_batch.reqs
+    out["last_batch_chunked_req"] = last.chunked_req
+
+
+both("mut_pp_chunked_req_merged_twice", stale_merge)
+
+
+class FinishingReq:
+    def __init__(self, rid):
+        self.rid, self.beam_group = rid, None
+
+    def next_output_finishes_by_length(self):
+        return True
+
+
+def finishing_inflight(out):
+    in_queued, not_queued = FinishingReq("in_queued_decode"), FinishingReq("not_in_queued_batch")
+    fake = SimpleNamespace(enable_skip_finishing_decode=True, result_queue=deque([(FakeBatch([in_queued]), None)]))
+    batch = FakeBatch([in_queued, not_queued])  # both one token short of max_new_tokens
+    out["queued_decode"] = [r.rid for r in sched.Scheduler._reqs_finishing_inflight(fake, batch)]
+    fake.result_queue = deque([(FakeBatch([FinishingReq("prefilled")]), None)])  # a prefill was queued instead
+    out["queued_prefill"] = [r.rid for r in sched.Scheduler._reqs_finishing_inflight(fake, batch)]
+
+
+both("mut_overlap_drops_last_token_req", finishing_inflight)
+
+
+def stop_or_eos(out):
+    def check(stop_token_ids, eos_token_ids, token):
+        fake = SimpleNamespace(sampling_params=SimpleNamespace(ignore_eos=False, stop_token_ids=stop_token_ids),
+                               eos_token_ids=eos_token_ids, tokenizer=None, output_ids=array("q", [3, token]),
+                               finished_reason=None, finished_len=None)
+        return [Req._check_token_based_finish(fake, fake.output_ids[-1:]), fake.finished_len]
+
+    out["stop_token_model_with_eos"] = check({5}, {2}, 5)
+    out["eos_token"] = check({5}, {2}, 2)
+    out["stop_token_model_without_eos"] = check({5}, None, 5)
+
+
+both("mut_stop_ids_masked_by_eos", stop_or_eos)
+
+
+class FlushScheduler:
+    """What flush_cache reads; idle unless a request is queued (ignore_waiting aside)."""
+
+    def __init__(self, paused, queued):
+        self._engine_paused, self.waiting_queue = paused, ["retracted"] * queued
+        self.running_batch, self.last_batch, self.draft_worker, self.reset = FakeBatch(), "last", None, []
+        self.tree_cache = SimpleNamespace(reset=lambda: self.reset.append("tree"))
+        self.req_to_token_pool = SimpleNamespace(clear=lambda: self.reset.append("rows"),
+                                                 reset_aux_cache_allocator=lambda: None)
+        self.token_to_kv_pool_allocator = SimpleNamespace(clear=lambda: self.reset.append("kv"))
+        self.grammar_manager = SimpleNamespace(clear=lambda: None)
+        self.metrics_reporter = SimpleNamespace(reset_metrics=lambda: None, is_stats_logging_rank=False)
+
+    def is_fully_idle(self, for_health_check=False, ignore_waiting=False):
+        return ignore_waiting or not self.waiting_queue
+
+
+def paused_flush(out):
+    for label, paused, queued in (("paused_queued", True, 1), ("unpaused_queued", False, 1),
+                                  ("paused_empty", True, 0)):
+        fake = FlushScheduler(paused, queued)
+        out[label] = [sched.Scheduler.flush_cache(fake, empty_cache=False), fake.reset]
+
+
+both("mut_flush_refused_while_paused", paused_flush)
+
+
+def admission_lock(out):
+    budget = []
+    adder = SimpleNamespace(tree_cache=SimpleNamespace(lock=lambda node: ["lock", node]), can_run_list=[],
+                            new_chunked_req=None,
+                            _update_prefill_budget=lambda *args, **kwargs: budget.append(list(args[:3])),
+                            _request_slot_reserve_for_req=lambda req, extend_input_len: 0,
+                            _account_prefill_cache_admission=lambda req, prefix_len: None)
+    req = SimpleNamespace(rid="prefix_hit", prefix_len=5, last_node="matched_node", lock=None, retracted_stain=False,
+                          extend_end=None)
+    admission = SimpleNamespace(prefix_len=5, extend_len=7, max_new_tokens=4, is_chunked=False, replay_len=0)
+    PrefillAdder._commit_prefill_admission(adder, req, admission, 0)
+    out["lock"], out["extend_end"] = req.lock, req.extend_end
+    out["admitted"], out["budget"] = [r.rid for r in adder.can_run_list], budget
+
+
+both("mut_admission_skips_prefix_lock", admission_lock)
+
+# the copied bodies of the second blind set: a source that differs is refused
+report["digest_guard_blind2"] = {}
+
+
+def stand_in(self, *args, batch=None, new_accepted_tokens=None, empty_cache=True, req=None, admission=None,
+             mamba_gap_reserve=0):
+    return None
+
+
+for name, owner, attr in (("mut_abort_misses_unmerged_prefill", sched.Scheduler, "_collect_inflight_batches"),
+                          ("mut_overlap_drops_last_token_req", sched.Scheduler, "_reqs_finishing_inflight"),
+                          ("mut_stop_ids_masked_by_eos", Req, "_check_token_based_finish"),
+                          ("mut_flush_refused_while_paused", sched.Scheduler, "flush_cache"),
+                          ("mut_admission_skips_prefix_lock", PrefillAdder, "_commit_prefill_admission")):
+    before = snapshot()
+    try:
+        setattr(owner, attr, stand_in)
+        try:
+            mutants.MUTANTS[name].install(sched)
+            report["digest_guard_blind2"][name] = "installed"
+        except PatchError as exc:
+            report["digest_guard_blind2"][name] = str(exc)
+    finally:
+        report["restored"] &= restore(before)
+
 # a copied body whose source differs is refused (the fill-ids refresh)
 before = snapshot()
 try:
@@ -941,10 +1272,30 @@ def test_install_changes_only_its_own_place(child_report):
                          ("mut_fill_ids_refresh_discards_append", "refresh_fill_ids"),
                          ("mut_stop_token_checked_one_step_late", "_check_token_based_finish")):
         assert where[name] == {("sglang.srt.managers.schedule_batch.Req", method)}, name
-    # No two mutants patch the same attribute: each is a different place.
+    scheduler = "sglang.srt.managers.scheduler.Scheduler"
+    for name, method in (("mut_abort_misses_unmerged_prefill", "_collect_inflight_batches"),
+                         ("mut_abort_queued_no_reply", "abort_request"),
+                         ("mut_pp_chunked_req_merged_twice", "get_next_batch_to_run"),
+                         ("mut_overlap_drops_last_token_req", "_reqs_finishing_inflight"),
+                         ("mut_flush_refused_while_paused", "flush_cache")):
+        assert where[name] == {(scheduler, method)}, name
+    assert where["mut_chunk_cached_tokens_inflated"] == {
+        ("sglang.srt.managers.schedule_batch.ScheduleBatch", "prepare_for_extend")}
+    assert where["mut_stop_ids_masked_by_eos"] == {
+        ("sglang.srt.managers.schedule_batch.Req", "_check_token_based_finish")}
+    assert where["mut_admission_skips_prefix_lock"] == {
+        ("sglang.srt.managers.schedule_policy.PrefillAdder", "_commit_prefill_admission")}
+    # No two mutants patch the same attribute: each is a different place. The
+    # one exception: the two blind sets' authors each chose the stop-token
+    # check, with different bugs (the token read one step late; the EOS line
+    # overwriting the stop-token match).
+    shared = {("sglang.srt.managers.schedule_batch.Req", "_check_token_based_finish"):
+              {"mut_stop_token_checked_one_step_late", "mut_stop_ids_masked_by_eos"}}
     seen = {}
     for name, places in where.items():
         for place in places:
+            if place in seen and shared.get(place) == {name, seen[place]}:
+                continue
             assert place not in seen, f"{name} and {seen[place]} both patch {place}"
             seen[place] = name
 
@@ -970,6 +1321,12 @@ def test_a_replaced_event_loop_keeps_crash_reporting(child_report):
 def test_copied_loop_bodies_are_guarded_by_digest(child_report):
     assert "differs from the 0.5.23 body" in child_report["digest_guard"]
     assert "differs from the 0.5.23 body" in child_report["digest_guard_fill_ids"]
+    guards = child_report["digest_guard_blind2"]
+    assert sorted(guards) == sorted(["mut_abort_misses_unmerged_prefill", "mut_overlap_drops_last_token_req",
+                                     "mut_stop_ids_masked_by_eos", "mut_flush_refused_while_paused",
+                                     "mut_admission_skips_prefix_lock"])
+    for name, outcome in guards.items():
+        assert "differs from the 0.5.23 body" in outcome and name in outcome, (name, outcome)
 
 
 def test_behaviour_on_fakes(child_report):
@@ -1044,3 +1401,53 @@ def test_blind_mutants_behaviour_on_fakes(child_report):
     assert b["mut_stop_token_checked_one_step_late"] == {
         "stop_first": [False, None], "stop_second": [False, None], "one_after_stop": [True, 3],
         "two_after_stop": [False, None]}
+
+
+def test_second_blind_set_behaviour_on_fakes(child_report):
+    """What each mutant of the second blind set changes, next to the
+    unmutated release on the same fake."""
+    b = child_report["behaviour"]
+    for name in BLIND2:
+        assert isinstance(b[name], dict) and isinstance(b[name + " unmutated"], dict), (name, b.get(name))
+    # the batches an abort scans: last_batch (pp=1) and the in-flight micro-batches (PP) are left out
+    assert b["mut_abort_misses_unmerged_prefill unmutated"] == {
+        "pp1": ["running", "last_prefill"], "pp4": ["running0", "running1", "mb0", "mb1"],
+        "pp1_polling": ["running", "last_prefill", "queued"]}
+    assert b["mut_abort_misses_unmerged_prefill"] == {
+        "pp1": ["running"], "pp4": ["running0", "running1"], "pp1_polling": ["running", "queued"]}
+    # the queued request is popped and released either way; mutated, it gets no answer
+    popped = {"queue": ["other"], "released": ["queued"], "send_restored": True}
+    assert b["mut_abort_queued_no_reply unmutated"] == {**popped, "answered": ["queued"]}
+    assert b["mut_abort_queued_no_reply"] == {**popped, "answered": []}
+    # a cold 150-token prompt in chunks of 64: the earlier chunks count as cached (128); one extend is intact
+    assert b["mut_chunk_cached_tokens_inflated unmutated"] == {
+        "chunked_cold": [[0, 64], [0, 128], [0, 150]], "one_extend_prefix_hit_10": [10, 30]}
+    assert b["mut_chunk_cached_tokens_inflated"] == {
+        "chunked_cold": [[0, 0], [64, 64], [128, 128]], "one_extend_prefix_hit_10": [10, 10]}
+    # the stale micro-batch's last_batch still names the chunked request: mutated, it is merged too
+    assert b["mut_pp_chunked_req_merged_twice unmutated"] == {"running": ["decoding", "admitted"],
+                                                              "last_batch_chunked_req": "chunked"}
+    assert b["mut_pp_chunked_req_merged_twice"] == {"running": ["decoding", "chunked", "admitted"],
+                                                    "last_batch_chunked_req": "chunked"}
+    # one token short of max_new_tokens: mutated, excluded even when the queued batch does not hold it
+    assert b["mut_overlap_drops_last_token_req unmutated"] == {"queued_decode": ["in_queued_decode"],
+                                                               "queued_prefill": []}
+    assert b["mut_overlap_drops_last_token_req"] == {
+        "queued_decode": ["in_queued_decode", "not_in_queued_batch"],
+        "queued_prefill": ["in_queued_decode", "not_in_queued_batch"]}
+    # stop token 5, EOS 2: the stop token is lost only where the model declares EOS ids
+    assert b["mut_stop_ids_masked_by_eos unmutated"] == {
+        "stop_token_model_with_eos": [True, 2], "eos_token": [True, 2], "stop_token_model_without_eos": [True, 2]}
+    assert b["mut_stop_ids_masked_by_eos"] == {
+        "stop_token_model_with_eos": [False, None], "eos_token": [True, 2],
+        "stop_token_model_without_eos": [True, 2]}
+    # a flush while paused with a request queued is refused; unpaused, or with an empty queue, as before
+    flushed = [True, ["tree", "rows", "kv"]]
+    assert b["mut_flush_refused_while_paused unmutated"] == {
+        "paused_queued": flushed, "unpaused_queued": [False, []], "paused_empty": flushed}
+    assert b["mut_flush_refused_while_paused"] == {
+        "paused_queued": [False, []], "unpaused_queued": [False, []], "paused_empty": flushed}
+    # admission: the request is admitted and charged as before, but holds no lock on its matched prefix
+    admitted = {"extend_end": 12, "admitted": ["prefix_hit"], "budget": [[5, 7, 4]]}
+    assert b["mut_admission_skips_prefix_lock unmutated"] == {**admitted, "lock": ["lock", "matched_node"]}
+    assert b["mut_admission_skips_prefix_lock"] == {**admitted, "lock": None}
