@@ -450,3 +450,19 @@ def evict_cache(scheduler: Any, num_tokens: int) -> int:
     else:
         tree.evict(EvictParams(num_tokens=num_tokens))
     return before - int(tree.evictable_size())
+
+
+def flush_ignores_waiting_while_paused(scheduler: Any) -> bool:
+    """Whether this release's ``flush_cache`` lets waiting requests be
+    during a pause (0.5.21+: ``is_fully_idle(ignore_waiting=self._engine_paused)``,
+    so a flush after ``pause_generation(retract)`` is accepted); read off
+    ``is_fully_idle``'s parameters."""
+    import inspect
+
+    gate = getattr(scheduler, "is_fully_idle", None)
+    if gate is None:
+        return False
+    try:
+        return "ignore_waiting" in inspect.signature(gate).parameters
+    except (TypeError, ValueError):
+        return False

@@ -40,7 +40,17 @@ loop does otherwise, the contract reports it (a finding), it does not bend.
 * ``flush``: a ``flush_cache`` is accepted only when no live request holds
   KV (what SGLang's idle gate promises); an accepted one leaves the tree
   empty, every row free and every KV slot available, right after it ran; a
-  refused one changes nothing (tree, rows, KV as before).
+  refused one changes nothing (tree, rows, KV as before). And it is not
+  refused when the engine holds nothing to protect (``must_accept``, the
+  harness's own scan): no request, finished or not, in any batch, the
+  chunked slot, the result queue or a PP slot, no waiting request holding
+  KV, and the waiting queue empty, or, during a pause on a release whose
+  flush lets waiting requests be (0.5.21+: ``flush_cache`` asks
+  ``is_fully_idle(ignore_waiting=self._engine_paused)``, PR 10071's RL
+  flow: pause with retract, flush, update, continue), only waiting
+  requests. Not judged with HiCache on (a pending copy also keeps the gate
+  shut), nor under PP (the gate also waits for the microbatches in flight
+  between ranks, which the driver rank's scan does not see whole).
 * ``update_weights``: ``update_weights_from_disk(flush_cache=True)`` that
   answers success was processed with no live request holding KV and
   leaves the pools as an accepted flush does; one that
@@ -61,7 +71,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from scripted_runtime.hooks import sglang_compat
-from scripted_runtime.scheduler_side import check_registry, state
+from scripted_runtime.scheduler_side import check_registry, hicache_state, state
 from scripted_runtime.scheduler_side.check_registry import Violation
 
 NAMES = ("pause", "continue", "abort", "flush", "update_weights")
@@ -98,7 +108,32 @@ def pools(s: Any) -> Dict[str, Any]:
     busy = tuple(r.rid for r in state.iter_reqs(s) if not r.finished() and state.holds_kv(r))
     return {"tree_tokens": stats["evictable"] + stats["protected"], "rows_free": stats["req_pool_free"],
             "kv_free": stats["kv_pool_free"], "busy": busy, "rows_total": stats["req_pool_total"],
-            "kv_total": int(getattr(s, "max_total_num_tokens", 0) or stats["kv_pool_total"])}
+            "kv_total": int(getattr(s, "max_total_num_tokens", 0) or stats["kv_pool_total"]),
+            "must_accept": must_accept_flush(s)}
+
+
+def must_accept_flush(s: Any) -> Optional[str]:
+    """Why a flush processed now must be accepted (the engine holds nothing
+    a flush could reset under: the module docstring's ``flush`` rule), or
+    None when a refusal is allowed. Read by the harness's own scan of the
+    scheduler's places, not by SGLang's gate."""
+    if hicache_state.controller(s) is not None or sglang_compat.loop_kind(s) == "pp":
+        return None
+    waiting: List[Any] = []
+    for name, _, _, reqs in state.places(s):
+        if name != "waiting_queue":
+            if reqs:
+                return None
+        else:
+            waiting = list(reqs)
+    if any(state.holds_kv(r) for r in waiting):
+        return None
+    if not waiting:
+        return "nothing is held anywhere"
+    if sglang_compat.is_paused(s) and sglang_compat.flush_ignores_waiting_while_paused(s):
+        return (f"the engine is paused and only waiting requests are held ({len(waiting)}, none holding KV), "
+                "which this release's flush lets be (is_fully_idle(ignore_waiting=True))")
+    return None
 
 
 FINGERPRINT = ("tree_tokens", "rows_free", "kv_free")  # what a refused flush must leave as it was
@@ -215,6 +250,8 @@ class ContractMemory:
         elif any(before[k] != after[k] for k in FINGERPRINT):
             changed = ", ".join(f"{k} {before[k]} -> {after[k]}" for k in FINGERPRINT if before[k] != after[k])
             self.problems.append((contract, f"{what} refused, yet the pools changed: {changed}"))
+        elif before.get("must_accept"):
+            self.problems.append((contract, f"{what} refused, though {before['must_accept']}"))
 
 
 def _abort_targets(s: Any, recv_req: Any) -> List[Tuple[Any, bool]]:

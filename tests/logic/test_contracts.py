@@ -289,3 +289,45 @@ def test_pause_on_pp_lets_forwards_launched_before_it_deliver_for_one_round():
     a.output_ids.append(1)
     v = run.check()
     assert v.invariant == "pause" and "while paused" in v.message
+
+
+class _GatedScheduler(FakeScheduler):
+    """A release whose flush lets waiting requests be during a pause (0.5.21+)."""
+
+    def is_fully_idle(self, for_health_check=False, ignore_waiting=False):
+        return self._idle
+
+
+def _refused_flush(s):
+    run = Run(s)
+    run.dispatch(req_input("FlushCacheReqInput"), _flush_output(False))
+    return run.check()
+
+
+def test_a_flush_is_not_refused_when_nothing_is_held():
+    v = _refused_flush(FakeScheduler(reqs=[]))
+    assert v.invariant == "flush" and "flush_cache refused, though nothing is held anywhere" in v.message
+
+
+def test_a_flush_during_a_pause_with_only_waiting_requests_must_be_accepted_where_the_release_says_so():
+    waiting = FakeReq("w", row=None, allocated=0)
+    s = _GatedScheduler(reqs=[])
+    s.waiting_queue, s._engine_paused = [waiting], True
+    v = _refused_flush(s)
+    assert v.invariant == "flush" and "paused and only waiting requests are held (1, none holding KV)" in v.message
+    old = FakeScheduler(reqs=[])  # a release before 0.5.21: its flush waits for the waiting queue
+    old.waiting_queue, old._engine_paused = [waiting], True
+    assert _refused_flush(old) is None
+    unpaused = _GatedScheduler(reqs=[])
+    unpaused.waiting_queue = [waiting]
+    assert _refused_flush(unpaused) is None
+
+
+def test_a_flush_may_be_refused_while_anything_sits_in_a_batch_or_the_engine_is_under_pp():
+    done = FakeReq("d", row=1, allocated=4, done=True)  # finished, not pruned yet: the gate still counts it
+    s = FakeScheduler(reqs=[])
+    s.last_batch = SimpleNamespace(reqs=[done], forward_mode=None)
+    assert _refused_flush(s) is None
+    pp = FakeScheduler(reqs=[])
+    pp.__dict__["_scripted_runtime_loop_kind"] = "pp"
+    assert _refused_flush(pp) is None
