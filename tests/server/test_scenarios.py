@@ -166,3 +166,21 @@ def test_the_answer_delivery_contract_sees_what_the_client_gets(mutant, words):
     assert not result.passed
     assert result.error.startswith("AnswerDeliveryError: request "), result.error
     assert words in result.error, result.error
+
+
+@pytest.mark.slow
+def test_the_flush_contract_sees_a_flush_refused_with_only_waiting_requests_during_a_pause():
+    """``mut_flush_refused_while_paused`` (written blind, second set): the
+    flush after pause_generation(retract) is refused, as releases before
+    0.5.21 did; the flush contract's liveness half names it (0.5.23 accepts
+    it: ``is_fully_idle(ignore_waiting=self._engine_paused)``)."""
+    from scripted_runtime import ScriptedServer
+
+    server = ScriptedServer.start(topology="pp1-overlap", patches=["mut_flush_refused_while_paused"])
+    try:
+        result = server.run(f"{SCENARIOS / 'windows.py'}:paused_retract_waiting_with_kv")
+    finally:
+        server.shutdown()
+    assert not result.passed and result.violation and result.violation["invariant"] == "flush", result.summary()
+    assert "flush_cache refused, though the engine is paused and only waiting requests are held" in \
+        result.violation["message"], result.summary()
