@@ -296,7 +296,7 @@ class ScriptContext:
         the allocator now, as SGLang's allocation does under memory pressure;
         returns the tokens evicted. With ``exhaust_kv`` after it, decoding
         runs short at once (there is no cache left to evict instead)."""
-        return sglang_compat.evict_cache(self.scheduler, self.engine_stats()["evictable"])
+        return sglang_compat.evict_cache(self.scheduler, state.pool_stats(self.scheduler)["evictable"])
 
     def release_exhausted_kv(self) -> int:
         """Give back every KV slot ``exhaust_kv`` took, now instead of at the
