@@ -71,8 +71,8 @@ def _install_mut_prune_keeps_aborted(scheduler_module: Any) -> None:
 
 @mutant("mut_admission_drops_next_waiting", topologies=ALL,
         summary="prefill admission also drops the first request it did not admit from the waiting queue",
-        expected="end-state check (a request lost: held nowhere, never finished), or a weight update waiting "
-                 "behind it in the tokenizer (ArrivalTimeout)")
+        expected="end-state check (a request lost: held nowhere, never finished), at the program's end or "
+                 "when a weight update would wait behind it in the tokenizer")
 def _install_mut_admission_drops_next_waiting(scheduler_module: Any) -> None:
     """After forming a prefill batch, ``Scheduler._get_new_batch_prefill_raw``
     also removes the first request it did not admit (the one the admission
@@ -86,9 +86,10 @@ def _install_mut_admission_drops_next_waiting(scheduler_module: Any) -> None:
 
     Seen by: the end-state check, since a request the scheduler took in and
     holds nowhere without a finish reason is ``lost`` (before, it counted as
-    finished and nothing was leaked); or an update_weights after it: the
-    tokenizer holds the update behind the lost generate request
-    (ArrivalTimeout / UpdateAnswerTimeout). All topologies."""
+    finished and nothing was leaked); an explored weight update after it
+    says so before posting (the tokenizer would hold the update behind the
+    lost generate request until a wall-clock timeout, a symptom that did
+    not replay). All topologies."""
     mutant = "mut_admission_drops_next_waiting"
     cls = scheduler_class(scheduler_module, mutant)
     original = find_method(cls, "_get_new_batch_prefill_raw", mutant, ("prefill_delayer_single_pass", "running_batch"))

@@ -93,7 +93,9 @@ class Driver:
         mode = getattr(getattr(batch, "forward_mode", None), "name", None)
         chunked = getattr(self.scheduler, "chunked_req", None)
         reqs = batch.reqs
-        self.tracker.on_batch(reqs)
+        forward_mode = getattr(batch, "forward_mode", None)
+        extend = forward_mode is not None and forward_mode.is_extend()
+        self.tracker.on_batch(reqs, getattr(batch, "prefix_lens", None) if extend else None)
         self.counters.batch_log.append(
             BatchRecord(
                 self.counters.step,

@@ -24,6 +24,17 @@ it) must satisfy:
   (not under ``ignore_eos``) ends the request as ``stop``: nothing is
   emitted after a stop, and a stop is never reported as a length.
 
+and the usage it reports (``meta_info.cached_tokens``): the prompt tokens
+served from the prefix cache. ``ScheduleBatch.prepare_for_extend`` adds
+``pre_len - already_computed`` at every extend and then sets
+``already_computed`` to where the extend ended, "only once on the first
+chunk" as its comment says: later chunks of a chunked prompt are the
+request's own work, not cache hits. So a request never retracted (a
+retraction stains it, ``retracted_stain``, and the count stops) reports
+exactly the prefix its first extend started from:
+
+* ``cached_tokens`` equals the first extend's ``pre_len``.
+
 Stop strings need the tokenizer, which the CPU default skips
 (``skip_tokenizer_init``): a ``stop`` matched on a string is not judged.
 
@@ -99,6 +110,20 @@ def violation(answer: Dict[str, Any], *, max_new_tokens: int, ignore_eos: bool,
     return None
 
 
+def cached_tokens_violation(req: Any, first_prefix_len: Optional[int]) -> Optional[str]:
+    """What is wrong with an ended request's ``cached_tokens``, or None: it
+    must be the prefix its first extend started from (``first_prefix_len``),
+    unless it was retracted (SGLang stops counting) or never ran an extend,
+    or the release keeps no count. Pure."""
+    cached = getattr(req, "cached_tokens", None)
+    if first_prefix_len is None or cached is None or getattr(req, "retracted_stain", False):
+        return None
+    if cached != first_prefix_len:
+        return (f"cached_tokens={cached}, but its first extend started from a prefix-cache hit of "
+                f"{first_prefix_len} tokens (SGLang counts cached tokens once, at the first chunk)")
+    return None
+
+
 def params_of(handle: Any):
     """(max_new_tokens as the scheduler clamped it, ignore_eos, the stop
     tokens ``_check_token_based_finish`` matches), or None where the rule
@@ -135,7 +160,8 @@ def answer_of(req: Any) -> Optional[Dict[str, Any]]:
 
 @check_registry.end_check(NAME, doc="every ended request's answer agrees with its own sampling parameters: "
                                     "at most max_new_tokens, length only at the cap, a stop only on a stop "
-                                    "token and last, nothing after a stop, ignore_eos honoured")
+                                    "token and last, nothing after a stop, ignore_eos honoured; cached_tokens is the "
+                                    "first extend's prefix-cache hit")
 def check_answers(handles: Iterable[Any]) -> int:
     """Every ended request satisfies the contract, judged on what the
     scheduler emits for it (``answer_of``): read in the iteration the program
@@ -155,6 +181,9 @@ def check_answers(handles: Iterable[Any]) -> int:
         if problem:
             raise RequestContractError(f"request {h.rid}: {problem} (output_ids={body['output_ids']}, "
                                        f"finish_reason={body['meta_info']['finish_reason']})")
+        problem = cached_tokens_violation(h.last_req, h.first_prefix_len)
+        if problem:
+            raise RequestContractError(f"request {h.rid}: {problem}")
         checked += 1
     return checked
 

@@ -20,12 +20,15 @@ class RequestTracker:
         # rids an abort_request matched as it was processed: SGLang drops an
         # aborted waiting request without a finish reason
         self.abort_matched: set = set()
+        # rid -> the prefix (tokens) its first extend forward started from: its prefix-cache hit
+        self.first_prefix: Dict[str, int] = {}
 
     def clear(self) -> None:
         self.reqs.clear()
         self.ingested.clear()
         self.handles.clear()
         self.abort_matched.clear()
+        self.first_prefix.clear()
 
     def on_abort(self, abort_req: Any, scheduler: Any) -> None:
         """An ``AbortReq`` is about to be processed: remember which waiting
@@ -43,7 +46,12 @@ class RequestTracker:
                 self.reqs[rid] = req
                 return
 
-    def on_batch(self, reqs: Any) -> None:
-        """A forward launched with these requests."""
+    def on_batch(self, reqs: Any, prefix_lens: Any = None) -> None:
+        """A forward launched with these requests; ``prefix_lens``: an extend
+        batch's ``ScheduleBatch.prefix_lens`` (where each request's extend
+        starts, the ``pre_len`` SGLang counts cached tokens from)."""
         for req in reqs or ():
             self.reqs.setdefault(req.rid, req)
+        if prefix_lens is not None:
+            for req, pre_len in zip(reqs or (), prefix_lens):
+                self.first_prefix.setdefault(req.rid, int(pre_len))

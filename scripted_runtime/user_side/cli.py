@@ -514,7 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
                                          "shrink a failure and write it out as a scenario")
     _add_server_options(exp)
     exp.add_argument("--profile", choices=["ci", "dev", "nightly"], default="dev",
-                     help="ci: derandomized, 100 programs / 60 s; dev (default): 1000 / 10 min; "
+                     help="ci: derandomized, 1000 programs / 60 s; dev (default): 1000 / 10 min; "
                           "nightly: 20000 / 3 h")
     exp.add_argument("--topology", metavar="NAME",
                      help="a feature topology instead of --pp/--overlap: pp1-hicache (HiCache on, a 400-token "
@@ -576,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="only this built-in mutant (repeatable; default: all of hooks/mutants/)")
     _add_patch_option(mut)
     mut.add_argument("--profile", choices=["ci", "dev", "nightly"], default="ci",
-                     help="exploration budget per mutant (default ci: derandomized, 100 programs / 60 s)")
+                     help="exploration budget per mutant (default ci: derandomized, 1000 programs / 60 s)")
     mut.add_argument("--max-examples", type=int, help="override the profile's program count")
     mut.add_argument("--max-time", type=float, help="override the profile's search time per mutant (s)")
     mut.add_argument("--shrink-time", type=float, default=20.0,

@@ -421,9 +421,10 @@ def test_the_warm_up_sends_every_family_at_every_length():
 
 def test_new_actions_round_trip_through_the_failure_database():
     program = [A.Start(64, 2, 3, ignore_eos=False, stop_at=4, stream=True), A.Resend(1, 2, 3, stream=True),
-               A.ExhaustKv(64, evict_cache=True), A.ReleaseKv()]
+               A.ExhaustKv(64, evict_cache=True), A.ReleaseKv(), A.OnPhase("decode", A.AbortOne(1), 24),
+               A.OnPhase("queued", A.ExhaustKv(0, evict_cache=True), 24)]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 3
+    assert A.GRAMMAR_VERSION == 4
 
 
 def test_the_corpus_keeps_its_meaning_with_families():
@@ -441,3 +442,73 @@ def test_the_corpus_keeps_its_meaning_with_families():
     assert [a.family for a in hicache["load_held"] if isinstance(a, A.Start)] == [0, 1, 2, 0]
     for name, program in corpus.programs("pp1-hicache", ("hicache",)):
         compile(A.to_source(program).text, name, "exec")
+
+
+# --- OnPhase: an operation once a scheduler phase holds ------------------------------------
+
+@pytest.mark.parametrize("topology", ["pp1-overlap", "pp1-normal", "pp4"])
+def test_an_operation_waiting_for_a_phase_is_drawn_and_shrinks_to_a_flush_while_decoding(topology):
+    draw = strategies.action_strategy(topology)
+    assert find(draw, lambda a: isinstance(a, A.OnPhase), settings=NO_DB) == \
+        A.OnPhase("decode", A.Flush(), strategies.WINDOW_WAIT_STEPS[topology])
+    assert find(draw, lambda a: isinstance(a, A.OnPhase) and a.phase == "finished_unpruned", settings=NO_DB)
+    assert find(draw, lambda a: isinstance(a, A.OnPhase) and isinstance(a.op, A.AbortOne), settings=NO_DB)
+
+
+def test_pp_in_flight_is_a_phase_target_under_pp_only_and_kv_pressure_off_pp_only():
+    pp, normal = strategies.action_strategy("pp4"), strategies.action_strategy("pp1-normal")
+    assert find(pp, lambda a: isinstance(a, A.OnPhase) and a.phase == "pp_in_flight", settings=NO_DB)
+    assert find(normal, lambda a: isinstance(a, A.OnPhase) and isinstance(a.op, A.ExhaustKv), settings=NO_DB) == \
+        A.OnPhase("decode", A.ExhaustKv(0), strategies.WINDOW_WAIT_STEPS["pp1-normal"])
+    many = settings(max_examples=400, database=None)
+    for draw, wanted in ((normal, lambda a: a.phase == "pp_in_flight"), (pp, lambda a: isinstance(a.op, A.ExhaustKv)),
+                         (normal, lambda a: isinstance(a.op, A.Continue))):
+        with pytest.raises(Exception):
+            find(draw, lambda a: isinstance(a, A.OnPhase) and wanted(a), settings=many)
+
+
+def test_an_operation_waiting_for_a_phase_compiles_to_a_bounded_wait():
+    source = A.to_source([A.Start(8, 0, 4), A.OnPhase("decode", A.AbortOne(1), 24),
+                          A.OnPhase("queued", A.ExhaustKv(0, evict_cache=True), 24)]).text
+    assert ("    if (yield from explore.wait_for_phase(ctx, 'decode', max_steps=24)):\n"
+            "        explore.abort_one(ctx, reqs, 1)\n") in source
+    assert ("    if (yield from explore.wait_for_phase(ctx, 'queued', max_steps=24)):\n"
+            "        yield from explore.exhaust_kv(ctx, 0, evict_cache=True)\n") in source
+    assert "when the scheduler is in phase decode (within 24 steps): abort one live request" in source
+    compile(source, "<program>", "exec")
+
+
+def test_wait_for_phase_steps_until_the_phase_holds_or_gives_up(monkeypatch):
+    seen = iter([["idle"], ["queued"], ["prefill_chunk"], ["decode"]])
+    monkeypatch.setattr(explore_helpers.phases, "phases_of", lambda s, tokenizer_paused=False: next(seen))
+    ctx = _FakeCtx()
+    gen = explore_helpers.wait_for_phase(ctx, "decode", max_steps=10)
+    steps = list(_drain(gen))
+    assert len(steps) == 3  # three iterations stepped, then the phase held
+    monkeypatch.setattr(explore_helpers.phases, "phases_of", lambda s, tokenizer_paused=False: ["idle"])
+    gen = explore_helpers.wait_for_phase(ctx, "decode", max_steps=5)
+    assert sum(1 for _ in _drain(gen)) == 5
+    with pytest.raises(ValueError, match="unknown phase 'decoding'"):
+        next(explore_helpers.wait_for_phase(ctx, "decoding", max_steps=5))
+
+
+def test_a_weight_update_behind_a_lost_request_fails_at_once_not_on_a_clock():
+    """A request the scheduler took in and dropped without an answer holds a
+    weight update in the tokenizer forever: the helper says "lost" before
+    posting (deterministic), instead of timing out on the update's arrival."""
+    ctx = _FakeCtx()
+    ctx.describe = lambda: "idle"
+    ctx.update_weights_from_disk = lambda **kw: ctx.calls.append(("update", kw))
+    lost = SimpleNamespace(rid="r1", finished=False, status="lost")
+    for paused in (False, True):
+        ctx.control_ops = [SimpleNamespace(name="pause_generation")] if paused else []
+        with pytest.raises(explore_helpers.EndStateError, match="requests lost: r1"):
+            list(_drain(explore_helpers.update_weights(ctx, [lost], flush_cache=False)))
+    running = SimpleNamespace(rid="r2", finished=False, status="running")
+    ctx.control_ops = []
+    gen = explore_helpers.update_weights(ctx, [running], flush_cache=False)
+    next(gen)
+    running.status = "lost"  # dropped while the helper waited for it to finish
+    with pytest.raises(explore_helpers.EndStateError, match="requests lost: r2"):
+        next(gen)
+    assert not [c for c in ctx.calls if c[0] == "update"]

@@ -161,8 +161,8 @@ PINNED = [
      'contract update_weights (a flush accepted while a live request holds KV; needs an '
      'in-place pause with a live request), invariant slot_ownership or radix_locks'),
     ('mut_admission_drops_next_waiting', ('pp1-overlap', 'pp1-normal', 'pp4'),
-     'end-state check (a request lost: held nowhere, never finished), or a weight update '
-     'waiting behind it in the tokenizer (ArrivalTimeout)'),
+     "end-state check (a request lost: held nowhere, never finished), at the program's end or "
+     'when a weight update would wait behind it in the tokenizer'),
     ('mut_hicache_forward_skips_load_wait', ('pp1-hicache',), 'invariant hicache_load_before_read'),
     ('mut_hicache_write_through_skips_lock', ('pp1-hicache',), 'invariant hicache_transfer_slots'),
     ('mut_hicache_host_evict_leaks', ('pp1-hicache',), 'invariant hicache_host_accounting'),

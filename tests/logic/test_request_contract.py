@@ -82,3 +82,56 @@ def test_the_answer_is_read_off_the_ended_request_as_sglang_serializes_it():
     req = SimpleNamespace(output_ids=[5, 6, 7, 8], finished_len=3, finished_reason=FINISH_LENGTH())
     assert request_contract.answer_of(req) == answer([5, 6, 7], "length", length=3)
     assert request_contract.answer_of(SimpleNamespace(output_ids=[5], finished_reason=None)) is None
+
+
+# --- usage: meta_info.cached_tokens --------------------------------------------------------
+
+def _ended(cached, *, stained=False):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(cached_tokens=cached, retracted_stain=stained)
+
+
+@pytest.mark.parametrize("cached, first, stained, words", [
+    (0, 0, False, None),  # a cold prompt, one chunk or three
+    (64, 64, False, None),  # a prefix hit of one chunk
+    (128, 0, False, "cached_tokens=128, but its first extend started from a prefix-cache hit of 0 tokens"),
+    (100, 36, False, "prefix-cache hit of 36 tokens"),  # its own earlier chunk counted as a hit
+    (128, 0, True, None),  # retracted: SGLang stops counting, nothing to judge
+    (5, None, False, None),  # never ran an extend (aborted while waiting)
+])
+def test_cached_tokens_is_the_prefix_cache_hit_of_the_first_extend(cached, first, stained, words):
+    problem = request_contract.cached_tokens_violation(_ended(cached, stained=stained), first)
+    assert (problem is None) if words is None else (words in problem), problem
+
+
+def test_an_answer_with_wrong_cached_tokens_breaks_the_contract():
+    from types import SimpleNamespace
+
+    class FINISH_LENGTH:
+        def to_json(self):
+            return {"type": "length", "length": 2}
+
+    params = SimpleNamespace(max_new_tokens=2, ignore_eos=True, stop_token_ids=())
+    req = SimpleNamespace(output_ids=[5, 6], finished_len=None, finished_reason=FINISH_LENGTH(), sampling_params=params,
+                          eos_token_ids=(), cached_tokens=128, retracted_stain=False)
+    handle = SimpleNamespace(rid="r7", status="finished", last_req=req, first_prefix_len=0)
+    with pytest.raises(request_contract.RequestContractError, match="request r7: cached_tokens=128"):
+        request_contract.check_answers([handle])
+    handle.first_prefix_len = 128
+    assert request_contract.check_answers([handle]) == 1
+
+
+def test_the_tracker_keeps_the_prefix_of_each_requests_first_extend_only():
+    from types import SimpleNamespace
+
+    from scripted_runtime.scheduler_side.request_tracker import RequestTracker
+
+    a, b = SimpleNamespace(rid="a"), SimpleNamespace(rid="b")
+    tracker = RequestTracker()
+    tracker.on_batch([a], [0])  # a's first chunk, cold
+    tracker.on_batch([a, b], [64, 36])  # a's second chunk starts at 64 (its own work); b hits 36
+    tracker.on_batch([a, b])  # a decode forward: no prefix
+    assert tracker.first_prefix == {"a": 0, "b": 36}
+    tracker.clear()
+    assert tracker.first_prefix == {}

@@ -72,6 +72,12 @@ class ReqHandle:
         return "posted"
 
     @property
+    def first_prefix_len(self) -> Optional[int]:
+        """The prefix its first extend forward started from (its prefix-cache
+        hit, in tokens); None before it ran one."""
+        return self._tracker.first_prefix.get(self.rid)
+
+    @property
     def finished(self) -> bool:
         return self.status in ("finished", "aborted")
 

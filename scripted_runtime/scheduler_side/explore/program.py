@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from scripted_runtime.scheduler_side import (answer_delivery, control, hicache_state, output_oracle, request_contract,
                                              state)
+from scripted_runtime.scheduler_side.explore import phases
 from scripted_runtime.scheduler_side.explore.prompts import prompt_ids  # noqa: F401 - programs call explore.prompt_ids
 
 # Iterations the end-state check allows for every request to finish (and then
@@ -49,6 +50,23 @@ def live(reqs) -> List[Any]:
     return [h for h in reqs if not h.finished]
 
 
+def wait_for_phase(ctx, phase: str, *, max_steps: int):
+    """``if (yield from wait_for_phase(ctx, "decode", max_steps=24)): ...``:
+    step until the scheduler is in ``phase`` (``phases.phases_of`` of the
+    state the next iteration starts from, i.e. what an operation posted now
+    is processed against), at most ``max_steps`` iterations. True when it
+    holds; False when it did not come (the program goes on)."""
+    if phase not in phases.PHASES and phase not in phases.FEATURE_PHASES:
+        raise ValueError(f"unknown phase {phase!r}: one of {', '.join(phases.PHASES + phases.FEATURE_PHASES)}")
+    for waited in range(max_steps + 1):
+        if phase in phases.phases_of(ctx.scheduler, tokenizer_paused=tokenizer_paused(ctx)):
+            return True
+        if waited == max_steps:
+            return False
+        yield
+    return False
+
+
 def abort_one(ctx, reqs, pick: int):
     """Abort live request ``pick`` (modulo their number); None when none is live."""
     alive = live(reqs)
@@ -81,6 +99,16 @@ def release_before_flush(ctx) -> int:
     return ctx.release_exhausted_kv() if ctx.exhausted_kv_tokens else 0
 
 
+def raise_if_lost(ctx, reqs) -> None:
+    """EndStateError when a request the scheduler took in is held nowhere and
+    never finished or aborted (``ReqHandle.status == "lost"``): it will
+    never get an answer, and the tokenizer holds a weight update behind it."""
+    lost = [h for h in reqs if h.status == "lost"]
+    if lost:
+        raise EndStateError(f"requests lost: {', '.join(h.rid for h in lost)} held nowhere in the scheduler, "
+                            f"yet never finished or aborted; state: {ctx.describe()}")
+
+
 def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = None):
     """``yield from update_weights(ctx, reqs, flush_cache=...)``: post
     update_weights_from_disk so that it reaches the scheduler before the next
@@ -91,15 +119,20 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
     Until the tokenizer has answered the update it holds new generate
     requests back, so this then waits for that answer (which needs no further
     iteration) without stepping. Returns the op, or None when the requests
-    did not finish in time."""
+    did not finish in time. Raises EndStateError as soon as a request is
+    lost (``raise_if_lost``): the update would wait behind it forever."""
     if flush_cache:
         release_before_flush(ctx)  # the update's flush clears the allocator as flush_cache does
+    # A lost request would hold the update in the tokenizer until a wall-clock timeout: say
+    # so now, deterministically, as the end-state check would.
+    raise_if_lost(ctx, reqs)
     if not tokenizer_paused(ctx):
         budget = (max_steps or UPDATE_WAIT_STEPS) * _slots(ctx)
         for _ in range(budget):
             if not live(reqs):
                 break
             yield
+            raise_if_lost(ctx, reqs)
         if live(reqs):
             return None
     op = ctx.update_weights_from_disk(flush_cache=flush_cache, await_arrival=True)
@@ -133,10 +166,7 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
         # held copies are the program's own window; the end needs them done
         # (a held load also keeps later loads of a full ack ring waiting)
         ctx.release_hicache_transfers()
-    lost = [h for h in reqs if h.status == "lost"]
-    if lost:
-        raise EndStateError(f"requests lost: {', '.join(h.rid for h in lost)} held nowhere in the scheduler, "
-                            f"yet never finished or aborted; state: {ctx.describe()}")
+    raise_if_lost(ctx, reqs)
     slots = _slots(ctx)
     budget = END_FINISH_STEPS * slots
     for _ in range(budget):

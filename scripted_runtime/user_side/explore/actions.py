@@ -25,7 +25,8 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # repeated token; Start draws ignore_eos and a stop token; Resend, ExhaustKv, ReleaseKv.
 # 3: Start and Resend draw ``stream``; ExhaustKv leaves room for the largest request SGLang
 # holds (not a fixed 256 tokens) and may evict the radix cache first (``evict_cache``).
-GRAMMAR_VERSION = 3
+# 4: OnPhase (an operation once a scheduler phase holds: decoding, queued, ...).
+GRAMMAR_VERSION = 4
 # The prompt lengths programs use: around the 64-token chunk boundaries (1, 2 and 3
 # chunks), simplest first for shrinking. Part of the grammar: a Resend's "longer" steps up
 # this ladder, and the output oracle's warm-up computes every (family, length) of it.
@@ -184,6 +185,25 @@ class OnWindow:
 
 
 @dataclass(frozen=True)
+class OnPhase:
+    """``op`` once the scheduler is in ``phase`` (a column of the coverage
+    table, ``scheduler_side/explore/phases.py``: ``decode``, ``queued``,
+    ``prefill_chunk``, ``finished_unpruned``, ``pp_in_flight``), stepping
+    at most ``max_steps`` iterations for it; nothing when it does not come.
+    Where a window is a named race, a phase is the everyday state an RL
+    framework's abort, pause or flush lands in (a decode batch running).
+    ``op`` may also be an ExhaustKv (off PP): memory running out while a
+    batch decodes is what makes ``retract_decode`` run."""
+
+    phase: str
+    op: Union[Op, "ExhaustKv"]
+    max_steps: int
+
+    def describe(self) -> str:
+        return f"when the scheduler is in phase {self.phase} (within {self.max_steps} steps): {self.op.describe()}"
+
+
+@dataclass(frozen=True)
 class Extension:
     """An explorer action a user's module registers (``scripted_runtime/extensions.py``)."""
 
@@ -212,11 +232,13 @@ class ReleaseTransfers:
         return "release held HiCache transfers"
 
 
-Action = Union[Steps, Start, Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, OnWindow, Extension,
+Action = Union[Steps, Start, Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, OnWindow, OnPhase, Extension,
                HoldTransfers, ReleaseTransfers, Resend, ExhaustKv, ReleaseKv]
 
 
-def _op_lines(op: Op) -> List[str]:
+def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
+    if isinstance(op, ExhaustKv):
+        return [f"yield from explore.exhaust_kv(ctx, {op.leave_pages}" + (", evict_cache=True)" if op.evict_cache else ")")]
     if isinstance(op, Flush):
         return ["yield from explore.flush_cache(ctx)"]
     if isinstance(op, UpdateWeights):
@@ -300,7 +322,7 @@ def _stops_wanted(actions: Sequence[Action],
 
 
 def _pauses(action: Action) -> bool:
-    op = action.op if isinstance(action, OnWindow) else action
+    op = action.op if isinstance(action, (OnWindow, OnPhase)) else action
     return isinstance(op, Pause)
 
 
@@ -354,8 +376,7 @@ def to_source(actions: Sequence[Action], *, docstring: str = "", mark: Optional[
             # The tokenizer holds new requests for the whole pause.
             body = ["if not explore.tokenizer_paused(ctx):", "    " + call] if may_be_paused else [call]
         elif isinstance(action, ExhaustKv):
-            body = [f"yield from explore.exhaust_kv(ctx, {action.leave_pages}"
-                    + (", evict_cache=True)" if action.evict_cache else ")")]
+            body = _op_lines(action)
         elif isinstance(action, ReleaseKv):
             body = ["explore.release_kv(ctx)"]
         elif isinstance(action, Extension):
@@ -367,6 +388,9 @@ def to_source(actions: Sequence[Action], *, docstring: str = "", mark: Optional[
         elif isinstance(action, OnWindow):
             body = [f"if (yield from ctx.wait_for_window({action.window!r}, max_steps={action.max_steps}, "
                     "required=False)):"] + ["    " + l for l in _op_lines(action.op)]
+        elif isinstance(action, OnPhase):
+            body = [f"if (yield from explore.wait_for_phase(ctx, {action.phase!r}, max_steps={action.max_steps})):"
+                    ] + ["    " + l for l in _op_lines(action.op)]
         else:
             body = _op_lines(action)
         lines += ["    " + l for l in body]

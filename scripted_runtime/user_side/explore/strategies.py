@@ -52,6 +52,13 @@ def windows_for(topology: str, features: Optional[Tuple[str, ...]] = None) -> Tu
                  if loop in w.loops and (not w.needs or w.needs in features))
 
 
+# The coverage table's phases an OnPhase waits for, per loop: not ``idle`` (a program is there
+# before its first request arrives) nor ``paused`` (only a pause the program posts makes it).
+TARGET_PHASES = {"normal": ("decode", "queued", "prefill_chunk", "finished_unpruned"),
+                 "overlap": ("decode", "queued", "prefill_chunk", "finished_unpruned"),
+                 "pp": ("decode", "queued", "prefill_chunk", "finished_unpruned", "pp_in_flight")}
+
+
 def control_ops() -> st.SearchStrategy:
     return st.one_of(
         st.just(A.Flush()),
@@ -97,6 +104,17 @@ def kv_pressure_drawn(topology: str) -> bool:
     return LOOP_OF_TOPOLOGY[topology] != "pp"
 
 
+def phase_ops(topology: str) -> st.SearchStrategy:
+    """What an OnPhase does once its phase holds: a control operation (not
+    continue: there is nothing to continue unless the program paused), or,
+    off PP, taking the free KV (memory running out mid-decode)."""
+    ops = control_ops().filter(lambda op: not isinstance(op, A.Continue))
+    if not kv_pressure_drawn(topology):
+        return ops
+    return st.one_of(ops, st.builds(A.ExhaustKv, leave_pages=st.sampled_from(KV_LEAVE_PAGES),
+                                    evict_cache=st.booleans()))
+
+
 def hicache_gate_actions() -> st.SearchStrategy:
     return st.one_of(
         st.builds(A.HoldTransfers, loads=st.booleans(), backups=st.booleans())
@@ -119,6 +137,8 @@ def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None) -
                   op=control_ops().filter(lambda op: not isinstance(op, A.Continue)),
                   max_steps=st.just(WINDOW_WAIT_STEPS[topology])),
         resends(),
+        st.builds(A.OnPhase, phase=st.sampled_from(TARGET_PHASES[LOOP_OF_TOPOLOGY[topology]]),
+                  op=phase_ops(topology), max_steps=st.just(WINDOW_WAIT_STEPS[topology])),
     ]
     if kv_pressure_drawn(topology):
         choices.append(kv_pressure_actions())
