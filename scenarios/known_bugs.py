@@ -135,3 +135,34 @@ def pp_retract_chunk_two_slots(ctx):
     yield from ctx.steps(6)
     ctx.pause_generation("retract")
     return (yield from explore.end_state_checks(ctx, reqs))
+
+
+def prompt_token_out_of_vocab(ctx, past_vocab=88, prompt_len=8):
+    """A prompt holding a token id past the model's vocabulary must be refused
+    cleanly (an HTTP 4xx answer from the tokenizer manager, or an abort
+    answer), and the server must go on serving: the next well-formed request
+    finishes.
+
+    On 0.5.23 the tokenizer manager checks a prompt's length against the
+    context length (``_validate_one_request``) and the ids of
+    ``token_ids_logprob`` against the vocabulary (``_validate_token_ids_logprob``),
+    but not the prompt's own ids; the scheduler admits the request and its
+    prefill's embedding lookup (``VocabParallelEmbedding``) raises
+    ``IndexError: index out of range in self`` on the CPU (a device-side
+    assert on a GPU): the scheduler dies, and with it every request of every
+    client (docs/upstream/prompt-token-out-of-vocab.md).
+    """
+    vocab = int(ctx.scheduler.model_config.vocab_size)
+    bad_id = vocab + past_vocab
+    bad = ctx.start_req(input_ids=[bad_id] * prompt_len, max_new_tokens=4, ignore_eos=True, temperature=0.0)
+    yield from ctx.wait_until(lambda: bad.finished or bad.http.done, max_steps=40,
+                              what=f"the request with token id {bad_id} (vocabulary {vocab}) to be refused or end")
+    refused = bad.http.wait(30.0) and bad.http.status is not None and 400 <= bad.http.status < 500
+    assert refused or bad.status == "aborted", (
+        f"a prompt of token id {bad_id} (vocabulary {vocab}) was neither refused (HTTP {bad.http.status}) "
+        f"nor aborted (status {bad.status})")
+    good = ctx.start_req(input_ids=list(range(3, 3 + prompt_len)), max_new_tokens=4, ignore_eos=True,
+                         temperature=0.0)
+    yield from ctx.wait_finished(good, max_steps=100)
+    assert good.status == "finished" and len(good.output_ids) == 4, good
+    return {"bad_token": bad_id, "vocab": vocab, "http_status": bad.http.status, "refused": refused}

@@ -128,6 +128,19 @@ REGISTRY: Tuple[KnownBug, ...] = (
         report="docs/upstream/pp-retract-chunk-double-release.md",
         breaks_server=True,
     ),
+    KnownBug(
+        name="prompt_token_out_of_vocab",
+        title="a /generate prompt with a token id past the vocabulary is not validated and kills the scheduler "
+              "in the embedding lookup (one request takes the server down)",
+        signature=r"SchedulerCrashed: IndexError: index out of range in self",
+        message=r"",
+        topologies=("pp1-overlap", "pp1-normal", "pp4"),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:prompt_token_out_of_vocab",
+        report="docs/upstream/prompt-token-out-of-vocab.md",
+        breaks_server=True,
+    ),
 )
 
 

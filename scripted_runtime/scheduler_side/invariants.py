@@ -21,7 +21,11 @@ runs every registered check in the registry's order.
   keeps its row from first chunk to release; no KV index of a live row is in
   the allocator's free list.
 * ``radix_locks``: no live request holds a tree node that is no longer in the
-  current tree (a flush under it); at idle every non-root lock ref is 0.
+  current tree (a flush under it); an admitted live request (in a batch or
+  the chunked slot) holds a lock on the prefix it matched (its ``last_node``,
+  unless the root: SGLang's ``PrefillAdder`` locks it at admission and a
+  checkpoint moves the lock, so eviction cannot free KV a request reads); at
+  idle every non-root lock ref is 0.
 * ``pool_accounting``: ``available + evictable + protected + uncached ==
   total`` (uncached = KV that live requests own outside the tree, as SGLang's
   own invariant checker counts it; KV taken by ``ctx.exhaust_kv`` counts as
@@ -336,10 +340,11 @@ def _check_kv_not_free(v: StateView, by_row: Dict[int, List[Any]], mem: Invarian
     return None
 
 
-@check_registry.invariant("radix_locks", doc="no live request holds a node of a vanished tree; at idle no "
-                                              "node is locked")
+@check_registry.invariant("radix_locks", doc="no live request holds a node of a vanished tree; an admitted "
+                                              "request's matched prefix is locked; at idle no node is locked")
 def check_radix_locks(v: StateView, mem: InvariantMemory) -> Optional[Violation]:
     tree = v.s.tree_cache
+    root = None
     for r in v.live:
         node = getattr(r, "last_node", None)
         if node is None:
@@ -348,6 +353,14 @@ def check_radix_locks(v: StateView, mem: InvariantMemory) -> Optional[Violation]
             return Violation("radix_locks",
                              f"live request {r.rid} holds tree node {radix.node_label(node)} that is not "
                              "in the current tree (the tree was reset under it)", v.owner_info([r]))
+        if v.holders_of(r) == ["waiting_queue"]:
+            continue  # matched, not admitted: nothing is locked for it yet
+        if root is None:
+            root = radix.root_of(tree)
+        if radix.resolve(tree, node) is not root and radix.node_lock_ref(tree, node) <= 0:
+            return Violation("radix_locks",
+                             f"admitted request {r.rid} reads the prefix up to tree node {radix.node_label(node)}, "
+                             "which is not locked: eviction may free that KV under it", v.owner_info([r]))
     if v.idle:
         locked = {k: n for k, n in radix.all_lock_refs(tree).items() if n}
         if locked:

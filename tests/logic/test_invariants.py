@@ -263,3 +263,33 @@ def test_trace_cli_errors_are_one_line(tmp_path, capsys):
     assert "-o must end in .svg, .html or .png" in capsys.readouterr().err
     with pytest.raises(ValueError, match="no steps to draw"):
         render.render_svg({}, [])
+
+
+def test_an_admitted_request_must_hold_a_lock_on_its_matched_prefix():
+    """SGLang's PrefillAdder locks an admitted request's matched prefix (its
+    last_node) and a checkpoint moves the lock: a running request whose
+    prefix node has lock ref 0 reads KV that eviction may free under it. A
+    waiting request has matched but locked nothing yet; the root is never
+    judged."""
+    from types import SimpleNamespace
+
+    from scripted_runtime.scheduler_side import invariants as inv
+    from tests.fakes import FakeBatch, FakeReq, FakeScheduler
+
+    def judged(lock_ref, *, waiting=False, at_root=False):
+        s = FakeScheduler(idle=False)
+        node = SimpleNamespace(id=7, lock_ref=lock_ref, children={}, parent=s.tree_cache.root_node)
+        s.tree_cache.root_node.children = {"k": node}
+        r = FakeReq("a", row=0, allocated=8)
+        r.last_node = s.tree_cache.root_node if at_root else node
+        if waiting:
+            s.waiting_queue = [r]
+        else:
+            s.running_batch = FakeBatch([r])
+        return inv.check_radix_locks(inv.StateView(s), inv.InvariantMemory())
+
+    assert judged(1) is None
+    bad = judged(0)
+    assert bad is not None and "admitted request a reads the prefix up to tree node #7, which is not locked" in bad.message
+    assert judged(0, waiting=True) is None
+    assert judged(0, at_root=True) is None

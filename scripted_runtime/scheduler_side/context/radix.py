@@ -28,6 +28,11 @@ def _root(tree: Any) -> Any:
         ) from exc
 
 
+def root_of(tree: Any) -> Any:
+    """The tree's root node."""
+    return _root(tree)
+
+
 def resolve(tree: Any, handle: Any) -> Optional[Any]:
     """A node object for a node or node id; None if the id is gone (flushed)."""
     if handle is None or not isinstance(handle, int):
