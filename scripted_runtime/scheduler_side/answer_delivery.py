@@ -109,10 +109,12 @@ def violation(emitted: dict, *, status: Optional[int], body: Any, error: Optiona
 @check_registry.end_check(NAME, doc="every ended request gets its /generate answer, and a finished one's "
                                     "answer (every event of a streamed one) holds exactly the tokens and "
                                     "finish reason the scheduler emitted")
-def check_answers(handles: Iterable[Any], *, timeout_s: float = ANSWER_TIMEOUT_S) -> int:
+def check_answers(handles: Iterable[Any], *, timeout_s: float = ANSWER_TIMEOUT_S,
+                  when: str = "the program's end") -> int:
     """Wait (no step) for the answer of every ended request and judge it;
     returns how many answers were compared with what the scheduler emitted.
-    Raises ``AnswerDeliveryError`` on the first problem."""
+    Raises ``AnswerDeliveryError`` on the first problem. ``when``: what the
+    wait started at, for the message."""
     deadline = time.monotonic() + timeout_s
     compared = 0
     for h in handles:
@@ -125,7 +127,7 @@ def check_answers(handles: Iterable[Any], *, timeout_s: float = ANSWER_TIMEOUT_S
             what = ("never seen by the scheduler" if emitted is None else
                     f"{len(emitted['output_ids'])} tokens, finish reason {_reason_type(emitted)!r}")
             raise AnswerDeliveryError(f"request {h.rid} ended {status} in the scheduler ({what}) but no /generate "
-                                      f"answer arrived within {timeout_s:.0f}s of the program's end")
+                                      f"answer arrived within {timeout_s:.0f}s of {when}")
         if status != "finished":
             continue
         emitted = request_contract.answer_of(h.last_req) if h.last_req is not None else None

@@ -512,3 +512,21 @@ def test_a_weight_update_behind_a_lost_request_fails_at_once_not_on_a_clock():
     with pytest.raises(explore_helpers.EndStateError, match="requests lost: r2"):
         next(gen)
     assert not [c for c in ctx.calls if c[0] == "update"]
+
+
+def test_a_weight_update_behind_an_unanswered_request_fails_as_the_answer_check_would(monkeypatch):
+    """The tokenizer holds a weight update until every generate request it
+    sent is answered: a request the scheduler ended whose answer never comes
+    is named before the update is posted (a clock wait, no step)."""
+    from scripted_runtime.scheduler_side import answer_delivery
+
+    monkeypatch.setattr(answer_delivery, "ANSWER_TIMEOUT_S", 0.05)
+    ctx = _FakeCtx()
+    ctx.describe = lambda: "idle"
+    ctx.update_weights_from_disk = lambda **kw: ctx.calls.append(("update", kw))
+    silent = SimpleNamespace(rid="r3", finished=True, status="finished", last_req=None,
+                             http=SimpleNamespace(wait=lambda timeout: False))
+    with pytest.raises(answer_delivery.AnswerDeliveryError,
+                       match="request r3 ended finished .* no /generate answer arrived within 0s of the weight update"):
+        list(_drain(explore_helpers.update_weights(ctx, [silent], flush_cache=False)))
+    assert not [c for c in ctx.calls if c[0] == "update"]

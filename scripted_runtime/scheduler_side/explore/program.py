@@ -120,7 +120,9 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
     requests back, so this then waits for that answer (which needs no further
     iteration) without stepping. Returns the op, or None when the requests
     did not finish in time. Raises EndStateError as soon as a request is
-    lost (``raise_if_lost``): the update would wait behind it forever."""
+    lost (``raise_if_lost``), and the answer-delivery check's error when an
+    ended request's answer does not come: the update would wait behind
+    either forever."""
     if flush_cache:
         release_before_flush(ctx)  # the update's flush clears the allocator as flush_cache does
     # A lost request would hold the update in the tokenizer until a wall-clock timeout: say
@@ -135,6 +137,12 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
             raise_if_lost(ctx, reqs)
         if live(reqs):
             return None
+        if ctx.check_enabled(answer_delivery.NAME):
+            # The tokenizer holds the update until every generate request it sent is answered:
+            # an ended request whose answer never comes would hold it until a wall-clock
+            # ArrivalTimeout. Judge the answers now (a clock wait, no step), as the end check would.
+            answer_delivery.check_answers(reqs, timeout_s=answer_delivery.ANSWER_TIMEOUT_S,
+                                          when="the weight update, which the tokenizer holds behind it")
     op = ctx.update_weights_from_disk(flush_cache=flush_cache, await_arrival=True)
     yield from op.wait(max_steps=2 * _slots(ctx))
     if not op.http.wait(UPDATE_ANSWER_TIMEOUT_S):
