@@ -55,12 +55,15 @@ FIGURES = ("plain", "harness, free-running", "harness, bare script", "harness, d
 TARGET = 0.95
 
 
-def generate(url: str, tokens: int) -> float:
-    """One non-streamed /generate of ``tokens`` tokens; its wall time."""
+def generate(url: str, tokens: int, api_key: str = "") -> float:
+    """One non-streamed /generate of ``tokens`` tokens; its wall time. ``api_key``:
+    the harness's server's key (``ScriptedServer.api_key``), none for the plain server."""
     t = time.monotonic()
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     resp = requests.post(url + "/generate", json={
         "input_ids": [1] * compare_scripts.DECODE_PROMPT_LEN,
-        "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True}}, timeout=POST_TIMEOUT_S)
+        "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True}}, headers=headers,
+        timeout=POST_TIMEOUT_S)
     resp.raise_for_status()
     got = len(resp.json()["output_ids"])
     if got != tokens:
@@ -111,7 +114,7 @@ def measure(topology: str, tokens: int, rounds: int) -> Dict[str, List[float]]:
             def post() -> None:
                 time.sleep(0.3)  # the probe script is running by then
                 try:
-                    took["wall_s"] = generate(harness_url, tokens)
+                    took["wall_s"] = generate(harness_url, tokens, harness.api_key)
                 except Exception as exc:  # noqa: BLE001 - reported below
                     took["error"] = repr(exc)
 

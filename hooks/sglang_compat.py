@@ -53,6 +53,19 @@ def cpu_server_args(server_args_cls: type, given: dict) -> dict:
     return {k: v for k, v in CPU_SERVER_ARGS.items() if k in fields and k not in given}
 
 
+def api_key_args(server_args_cls: type, key: str) -> dict:
+    """The ServerArgs fields that put ``key`` on every HTTP endpoint: ``api_key``
+    (the generate and query endpoints) and, where the release has it,
+    ``admin_api_key`` (flush, weight updates, pause: SGLang's admin level).
+    One key for both, so a call carries the same header whatever its level
+    (with both set SGLang accepts only the admin key on admin endpoints and
+    only the api key on the others)."""
+    import inspect
+
+    fields = set(inspect.signature(server_args_cls).parameters)
+    return {name: key for name in ("api_key", "admin_api_key") if name in fields}
+
+
 # The loops whose exceptions the hook reports before the scheduler dies.
 EVENT_LOOP_METHODS = ("event_loop_normal", "event_loop_overlap", "event_loop_pp")
 

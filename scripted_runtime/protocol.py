@@ -1,8 +1,10 @@
 """Messages between the harness and the scheduler hook, and the environment
 variables through which the harness configures the hook.
 
-The harness binds a pyzmq PAIR socket on 127.0.0.1; the hook on the driver
-rank (pp_rank == tp_rank == 0) connects to it. Messages are pickled
+The harness binds a pyzmq PAIR socket on a unix-domain socket (``ipc://``)
+inside its server's work directory, which only the harness's user can enter
+(mode 0700); the hook on the driver rank (pp_rank == tp_rank == 0) connects
+to it. No TCP port is opened for it. Messages are pickled
 dataclasses: both ends run this same package.
 """
 from __future__ import annotations
@@ -14,7 +16,11 @@ from typing import Any, Dict, List, Optional, Tuple
 ENV_CHECKPOINT = "SCRIPTED_RUNTIME_CHECKPOINT"
 ENV_HOOKS = "SCRIPTED_RUNTIME_HOOKS"  # "1": activate hooks in this process tree
 ENV_DEVICE = "SCRIPTED_RUNTIME_DEVICE"  # "cpu" turns on the CPU enablement patches
-ENV_IPC_ADDR = "SCRIPTED_RUNTIME_IPC_ADDR"  # tcp://127.0.0.1:PORT of the harness
+ENV_IPC_ADDR = "SCRIPTED_RUNTIME_IPC_ADDR"  # ipc://WORKDIR/control of the harness (WORKDIR mode 0700)
+# The server's random per-start key: SGLang's api_key and admin_api_key (the launcher sets both),
+# sent by the harness's own HTTP calls. In the environment (readable by the same user only),
+# never on a command line.
+ENV_API_KEY = "SCRIPTED_RUNTIME_API_KEY"
 ENV_HTTP_URL = "SCRIPTED_RUNTIME_HTTP_URL"  # the server's own HTTP base URL
 ENV_SYS_PATH = "SCRIPTED_RUNTIME_SYS_PATH"  # os.pathsep-joined entries for scripts
 ENV_SERVER_ID = "SCRIPTED_RUNTIME_SERVER_ID"  # marks every process of one server

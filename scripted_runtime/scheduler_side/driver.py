@@ -64,7 +64,7 @@ class Driver:
         self.ledger = ControlLedger(lambda: counters.step)
         self._resetting = False  # inside _reset (a crash there is the previous script's leftover)
         self._fresh_fingerprint = None  # reset_fingerprint.take after this server's first reset
-        self.poster = HttpPoster(os.environ[protocol.ENV_HTTP_URL])
+        self.poster = HttpPoster(os.environ[protocol.ENV_HTTP_URL], api_key=os.environ.get(protocol.ENV_API_KEY))
         self.inbox: TokenizerInbox = sglang_compat.swap_tokenizer_socket(scheduler, TokenizerInbox)
         self.inbox.arrival_listeners.append(self.ledger.on_arrival)
         sglang_compat.wrap_request_dispatcher(scheduler, self._recording_dispatcher)

@@ -74,8 +74,10 @@ class HttpPoster:
     a local round trip, thread start included), and a script's posts sit on
     the reset and start_req paths."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, api_key: Optional[str] = None) -> None:
         self.base_url = base_url.rstrip("/")
+        # SGLang's api_key / admin_api_key of the server (one key for both): sent with every post
+        self._auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         parts = urlsplit(self.base_url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"scripted-runtime: expected an http://host:port URL for the server, got {base_url!r}")
@@ -96,10 +98,10 @@ class HttpPoster:
         conn = http.client.HTTPConnection(self._host, self._port, timeout=POST_TIMEOUT_S)
         try:
             if payload is None:  # as requests.post(json=None): no body, no content type
-                conn.request("POST", self._prefix + path, body=b"")
+                conn.request("POST", self._prefix + path, body=b"", headers=dict(self._auth))
             else:
                 conn.request("POST", self._prefix + path, body=json.dumps(payload).encode(),
-                             headers={"Content-Type": "application/json"})
+                             headers={"Content-Type": "application/json", **self._auth})
             resp = conn.getresponse()
             if (resp.getheader("Content-Type") or "").startswith("text/event-stream"):
                 answer.chunks = parse_event_stream(resp)

@@ -16,7 +16,7 @@ import time
 from typing import Optional
 
 from scripted_runtime.user_side import processes
-from scripted_runtime.protocol import ENV_HARNESS_PID
+from scripted_runtime.protocol import ENV_API_KEY, ENV_HARNESS_PID
 
 EXIT_BAD_ENGINE_ARGS = 3
 BAD_ARGS_MARKER = "SCRIPTED_RUNTIME_BAD_ENGINE_ARGS:"
@@ -57,6 +57,11 @@ def main() -> None:
         from scripted_runtime.hooks import sglang_compat
 
         kwargs.update(sglang_compat.cpu_server_args(ServerArgs, kwargs))
+    key = os.environ.get(ENV_API_KEY)
+    if key:  # from the environment, never the command line (which every local user can read)
+        from scripted_runtime.hooks import sglang_compat
+
+        kwargs.update(sglang_compat.api_key_args(ServerArgs, key))
     try:
         server_args = ServerArgs(**kwargs)
     except TypeError as exc:  # unknown keyword

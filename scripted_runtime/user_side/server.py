@@ -4,8 +4,13 @@
         result = server.run(my_script, 32)
         assert result.passed, result.traceback
 
-All sockets bind to 127.0.0.1. Every wait has a deadline whose error names
-what it waited for and shows the tail of the server log.
+Only the harness can drive its servers: the control channel to the
+scheduler rank is a unix-domain socket in the server's work directory (mode
+0700: no other user can connect), and SGLang's HTTP server (on 127.0.0.1)
+gets a random per-start key as its ``api_key`` and ``admin_api_key``, which
+the harness's own calls carry (docs/internals.md, "Who can reach what").
+Every wait has a deadline whose error names what it waited for and shows
+the tail of the server log.
 """
 from __future__ import annotations
 
@@ -13,7 +18,9 @@ import inspect
 import json
 import os
 import re
+import secrets
 import shutil
+import stat
 import socket
 import subprocess
 import sys
@@ -65,6 +72,26 @@ def free_port(port_range: Tuple[int, int] = HTTP_PORT_RANGE, tries: int = 200) -
                 continue
             return port
     raise ServerStartError(f"no free TCP port in {port_range[0]}-{port_range[1]} after {tries} tries")
+
+
+# The longest path a unix-domain socket address may have (sun_path, 108 bytes with its NUL).
+MAX_SOCKET_PATH = 107
+
+
+def control_address(workdir: Path) -> str:
+    """``ipc://WORKDIR/control``: the harness's channel to the scheduler rank.
+    ``WORKDIR`` (a ``tempfile.mkdtemp``) must be the user's alone (no group
+    or other permission bit), so no other user can reach the socket; a path
+    too long for a unix socket is a ServerStartError naming TMPDIR."""
+    mode = stat.S_IMODE(os.stat(workdir).st_mode)
+    if mode & 0o077:
+        raise ServerStartError(f"the server work directory {workdir} is mode {mode:o}: other users could reach "
+                               "the control socket in it; it must be 0700")
+    path = str(Path(workdir) / "control")
+    if len(path.encode()) > MAX_SOCKET_PATH:
+        raise ServerStartError(f"the control socket path {path} is {len(path.encode())} bytes, longer than a unix "
+                               f"socket allows ({MAX_SOCKET_PATH}); set TMPDIR to a shorter directory")
+    return f"ipc://{path}"
 
 
 def script_target(script: ScriptLike) -> protocol.ScriptTarget:
@@ -150,6 +177,8 @@ class ScriptedServer:
         self._trace_dir: Optional[Path] = None
         self.workdir = Path()
         self.log_path = Path()
+        # this start's HTTP key (SGLang's api_key and admin_api_key); a call without it gets 401
+        self.api_key = ""
         self._abandon = threading.Event()  # set by another thread: stop waiting for ready, kill what started
 
     # --- lifecycle ----------------------------------------------------------
@@ -224,14 +253,17 @@ class ScriptedServer:
         self._zmq = zmq.Context()
         self._sock = self._zmq.socket(zmq.PAIR)
         self._sock.setsockopt(zmq.LINGER, 0)
-        ipc_port = self._sock.bind_to_random_port(f"tcp://{HOST}")
+        control = control_address(self.workdir)
+        self._sock.bind(control)
+        self.api_key = secrets.token_hex(16)
 
         harness = module_paths.harness_path_entry()  # where the ranks import scripted_runtime from
         env = {**sglang_compat.SERVER_ENV, **os.environ}
         env.update({
             protocol.ENV_HOOKS: "1",
             protocol.ENV_DEVICE: self.device,
-            protocol.ENV_IPC_ADDR: f"tcp://{HOST}:{ipc_port}",
+            protocol.ENV_IPC_ADDR: control,
+            protocol.ENV_API_KEY: self.api_key,
             protocol.ENV_HTTP_URL: f"http://{HOST}:{http_port}",
             protocol.ENV_SERVER_ID: self.server_id,
             protocol.ENV_HARNESS_PID: str(os.getpid()),

@@ -14,11 +14,13 @@ from scripted_runtime.scheduler_side.http_poster import HttpPoster
 class Recorder(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     seen: list = []
+    auth: list = []
 
     def do_POST(self):
         n = int(self.headers.get("Content-Length", 0))
         raw = self.rfile.read(n)
         Recorder.seen.append((self.path, self.headers.get("Content-Type"), raw))
+        Recorder.auth.append(self.headers.get("Authorization"))
         if self.path == "/text":
             body, status = b"not json", 503
         else:
@@ -34,7 +36,7 @@ class Recorder(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def http_server():
-    Recorder.seen = []
+    Recorder.seen, Recorder.auth = [], []
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
@@ -78,3 +80,11 @@ def test_connection_refused_is_an_error_not_an_exception():
 def test_bad_url_is_rejected():
     with pytest.raises(ValueError, match="http://host:port"):
         HttpPoster("tcp://127.0.0.1:5")
+
+
+def test_every_post_carries_the_servers_key_when_it_has_one(http_server):
+    """SGLang's api_key / admin_api_key (one per server start): a call without it gets 401."""
+    assert HttpPoster(http_server, api_key="k3y").post("/flush_cache", None).wait(10)
+    assert HttpPoster(http_server, api_key="k3y").post("/generate", {"text": "hi"}).wait(10)
+    assert HttpPoster(http_server).post("/generate", {}).wait(10)
+    assert Recorder.auth == ["Bearer k3y", "Bearer k3y", None]
