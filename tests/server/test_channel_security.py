@@ -68,6 +68,8 @@ def _as_nobody(fn: Callable[[], object]) -> object:
     """``fn()`` in a forked child running as user nobody; its JSON result."""
     if os.geteuid() != 0:
         pytest.skip("acting as another local user needs root (setuid nobody)")
+    # what the child needs but could not import as nobody (the checkout may be root's alone)
+    "127.0.0.1".encode("idna")
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: no pytest code past this point, os._exit always
