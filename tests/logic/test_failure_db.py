@@ -142,3 +142,21 @@ def test_the_default_database_lives_under_out(tmp_path, monkeypatch):
     monkeypatch.setenv("SCRIPTED_RUNTIME_DATABASE", str(tmp_path / "shared"))
     failure_db.open_database(None, out_dir=tmp_path / "found").save(b"k", b"v")
     assert (tmp_path / "shared").is_dir()
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ("redis://:s3cret@127.0.0.1:6379", "redis://:***@127.0.0.1:6379"),
+    ("redis://ci:s3cret@db.local:6379/2", "redis://ci:***@db.local:6379/2"),
+])
+def test_a_redis_password_is_never_printed(url, shown):
+    assert failure_db.redacted(url) == shown
+
+
+def test_an_unreachable_redis_is_named_without_its_password():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    with pytest.raises(failure_db.DatabaseError) as err:
+        failure_db.open_database(f"redis://:s3cret@127.0.0.1:{port}/0")
+    assert "s3cret" not in str(err.value) and f"redis://:***@127.0.0.1:{port}/0" in str(err.value)

@@ -79,7 +79,8 @@ def key(config: ServerConfig, sglang_version: str) -> bytes:
 def open_database(spec: Optional[str], *, read_only: bool = False, out_dir: Optional[Path] = None) -> Any:
     """``spec``: None (the local default: ``$SCRIPTED_RUNTIME_DATABASE``,
     else ``DEFAULT_DIR`` under ``out_dir``, else under the current directory), a directory,
-    ``redis://HOST:PORT[/DB]``, or ``none``. Returns a Hypothesis
+    ``redis://[[USER]:PASSWORD@]HOST:PORT[/DB]`` (the password is never
+    printed: ``redacted``), or ``none``. Returns a Hypothesis
     ``ExampleDatabase`` or None. A Redis server that does not answer is a
     ``DatabaseError`` naming it."""
     from hypothesis.database import DirectoryBasedExampleDatabase, ReadOnlyDatabase
@@ -91,24 +92,41 @@ def open_database(spec: Optional[str], *, read_only: bool = False, out_dir: Opti
     if spec.startswith("redis://"):
         db = _redis(spec)
     elif "://" in spec:
-        raise DatabaseError(f"--database {spec!r}: expected a directory, redis://HOST:PORT[/DB] or 'none'")
+        raise DatabaseError(f"--database {redacted(spec)!r}: expected a directory, redis://HOST:PORT[/DB] "
+                            "or 'none'")
     else:
         db = DirectoryBasedExampleDatabase(str(Path(spec).expanduser()))
     return ReadOnlyDatabase(db) if read_only else db
 
 
+def redacted(url: str) -> str:
+    """``url`` with the password of its user part (``redis://:PASSWORD@HOST``,
+    ``redis://USER:PASSWORD@HOST``) replaced by ``***``: what messages print."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    user, at, host = rest.rpartition("@")
+    if ":" in user:
+        user = user.split(":", 1)[0] + ":***"
+    else:
+        user = "***"
+    return f"{scheme}://{user}{at}{host}"
+
+
 def _redis(url: str) -> Any:
+    shown = redacted(url)
     try:
         import redis
         from hypothesis.extra.redis import RedisExampleDatabase
     except ImportError as exc:  # the install step installs it
-        raise DatabaseError(f"--database {url}: the redis client is not installed ({exc}); "
+        raise DatabaseError(f"--database {shown}: the redis client is not installed ({exc}); "
                             "run bash ci/install.sh") from exc
     client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=10)
     try:
         client.ping()
     except redis.exceptions.RedisError as exc:
-        raise DatabaseError(f"--database {url}: no Redis server answers there ({exc})") from exc
+        raise DatabaseError(f"--database {shown}: no Redis server answers there "
+                            f"({str(exc).replace(url, shown)})") from exc
     return RedisExampleDatabase(client, key_prefix=b"scripted-runtime:")
 
 
