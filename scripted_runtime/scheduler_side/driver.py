@@ -90,10 +90,10 @@ class Driver:
         next(self._main_gen)
 
     def on_run_batch(self, batch: Any) -> None:
-        mode = getattr(getattr(batch, "forward_mode", None), "name", None)
+        forward_mode = getattr(batch, "forward_mode", None)
+        mode = getattr(forward_mode, "name", None)
         chunked = getattr(self.scheduler, "chunked_req", None)
         reqs = batch.reqs
-        forward_mode = getattr(batch, "forward_mode", None)
         extend = forward_mode is not None and forward_mode.is_extend()
         self.tracker.on_batch(reqs, getattr(batch, "prefix_lens", None) if extend else None)
         self.counters.batch_log.append(
