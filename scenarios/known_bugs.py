@@ -166,3 +166,63 @@ def prompt_token_out_of_vocab(ctx, past_vocab=88, prompt_len=8):
     yield from ctx.wait_finished(good, max_steps=100)
     assert good.status == "finished" and len(good.output_ids) == 4, good
     return {"bad_token": bad_id, "vocab": vocab, "http_status": bad.http.status, "refused": refused}
+
+
+def top_logprobs_num_past_vocab(ctx, past_vocab=100, prompt_len=8):
+    """A request asking for more top logprobs than the vocabulary has must be
+    refused cleanly (or served with at most the vocabulary), and the server
+    must go on serving: the next well-formed request finishes.
+
+    On 0.5.23 nothing checks ``top_logprobs_num`` (the tokenizer manager
+    checks ``token_ids_logprob``'s ids against the vocabulary, not this
+    count); the logits processor takes ``max(top_logprobs_nums)`` over the
+    batch and calls ``logprobs.topk(max_k)``
+    (``layers/logprob_processor.py``, ``get_top_logprobs_raw``), which raises
+    ``RuntimeError: selected index k out of range`` for k past the
+    vocabulary: the scheduler dies with every request of every client on it
+    (docs/upstream/top-logprobs-num-past-vocab.md). Found by the explorer's
+    request fuzzing (``explore --fuzz-requests``, case
+    ``top_logprobs_past_vocab``).
+    """
+    vocab = int(ctx.scheduler.model_config.vocab_size)
+    k = vocab + past_vocab
+    bad = ctx.send_generate({"input_ids": list(range(3, 3 + prompt_len)), "return_logprob": True,
+                             "top_logprobs_num": k,
+                             "sampling_params": {"max_new_tokens": 4, "ignore_eos": True, "temperature": 0.0}})
+    yield from ctx.wait_until(lambda: bad.finished, max_steps=40,
+                              what=f"the request asking for {k} top logprobs (vocabulary {vocab}) to be refused or end")
+    assert bad.http.wait(30.0), f"no answer to the request asking for {k} top logprobs (status {bad.status})"
+    good = ctx.start_req(input_ids=list(range(3, 3 + prompt_len)), max_new_tokens=4, ignore_eos=True,
+                         temperature=0.0)
+    yield from ctx.wait_finished(good, max_steps=100)
+    assert good.status == "finished" and len(good.output_ids) == 4, good
+    return {"top_logprobs_num": k, "vocab": vocab, "http_status": bad.http.status, "status": bad.status}
+
+
+def logprob_start_len_negative(ctx, start=-5, prompt_len=8):
+    """A ``logprob_start_len`` below -1 (-1 means "the default") must be
+    refused cleanly or served, and the server must go on serving: the next
+    well-formed request finishes.
+
+    On 0.5.23 nothing refuses it: ``Scheduler.handle_generate_request``
+    aborts a ``logprob_start_len`` past the prompt, but keeps a negative
+    one; the prefill clamps it to the prefix (``compute_extend_logprob_start_len``:
+    ``max(logprob_start_len, prefix_len)``) and computes every prompt
+    position's logprob, while the result processor counts the positions it
+    expects as ``len(req.origin_input_ids[req.logprob_start_len:])``, a
+    Python slice from the end (5 for -5), and asserts the two agree
+    (``add_input_logprob_return_values``): the scheduler dies
+    (docs/upstream/logprob-start-len-negative.md). Found by the explorer's
+    request fuzzing (case ``logprob_start_negative``).
+    """
+    bad = ctx.send_generate({"input_ids": list(range(3, 3 + prompt_len)), "return_logprob": True,
+                             "logprob_start_len": start,
+                             "sampling_params": {"max_new_tokens": 4, "ignore_eos": True, "temperature": 0.0}})
+    yield from ctx.wait_until(lambda: bad.finished, max_steps=40,
+                              what=f"the request with logprob_start_len={start} to be refused or end")
+    assert bad.http.wait(30.0), f"no answer to the request with logprob_start_len={start} (status {bad.status})"
+    good = ctx.start_req(input_ids=list(range(3, 3 + prompt_len)), max_new_tokens=4, ignore_eos=True,
+                         temperature=0.0)
+    yield from ctx.wait_finished(good, max_steps=100)
+    assert good.status == "finished" and len(good.output_ids) == 4, good
+    return {"logprob_start_len": start, "http_status": bad.http.status, "status": bad.status}

@@ -141,6 +141,34 @@ REGISTRY: Tuple[KnownBug, ...] = (
         report="docs/upstream/prompt-token-out-of-vocab.md",
         breaks_server=True,
     ),
+    KnownBug(
+        name="top_logprobs_num_past_vocab",
+        title="a /generate request with return_logprob and top_logprobs_num past the vocabulary is not "
+              "validated and kills the scheduler in the logits processor's topk (one request takes the server "
+              "down)",
+        signature=r"SchedulerCrashed: RuntimeError: selected index k out of range",
+        message=r"",
+        topologies=("pp1-overlap", "pp1-normal", "pp4"),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:top_logprobs_num_past_vocab",
+        report="docs/upstream/top-logprobs-num-past-vocab.md",
+        breaks_server=True,
+    ),
+    KnownBug(
+        name="logprob_start_len_negative",
+        title="a /generate request with return_logprob and a logprob_start_len below -1 is not refused; the "
+              "result processor counts the prompt positions from the end (a negative slice) and its assert "
+              "kills the scheduler (one request takes the server down)",
+        signature=r"SchedulerCrashed: AssertionError in add_input_logprob_return_values",
+        message=r"",
+        topologies=("pp1-overlap", "pp1-normal", "pp4"),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:logprob_start_len_negative",
+        report="docs/upstream/logprob-start-len-negative.md",
+        breaks_server=True,
+    ),
 )
 
 

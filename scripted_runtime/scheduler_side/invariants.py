@@ -44,6 +44,7 @@ from scripted_runtime.scheduler_side import check_registry, contracts, state
 # built-in check is in check_registry.
 from scripted_runtime.scheduler_side import hicache_checks, output_oracle, request_contract  # noqa: F401
 from scripted_runtime.scheduler_side import answer_delivery  # noqa: F401  (after: the end checks' listed order)
+from scripted_runtime.scheduler_side import request_fuzz  # noqa: F401  (last: the survival contract)
 from scripted_runtime.scheduler_side.check_registry import Violation
 from scripted_runtime.scheduler_side.context import radix
 

@@ -281,6 +281,7 @@ def explore_settings(args: argparse.Namespace) -> "ExploreSettings":
         sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout, example_timeout_s=args.timeout,
         known_bugs=() if args.no_known_bugs else None, stop_at_known=args.stop_at_known,
         corpus=not args.no_corpus, novelty=not args.no_novelty, standby=args.standby,
+        fuzz_requests=args.fuzz_requests or args.fuzz_known_crashes, fuzz_known_crashes=args.fuzz_known_crashes,
         fresh_replay=not args.same_server_replay,
         database=args.database, database_read_only=args.database_read_only)
 
@@ -556,6 +557,14 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--no-novelty", action="store_true",
                      help="no novelty guidance: programs are drawn afresh only, never mutated from the programs "
                           "that reached new scheduler states (the states are still counted; docs/exploring.md)")
+    exp.add_argument("--fuzz-requests", action="store_true",
+                     help="also draw requests with malformed or extreme fields (token ids, lengths, sampling and "
+                          "logprob parameters, a reused rid) and aborts of unknown rids, judged by the survival "
+                          "contract; cases that meet a known bug that kills the server on this topology and "
+                          "release are left out (docs/exploring.md)")
+    exp.add_argument("--fuzz-known-crashes", action="store_true",
+                     help="with request fuzzing, draw the cases that meet a known server-killing bug too "
+                          "(each one met costs a server start); implies --fuzz-requests")
     known = exp.add_mutually_exclusive_group()
     known.add_argument("--stop-at-known", action="store_true",
                        help="stop (shrink, write, exit 1) at a known SGLang bug too; by default one is reported "

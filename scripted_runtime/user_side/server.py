@@ -129,6 +129,49 @@ def last_traceback(text: str) -> Optional[str]:
     return "\n".join(out)
 
 
+_FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
+
+
+def crash_line(tb: Optional[str]) -> str:
+    """The one line a crash is named by: the traceback's exception line, and
+    for a bare exception (``AssertionError`` with no message) the function
+    and file it was raised in, so two bare assertions in different places
+    are different failures. Pure."""
+    lines = [l for l in (tb or "").strip().splitlines() if l.strip()]
+    if not lines:
+        return "no traceback"
+    last = lines[-1].strip()
+    if ":" not in last:
+        frames = _FRAME.findall(tb or "")
+        if frames:
+            path, func = frames[-1]
+            last += f" in {func} ({os.path.basename(path)})"
+    return last
+
+
+def first_crash_text(crash_dir: Path) -> Optional[str]:
+    """The traceback of the rank that crashed first (each rank's crash file,
+    ``hooks/scheduler_hook.py``, starts with the time it was written), then
+    the others' after ``[later: FILE]``; None with no crash file. Under PP
+    the first is the cause: the ranks after it die of its absence (the
+    driver rank, for one, of a closed gloo connection)."""
+    try:
+        files = list(crash_dir.iterdir())
+    except OSError:
+        return None
+    crashes = []
+    for f in files:
+        first, _, tb = f.read_text(errors="replace").partition("\n")
+        try:
+            crashes.append((float(first), f.name, tb))
+        except ValueError:
+            crashes.append((float("inf"), f.name, tb))
+    if not crashes:
+        return None
+    crashes.sort()
+    return crashes[0][2].rstrip() + "".join(f"\n\n[later: {name}]\n{tb}" for _, name, tb in crashes[1:])
+
+
 def invariant_selection(invariants: Union[bool, Iterable[str]]) -> Tuple[str, ...]:
     """The invariant names to switch off for ``run(invariants=...)``."""
     if invariants is True:
@@ -480,16 +523,21 @@ class ScriptedServer:
             return None
         return "\n".join(f"[{f.name}]\n{f.read_text(errors='replace').split(chr(10), 1)[-1]}" for f in files)
 
+    def _first_crash_text(self) -> Optional[str]:
+        return first_crash_text(self.workdir / "crashes")
+
     def _crashed(self, name: str, tb: Optional[str], t0: float) -> ScriptResult:
         log = ""
         try:
             log = self.log_path.read_text(errors="replace")
         except OSError:
             pass
-        tb = tb or self._crash_file_text() or last_traceback(log) or log_tail(self.log_path)
-        lines = [l for l in (tb or "").strip().splitlines() if l.strip()]
+        if tb is not None and self.config.pp_size() > 1:
+            time.sleep(0.2)  # another rank's crash file, written as it died, is on disk by now
+        tb = self._first_crash_text() or tb or last_traceback(log) or log_tail(self.log_path)
+        first = tb.split("\n\n[later: ", 1)[0] if tb else tb
         self._dead_reason = "the scheduler crashed"
         self._kill()
         return ScriptResult(script=name, passed=False, crashed=True, duration_s=time.monotonic() - t0,
-                            error=f"SchedulerCrashed: {lines[-1] if lines else 'no traceback'}",
+                            error=f"SchedulerCrashed: {crash_line(first)}",
                             traceback=tb)

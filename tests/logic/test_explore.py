@@ -413,9 +413,12 @@ def test_a_failure_whose_keeping_failed_is_offered_again_with_its_next_program()
                 raise OSError("disk full")  # reported; the search goes on
             return "kept.py"
 
-    fake = _FakeRunner("pp1-normal", fails=lambda program: any(isinstance(a, A.Flush) for a in program))
+    # A program with a flush and more than the minimum fails: its shrinking meets a second failing
+    # program whatever the first was (a minimal first one would have nothing to shrink to).
+    fake = _FakeRunner("pp1-normal", fails=lambda program: any(isinstance(a, A.Flush) for a in program)
+                       and len(program) >= 3)
     lines = []
-    result = search.search(fake, ExploreSettings(profile="ci", max_examples=30, corpus=False, shrink_time_s=5,
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=60, corpus=False, shrink_time_s=5,
                                                  known_bugs=()), events=Events(), progress=lines.append)
     assert any("could NOT keep" in line and "disk full" in line for line in lines)
     assert len(offered) == 2 and offered[0] < offered[1]

@@ -422,9 +422,10 @@ def test_the_warm_up_sends_every_family_at_every_length():
 def test_new_actions_round_trip_through_the_failure_database():
     program = [A.Start(64, 2, 3, ignore_eos=False, stop_at=4, stream=True), A.Resend(1, 2, 3, stream=True),
                A.ExhaustKv(64, evict_cache=True), A.ReleaseKv(), A.OnPhase("decode", A.AbortOne(1), 24),
-               A.OnPhase("queued", A.ExhaustKv(0, evict_cache=True), 24)]
+               A.OnPhase("queued", A.ExhaustKv(0, evict_cache=True), 24),
+               A.FuzzRequest(("top_p_zero", "rid_reused"), 1, 63, 3), A.AbortUnknown()]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 4
+    assert A.GRAMMAR_VERSION == 5
 
 
 def test_the_corpus_keeps_its_meaning_with_families():

@@ -119,19 +119,49 @@ class ScriptContext:
         payload = {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": bool(stream)}
         if top_logprobs:
             payload.update(return_logprob=True, top_logprobs_num=top_logprobs)
+        return self._post_generate(payload, await_arrival=await_arrival, raw=False)
+
+    def send_generate(self, payload: Dict[str, Any], *, await_arrival: bool = True) -> ReqHandle:
+        """Post ``payload`` to ``/generate`` as it is: nothing added but a rid
+        when it has none, nothing checked (request fuzzing: malformed or
+        extreme fields, ``scheduler_side/request_fuzz.py``). Returns once the
+        scheduler took a request of its rid in, or the HTTP server answered
+        without sending it on (a refusal: ``handle.status == "refused"``).
+        The handle is marked ``raw``: the checks that assume ``start_req``'s
+        shape (the output oracle, the request contract, answer delivery)
+        leave it to the survival contract."""
+        payload = dict(payload)
+        if not isinstance(payload.get("rid"), str) or not payload.get("rid"):
+            payload["rid"] = f"r{next(_rid_counter)}-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+        return self._post_generate(payload, await_arrival=await_arrival, raw=True)
+
+    def _post_generate(self, payload: Dict[str, Any], *, await_arrival: bool, raw: bool) -> ReqHandle:
+        rid = payload["rid"]
+        work_types = sglang_compat.work_request_type_names()
+        arrived: List[Any] = []
+
+        def on_frame(obj: Any) -> None:  # a frame of this rid reaching the scheduler's socket
+            if getattr(obj, "rid", None) == rid and type(obj).__name__ in work_types:
+                arrived.append(obj)
+
         t0 = time.monotonic()
-        answer = self._poster.post("/generate", payload)
-        handle = ReqHandle(rid, answer, self.step, scheduler=self._scheduler, tracker=self._tracker,
-                           counters=self._counters)
-        self._tracker.handles.append(handle)
-        if await_arrival:
-            self._inbox.wait_for(
-                lambda obj: getattr(obj, "rid", None) == rid
-                and type(obj).__name__ in sglang_compat.work_request_type_names(),
-                timeout_s=ARRIVAL_TIMEOUT_S,
-                what=f"generate request {rid!r}",
-                already_arrived=lambda: answer.done,
-            )
+        # Counted from the post on, not found in the buffer: an earlier request of the same rid
+        # (a reused one) must not count as this one's arrival.
+        self._inbox.arrival_listeners.append(on_frame)
+        try:
+            answer = self._poster.post("/generate", payload)
+            handle = ReqHandle(rid, answer, self.step, scheduler=self._scheduler, tracker=self._tracker,
+                               counters=self._counters, raw=raw, payload=payload if raw else None)
+            self._tracker.handles.append(handle)
+            if await_arrival:
+                self._inbox.wait_for(
+                    None,
+                    timeout_s=ARRIVAL_TIMEOUT_S,
+                    what=f"generate request {rid!r}",
+                    already_arrived=lambda: bool(arrived) or answer.done,
+                )
+        finally:
+            self._inbox.arrival_listeners.remove(on_frame)
         self._counters.io_s += time.monotonic() - t0
         return handle
 

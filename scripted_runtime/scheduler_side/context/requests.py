@@ -20,13 +20,19 @@ class ReqHandle:
     scheduler, the tracker (the Req as last held) and the run's batch log."""
 
     def __init__(self, rid: str, http: HttpAnswer, posted_step: int, *,
-                 scheduler: Any, tracker: RequestTracker, counters: RunCounters):
+                 scheduler: Any, tracker: RequestTracker, counters: RunCounters, raw: bool = False,
+                 payload: Optional[dict] = None):
         self._scheduler = scheduler
         self._tracker = tracker
         self._counters = counters
         self.rid = rid
         self.http = http  # the /generate answer, once the request completes
         self.posted_step = posted_step
+        # Sent as given (``ctx.send_generate``): judged by the survival contract, not by the
+        # checks that assume start_req's shape. ``payload``: what was posted.
+        self.raw = raw
+        self.payload = payload
+        self.fuzz_cases: tuple = ()  # the field cases a fuzzed request was built from (request_fuzz)
 
     # --- where it is ---------------------------------------------------------
     @property
@@ -45,10 +51,12 @@ class ReqHandle:
 
     @property
     def status(self) -> str:
-        """posted | waiting | chunking | running | finished | aborted | lost
+        """posted | waiting | chunking | running | finished | aborted | lost | refused
 
         ``lost``: the scheduler took the request in, holds it nowhere now,
-        and never finished it (no finish reason): dropped without an answer."""
+        and never finished it (no finish reason): dropped without an answer.
+        ``refused``: the HTTP server answered without ever sending it to the
+        scheduler (its validation refused it; ``self.http`` says why)."""
         s = self._scheduler
         req = self.req
         if req is not None:
@@ -69,6 +77,8 @@ class ReqHandle:
             return "finished"
         if self.rid in self._tracker.ingested:
             return "aborted"  # rejected at ingest; self.http says why
+        if self.http.done:
+            return "refused"
         return "posted"
 
     @property
@@ -79,7 +89,7 @@ class ReqHandle:
 
     @property
     def finished(self) -> bool:
-        return self.status in ("finished", "aborted")
+        return self.status in ("finished", "aborted", "refused")
 
     @property
     def is_chunking(self) -> bool:

@@ -45,6 +45,9 @@ def run_source(ctx, source: str):
             coverage[key] = coverage.get(key, 0) + 1
 
     def on_extension(kind: str) -> None:
+        if kind.startswith("fuzzcase:"):  # a fuzzed request's field case: counted once, not per phase
+            coverage[kind] = coverage.get(kind, 0) + 1
+            return
         paused = program_helpers.tokenizer_paused(ctx, ctx.control_ops)
         for phase in phases.phases_of(ctx.scheduler, tokenizer_paused=paused):
             key = f"{kind}|{phase}"

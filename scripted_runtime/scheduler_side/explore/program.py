@@ -8,11 +8,12 @@ way on the same build.
 from __future__ import annotations
 
 import inspect
+import time
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from scripted_runtime.scheduler_side import (answer_delivery, control, hicache_state, output_oracle, request_contract,
-                                             state)
+                                             request_fuzz, state)
 from scripted_runtime.scheduler_side.explore import phases
 from scripted_runtime.scheduler_side.explore.prompts import prompt_ids  # noqa: F401 - programs call explore.prompt_ids
 
@@ -50,6 +51,12 @@ def live(reqs) -> List[Any]:
     return [h for h in reqs if not h.finished]
 
 
+def well_formed(reqs) -> List[Any]:
+    """The requests ``start_req`` sent (not ``fuzz_request``'s raw ones): the
+    ones the output oracle, the request contract and answer delivery judge."""
+    return [h for h in reqs if not getattr(h, "raw", False)]
+
+
 def wait_for_phase(ctx, phase: str, *, max_steps: int):
     """``if (yield from wait_for_phase(ctx, "decode", max_steps=24)): ...``:
     step until the scheduler is in ``phase`` (``phases.phases_of`` of the
@@ -69,7 +76,7 @@ def wait_for_phase(ctx, phase: str, *, max_steps: int):
 
 def abort_one(ctx, reqs, pick: int):
     """Abort live request ``pick`` (modulo their number); None when none is live."""
-    alive = live(reqs)
+    alive = live(well_formed(reqs))
     if not alive:
         return None
     return ctx.abort(alive[pick % len(alive)])
@@ -141,7 +148,7 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
             # The tokenizer holds the update until every generate request it sent is answered:
             # an ended request whose answer never comes would hold it until a wall-clock
             # ArrivalTimeout. Judge the answers now (a clock wait, no step), as the end check would.
-            answer_delivery.check_answers(reqs, timeout_s=answer_delivery.ANSWER_TIMEOUT_S,
+            answer_delivery.check_answers(well_formed(reqs), timeout_s=answer_delivery.ANSWER_TIMEOUT_S,
                                           when="the weight update, which the tokenizer holds behind it")
     op = ctx.update_weights_from_disk(flush_cache=flush_cache, await_arrival=True)
     yield from op.wait(max_steps=2 * _slots(ctx))
@@ -207,25 +214,105 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
         problems.append(f"{stats['protected']} tree tokens still protected (locked)")
     if problems:
         raise EndStateError("pools not whole at idle: " + "; ".join(problems))
+    fuzzed = [h for h in reqs if getattr(h, "raw", False)]
+    if fuzzed and ctx.check_enabled(request_fuzz.NAME):
+        yield from survival_checks(ctx, fuzzed)
+    plain = well_formed(reqs)
     compared = 0
     if ctx.check_enabled("greedy_output"):
-        compared = yield from output_oracle.check_outputs(ctx, reqs)
+        compared = yield from output_oracle.check_outputs(ctx, plain)
     answers = 0
     if ctx.check_enabled(request_contract.NAME):  # last: the checks above keep their findings' names
-        answers = request_contract.check_answers(reqs)
+        answers = request_contract.check_answers(plain)
     delivered = 0
     if ctx.check_enabled(answer_delivery.NAME):  # waits on the clock, takes no step
-        delivered = answer_delivery.check_answers(reqs)
+        delivered = answer_delivery.check_answers(plain)
     return {
         "outputs_compared": compared,
         "answers_checked": answers,
         "answers_delivered": delivered,
         "requests": len(reqs),
+        "fuzzed": len(fuzzed),
         "finished": sum(1 for h in reqs if h.status == "finished"),
         "aborted": sum(1 for h in reqs if h.status == "aborted"),
         "tree_tokens": stats["tree_tokens"],
         "slot": state.pp_slot(ctx.scheduler),
     }
+
+
+# --- request fuzzing (issue 38) -------------------------------------------------------------
+# Iterations the survival check gives the probe request (a well-formed one sent after the
+# fuzzed requests ended) to finish, per PP microbatch slot.
+PROBE_STEPS = 200
+PROBE_NEW_TOKENS = 2
+
+
+def fuzz_request(ctx, reqs, cases: Sequence[str], *, family: int = 0, prompt_len: int = 8,
+                 max_new_tokens: int = 4):
+    """Send a fuzzed ``/generate`` request: the base request (a prompt of
+    ``family``, ``max_new_tokens``, ``request_fuzz.BASE_SAMPLING``) with the
+    field ``cases`` applied (``request_fuzz.CASES``), as it is
+    (``ctx.send_generate``), and add its handle to ``reqs``. ``rid_reused``
+    takes the rid of the last request the program sent. The end-state checks
+    judge it by the survival contract (``survival_checks``). Counted in the
+    coverage table as ``fuzz:request`` in the phases it was sent in, and in
+    the request-fields table per case. Returns the handle."""
+    limits = request_fuzz.resolve_limits(ctx.scheduler)
+    earlier = reqs[-1].rid if reqs else None
+    rid = f"fz{len(reqs)}-{ctx.step}-{id(ctx) % 10**6}"
+    payload = request_fuzz.build_payload(cases, prompt=prompt_ids(family, prompt_len), max_new_tokens=max_new_tokens,
+                                         rid=rid, limits=limits, reused_rid=earlier)
+    if coverage_sink is not None:
+        coverage_sink("fuzz:request")
+        for case in cases:
+            coverage_sink(f"fuzzcase:{case}")
+    handle = ctx.send_generate(payload)
+    handle.fuzz_cases = tuple(cases)
+    reqs.append(handle)
+    return handle
+
+
+def abort_unknown(ctx):
+    """``/abort_request`` for a rid no request ever had: SGLang must answer
+    and change nothing. Counted in the coverage table as ``fuzz:abort_unknown``."""
+    if coverage_sink is not None:
+        coverage_sink("fuzz:abort_unknown")
+    return ctx.abort(f"never-sent-{ctx.step}")
+
+
+def survival_checks(ctx, fuzzed):
+    """The survival contract's end (``request_fuzz``): every fuzzed request
+    got a clean answer of the kind its values call for (waited on the clock,
+    no step), then, the engine being whole (checked just before), the next
+    well-formed request is served: a probe request must finish within
+    ``PROBE_STEPS`` iterations with an answer."""
+    deadline = time.monotonic() + answer_delivery.ANSWER_TIMEOUT_S
+    for h in fuzzed:
+        h.http.wait(max(0.0, deadline - time.monotonic()))
+        later = [op.name for op in ctx.control_ops if op.posted_step >= h.posted_step]
+        problem = request_fuzz.judge(h.fuzz_cases, h.http.status, h.http.body,
+                                     h.http.error if h.http.done else "no answer within "
+                                     f"{answer_delivery.ANSWER_TIMEOUT_S:.0f}s of the program's end",
+                                     aborted_by_program=request_fuzz.aborted_by_program(later))
+        if problem:
+            raise request_fuzz.SurvivalError(f"{problem} (rid {h.rid}, {h.status} in the scheduler)")
+    probe = ctx.start_req(input_ids=prompt_ids(0, 8), max_new_tokens=PROBE_NEW_TOKENS, ignore_eos=True,
+                          temperature=0.0)
+    budget = PROBE_STEPS * _slots(ctx)
+    for _ in range(budget):
+        if probe.finished:
+            break
+        yield
+    answered = probe.http.wait(answer_delivery.ANSWER_TIMEOUT_S) if probe.finished else False
+    if probe.status != "finished" or not answered or probe.http.status != 200:
+        raise request_fuzz.SurvivalError(
+            f"the well-formed request sent after the fuzzed ones was not served: {probe.status} after "
+            f"{budget} iterations, answer {probe.http.as_dict() if probe.http.done else 'none'}; "
+            f"state: {ctx.describe()}")
+    for _ in range(END_IDLE_STEPS * _slots(ctx)):
+        if ctx.is_fully_idle and ctx.nothing_held:
+            break
+        yield
 
 
 # An explored hold ends by itself: a slow GPU copy still finishes, and a

@@ -26,7 +26,8 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # 3: Start and Resend draw ``stream``; ExhaustKv leaves room for the largest request SGLang
 # holds (not a fixed 256 tokens) and may evict the radix cache first (``evict_cache``).
 # 4: OnPhase (an operation once a scheduler phase holds: decoding, queued, ...).
-GRAMMAR_VERSION = 4
+# 5: FuzzRequest and AbortUnknown (request-field fuzzing, drawn with --fuzz-requests).
+GRAMMAR_VERSION = 5
 # The prompt lengths programs use: around the 64-token chunk boundaries (1, 2 and 3
 # chunks), simplest first for shrinking. Part of the grammar: a Resend's "longer" steps up
 # this ladder, and the output oracle's warm-up computes every (family, length) of it.
@@ -204,6 +205,34 @@ class OnPhase:
 
 
 @dataclass(frozen=True)
+class FuzzRequest:
+    """Send a request with malformed or extreme fields (``explore.fuzz_request``):
+    the base request (a prompt of ``family`` and ``prompt_len``,
+    ``max_new_tokens``) with the field ``cases`` of
+    ``scheduler_side/request_fuzz.py`` applied, judged by the survival
+    contract. Drawn only with request fuzzing on; held back, like a Start,
+    while the program's pause holds the tokenizer."""
+
+    cases: Tuple[str, ...]
+    family: int = 0
+    prompt_len: int = 8
+    max_new_tokens: int = 4
+
+    def __post_init__(self) -> None:  # a list read back from JSON (the failure database) is the same program
+        object.__setattr__(self, "cases", tuple(self.cases))
+
+    def describe(self) -> str:
+        return (f"fuzzed request: {', '.join(self.cases)} on {_prompt_words(self.family, self.prompt_len)}, "
+                f"{self.max_new_tokens} new")
+
+
+@dataclass(frozen=True)
+class AbortUnknown:
+    def describe(self) -> str:
+        return "abort a rid no request ever had"
+
+
+@dataclass(frozen=True)
 class Extension:
     """An explorer action a user's module registers (``scripted_runtime/extensions.py``)."""
 
@@ -233,7 +262,7 @@ class ReleaseTransfers:
 
 
 Action = Union[Steps, Start, Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, OnWindow, OnPhase, Extension,
-               HoldTransfers, ReleaseTransfers, Resend, ExhaustKv, ReleaseKv]
+               HoldTransfers, ReleaseTransfers, Resend, ExhaustKv, ReleaseKv, FuzzRequest, AbortUnknown]
 
 
 def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
@@ -377,6 +406,12 @@ def to_source(actions: Sequence[Action], *, docstring: str = "", mark: Optional[
             body = ["if not explore.tokenizer_paused(ctx):", "    " + call] if may_be_paused else [call]
         elif isinstance(action, ExhaustKv):
             body = _op_lines(action)
+        elif isinstance(action, FuzzRequest):
+            call = (f"explore.fuzz_request(ctx, reqs, {tuple(action.cases)!r}, family={action.family}, "
+                    f"prompt_len={action.prompt_len}, max_new_tokens={action.max_new_tokens})")
+            body = ["if not explore.tokenizer_paused(ctx):", "    " + call] if may_be_paused else [call]
+        elif isinstance(action, AbortUnknown):
+            body = ["explore.abort_unknown(ctx)"]
         elif isinstance(action, ReleaseKv):
             body = ["explore.release_kv(ctx)"]
         elif isinstance(action, Extension):

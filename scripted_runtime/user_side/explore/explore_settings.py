@@ -51,6 +51,8 @@ class ExploreSettings:
     found_by: str = FOUND_BY
     sglang_spec: Optional[str] = None
     stop_file: Optional[str] = None
+    fuzz_requests: bool = False  # draw FuzzRequest/AbortUnknown (request_fuzz's field cases)
+    fuzz_known_crashes: bool = False  # ... those meeting a known server-killing bug too
 
     def __post_init__(self) -> None:
         if self.known_bugs is not None:

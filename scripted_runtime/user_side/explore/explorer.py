@@ -291,6 +291,8 @@ def print_report(report: ExploreReport, *, profile: str, out=print) -> None:
     out(stats.summary())
     out("coverage, control operation x scheduler phase (operations processed against that state):")
     out(stats.coverage_table())
+    if stats.fuzz_table():
+        out(stats.fuzz_table())
     if report.seed is not None:
         out(f"seed: {report.seed} (rerun with --seed {report.seed})")
     else:

@@ -60,6 +60,10 @@ def explore_argv(args: argparse.Namespace, **override) -> List[str]:
         argv.append("--no-corpus")
     if values.get("no_novelty"):
         argv.append("--no-novelty")
+    if values.get("fuzz_requests"):
+        argv.append("--fuzz-requests")
+    if values.get("fuzz_known_crashes"):
+        argv.append("--fuzz-known-crashes")
     if values.get("database") is not None:
         argv += ["--database", values["database"]]
     if values.get("database_read_only"):
@@ -168,6 +172,8 @@ def run_workers(args: argparse.Namespace) -> int:
     print(f"=== {n} workers merged ===")
     print(merged.summary())
     print(merged.coverage_table())
+    if merged.fuzz_table():
+        print(merged.fuzz_table())
     for i, payload in failures:
         print(f"FAILURE (worker {i}): {payload['signature']} -> {payload.get('scenario_path')}")
     if failures:

@@ -29,17 +29,33 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from scripted_runtime import known_bugs as known_bugs_mod
+from scripted_runtime.scheduler_side import request_fuzz
 from scripted_runtime.user_side.server_config import ServerConfig
 from scripted_runtime.user_side.explore import corpus as corpus_mod, failure_db, novelty as novelty_mod, strategies
 from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
 from scripted_runtime.user_side.explore.runner import ExampleRunner, Outcome
 from scripted_runtime.user_side.explore.stats import Stats
+
+
+def fuzz_cases_for(settings: Any, registry: Sequence[Any], *, topology: str,
+                   version: Optional[str]) -> Optional[Tuple[str, ...]]:
+    """The field cases request fuzzing draws (``settings.fuzz_requests``), or
+    None with it off: every case but those meeting a registered bug that
+    kills the server on ``topology`` and ``version`` (unless
+    ``settings.fuzz_known_crashes``)."""
+    if not settings.fuzz_requests:
+        return None
+    if settings.fuzz_known_crashes:
+        return request_fuzz.drawable_cases(())
+    breaking = [b.name for b in registry if getattr(b, "breaks_server", False) and topology in b.topologies
+                and known_bugs_mod.affects(b.releases, version)]
+    return request_fuzz.drawable_cases(breaking)
 
 
 class _SearchTimeSpent(BaseException):
@@ -258,8 +274,14 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
         progress(f"{phase}: {stats.examples} programs ({stats.per_minute:.0f}/min), {stats.steps} steps, "
                  f"{sum(stats.failures.values())} failing, {stats.wall_s:.0f}s")
 
-    @given(novelty_mod.guided_strategy(novelty, strategies.programs(topology, features=features),
-                                       strategies.action_strategy(topology, features)))
+    fuzz_cases = fuzz_cases_for(settings, known_bugs, topology=topology, version=version)
+    if fuzz_cases is not None:
+        left_out = [c.name for c in request_fuzz.CASES if c.name not in fuzz_cases]
+        progress(f"request fuzzing: drawing from {len(fuzz_cases)} field cases"
+                 + (f"; left out (a known bug that kills the server here): {', '.join(left_out)}" if left_out else ""))
+
+    @given(novelty_mod.guided_strategy(novelty, strategies.programs(topology, features=features, fuzz_cases=fuzz_cases),
+                                       strategies.action_strategy(topology, features, fuzz_cases)))
     def explored(program):
         key = tuple(program)
         outcome = memo.get(key)

@@ -185,7 +185,7 @@ class Stats:
         processed against a state in that phase ('.' = never)."""
         # rows of extension actions, HiCache's gate and KV pressure, and feature phases, where they were seen
         extension_rows = tuple(sorted({key.split("|")[0] for key in self.coverage
-                                       if key.startswith(("ext:", "hicache:", "kv:"))}))
+                                       if key.startswith(("ext:", "hicache:", "kv:", "fuzz:"))}))
         width = max(len(op) for op in OPS + extension_rows)
         seen = {key.split("|")[-1] for key in self.coverage}
         cols = PHASES + tuple(c for c in FEATURE_PHASES if c in seen)
@@ -199,6 +199,31 @@ class Stats:
             rows.append("  " + op.ljust(width) + " | " + " | ".join(cells))
         exercised = sum(1 for op in OPS for c in cols if self.coverage.get(f"{op}|{c}"))
         rows.append(f"  {exercised} of {len(OPS) * len(cols)} combinations exercised")
+        return "\n".join(rows)
+
+
+    def fuzz_table(self) -> str:
+        """Request fuzzing's drawn field cases: per field, how many requests
+        drew a value of each class (valid, refused, unchecked), and the cases
+        never drawn. Empty without request fuzzing."""
+        from scripted_runtime.scheduler_side import request_fuzz
+
+        drawn = {key[len("fuzzcase:"):]: n for key, n in self.coverage.items() if key.startswith("fuzzcase:")}
+        if not drawn:
+            return ""
+        fields: Dict[str, Dict[str, int]] = {}
+        for case in request_fuzz.CASES:
+            fields.setdefault(case.field, {c: 0 for c in request_fuzz.CLASSES})
+            fields[case.field][case.cls] += drawn.get(case.name, 0)
+        width = max(len(f) for f in fields)
+        head = "  " + "request field".ljust(width) + " | " + " | ".join(c.rjust(9) for c in request_fuzz.CLASSES)
+        rows = [head, "  " + "-" * (len(head) - 2)]
+        for name, counts in fields.items():
+            rows.append("  " + name.ljust(width) + " | "
+                        + " | ".join((str(counts[c]) if counts[c] else ".").rjust(9) for c in request_fuzz.CLASSES))
+        never = [c.name for c in request_fuzz.CASES if c.name not in drawn]
+        rows.append(f"  {len(drawn)} of {len(request_fuzz.CASES)} field cases drawn"
+                    + (f"; never: {', '.join(never)}" if never else ""))
         return "\n".join(rows)
 
 

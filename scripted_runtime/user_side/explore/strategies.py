@@ -115,6 +115,25 @@ def phase_ops(topology: str) -> st.SearchStrategy:
                                     evict_cache=st.booleans()))
 
 
+# A fuzzed request's base: short prompts (the cases make the long ones), a few new tokens.
+FUZZ_PROMPT_LENGTHS = (8, 1, 63, 64, 65)
+FUZZ_MAX_NEW_TOKENS = 8
+FUZZ_MAX_CASES = 3
+
+
+def fuzz_actions(cases: Tuple[str, ...]) -> st.SearchStrategy:
+    """A fuzzed request (one to ``FUZZ_MAX_CASES`` of ``cases``, shrinking
+    towards one case and the first, the valid ones) or an abort of an
+    unknown rid."""
+    return st.one_of(
+        st.builds(A.FuzzRequest, cases=st.lists(st.sampled_from(cases), min_size=1, max_size=FUZZ_MAX_CASES,
+                                                unique=True).map(tuple),
+                  family=st.sampled_from(PROMPT_FAMILIES), prompt_len=st.sampled_from(FUZZ_PROMPT_LENGTHS),
+                  max_new_tokens=st.integers(1, FUZZ_MAX_NEW_TOKENS)),
+        st.just(A.AbortUnknown()),
+    )
+
+
 def hicache_gate_actions() -> st.SearchStrategy:
     return st.one_of(
         st.builds(A.HoldTransfers, loads=st.booleans(), backups=st.booleans())
@@ -123,9 +142,11 @@ def hicache_gate_actions() -> st.SearchStrategy:
     )
 
 
-def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None) -> st.SearchStrategy:
+def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None,
+                    fuzz_cases: Optional[Tuple[str, ...]] = None) -> st.SearchStrategy:
     """One action; HiCache's gate actions only with the feature on
-    (``features``, by default the topology's own)."""
+    (``features``, by default the topology's own); fuzzed requests only with
+    ``fuzz_cases`` (request fuzzing on: the field cases it draws)."""
     if features is None:
         features = engine_config.features_of(topology)
     names = windows_for(topology, features)
@@ -145,6 +166,8 @@ def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None) -
     if "hicache" in features:
         choices.append(hicache_gate_actions())
         choices.append(starts(HICACHE_PROMPT_LENGTHS))  # new traffic twice as often: evictions, returns
+    if fuzz_cases:  # asked for: drawn twice as often as one other kind of action
+        choices += [fuzz_actions(fuzz_cases), fuzz_actions(fuzz_cases)]
     loaded = sorted(extensions.actions())
     if loaded:  # a user's own actions (--extension), drawn like the built-in ones
         choices.append(st.builds(A.Extension, name=st.sampled_from(loaded)))
@@ -152,7 +175,8 @@ def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None) -
 
 
 def programs(topology: str, *, max_actions: int = MAX_ACTIONS,
-             features: Optional[Tuple[str, ...]] = None) -> st.SearchStrategy:
+             features: Optional[Tuple[str, ...]] = None,
+             fuzz_cases: Optional[Tuple[str, ...]] = None) -> st.SearchStrategy:
     """Programs that start at least one request first (an empty engine has
     little to race with); the rest is free."""
     if features is None:
@@ -168,6 +192,6 @@ def programs(topology: str, *, max_actions: int = MAX_ACTIONS,
                          min_size=1, max_size=len(PROMPT_FAMILIES)).map(
             lambda drawn: [A.Start(n, PROMPT_FAMILIES[i], new) for i, (n, new) in enumerate(drawn)])
         return st.builds(lambda h, first, rest: ([h] if h else []) + first + rest, hold, first,
-                         st.lists(action_strategy(topology, features), max_size=max_actions - 4))
+                         st.lists(action_strategy(topology, features, fuzz_cases), max_size=max_actions - 4))
     return st.builds(lambda first, rest: [first] + rest, starts(),
-                     st.lists(action_strategy(topology, features), max_size=max_actions - 1))
+                     st.lists(action_strategy(topology, features, fuzz_cases), max_size=max_actions - 1))
