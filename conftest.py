@@ -65,9 +65,14 @@ def pytest_configure(config):
 
 
 def pytest_itemcollected(item):
-    """The ``sglang`` marker comes from the directory, before ``-m`` selects."""
+    """The ``sglang`` marker comes from the directory, and ``slow`` from
+    ``slow_on(*topologies)`` for an item on one of those topologies, before
+    ``-m`` selects."""
     if item.path.resolve().is_relative_to(SERVER_TESTS):
         item.add_marker(pytest.mark.sglang)
+    topology = getattr(getattr(item, "callspec", None), "params", {}).get("server")
+    if topology is not None and any(topology in m.args for m in item.iter_markers("slow_on")):
+        item.add_marker(pytest.mark.slow)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -216,11 +216,43 @@ def resolve_limits(scheduler: Any) -> Dict[str, int]:
     return {"V": vocab, "C": context, "L": longest}
 
 
+def owned_fields(case: str) -> Tuple[str, ...]:
+    """The fields a case sets: its own and those it sets with it. Pure."""
+    c = BY_NAME[case]
+    return (c.field,) + tuple(f for f, _ in c.with_fields)
+
+
+def _overrides(later: str, earlier: str) -> bool:
+    """Whether ``later``, applied after ``earlier``, undoes it: it sets
+    ``earlier``'s own field, or sets a field ``earlier`` sets with it to
+    another value. Pure."""
+    e, l = BY_NAME[earlier], BY_NAME[later]
+    computed = object()  # a value resolved per request: never equal to a fixed one
+    l_sets = {f: v for f, v in l.with_fields}
+    l_sets[l.field] = l.value if l.expr is None and l.length is None else computed
+    if e.field in l_sets:
+        return True
+    return any(f in l_sets and l_sets[f] != v for f, v in e.with_fields)
+
+
+def effective_cases(cases: Sequence[str]) -> List[str]:
+    """The cases whose values the payload still holds (``build_payload``
+    applies them in order): a later case undoes an earlier one when it sets
+    the earlier one's field, or a field the earlier one needs, otherwise.
+    Pure."""
+    out: List[str] = []
+    for case in cases:
+        out = [c for c in out if not _overrides(case, c)]
+        out.append(case)
+    return out
+
+
 def expectation(cases: Sequence[str]) -> str:
-    """What the survival contract requires of a request with ``cases``:
-    ``refused`` when any case is refused by SGLang's rules, else ``served``
-    when every case is valid, else ``either``. Pure."""
-    classes = {BY_NAME[c].cls for c in cases}
+    """What the survival contract requires of a request with ``cases``
+    (those still in effect, ``effective_cases``): ``refused`` when any case
+    is refused by SGLang's rules, else ``served`` when every case is valid,
+    else ``either``. Pure."""
+    classes = {BY_NAME[c].cls for c in effective_cases(cases)}
     if REFUSED in classes:
         return "refused"
     if classes <= {VALID}:
@@ -243,7 +275,7 @@ def build_payload(cases: Sequence[str], *, prompt: List[int], max_new_tokens: in
         case = BY_NAME[name]
         for field, extra in case.with_fields:
             _set(payload, field, extra)
-        values = {**limits, "P": len(prompt), "N": int(sampling.get("max_new_tokens") or 0)}
+        values = {**limits, "P": len(payload["input_ids"]), "N": int(sampling.get("max_new_tokens") or 0)}
         if case.name == "rid_reused":
             if reused_rid is not None:
                 payload["rid"] = reused_rid
@@ -320,7 +352,7 @@ def judge(cases: Sequence[str], status: Optional[int], body: Any, error: Optiona
     judgement of its values. Pure."""
     got, detail = verdict(status, body, error)
     wanted = expectation(cases)
-    what = "+".join(cases) or "base request"
+    what = "+".join(effective_cases(cases)) or "base request"
     if got == "broken":
         return f"request ({what}) got no clean answer: {detail}"
     if wanted == "served" and got != "served" and not aborted_by_program:

@@ -157,3 +157,35 @@ def test_an_abort_the_program_posted_excuses_a_valid_requests_abort_answer():
     assert F.aborted_by_program(["flush_cache", "abort(fz1-2-3)"])
     assert F.aborted_by_program(["abort_all"]) and F.aborted_by_program(["pause_generation(abort)"])
     assert not F.aborted_by_program(["flush_cache", "pause_generation(retract)", "continue_generation"])
+
+
+def test_a_later_case_that_undoes_an_earlier_one_takes_its_class_with_it():
+    # the prompt set twice: only the last counts (an explored program shrank to this, wrongly judged)
+    assert F.effective_cases(["ids_past_input_limit", "ids_token_zero"]) == ["ids_token_zero"]
+    assert F.expectation(["ids_past_input_limit", "ids_token_zero"]) == "served"
+    assert F.expectation(["ids_token_zero", "ids_past_input_limit"]) == "refused"
+    # a case that sets max_new_tokens with its prompt undoes an earlier max_new_tokens case, and the reverse
+    assert F.effective_cases(["new_past_context", "ids_at_input_limit"]) == ["ids_at_input_limit"]
+    assert F.effective_cases(["ids_at_input_limit", "new_zero"]) == ["new_zero"]
+    # the same value set with it is no undoing: both logprob cases hold
+    assert F.effective_cases(["logprob_start_past_prompt", "logprob_on"]) == ["logprob_start_past_prompt",
+                                                                                "logprob_on"]
+    assert F.expectation(["logprob_start_past_prompt", "logprob_on"]) == "refused"
+    # P is the prompt as it stands when a case is applied
+    assert payload("ids_at_input_limit", "logprob_start_prompt")["logprob_start_len"] == 4089
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([c.name for c in F.CASES]), min_size=1, max_size=3))
+def test_the_effective_cases_values_are_what_the_payload_holds(cases):
+    """Every case judged (``effective_cases``) has its value in the payload;
+    what an undone case leaves (a field it set with its own: one new token,
+    logprobs on) is a valid value, so it changes no class."""
+    def get(p, field):
+        return p["sampling_params"].get(field.split(".", 1)[1]) if field.startswith("sampling_params.") else p.get(field)
+
+    full, effective = payload(*cases), F.effective_cases(cases)
+    alone = payload(*effective)
+    for case in effective:
+        for field in F.owned_fields(case):
+            assert get(full, field) == get(alone, field), (case, field)

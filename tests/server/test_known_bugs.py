@@ -17,8 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # A scenario that kills the scheduler runs after every other test (conftest):
 # the server it kills is then not restarted for nothing.
+# A bug's slow_topologies run in the slow lane only (conftest: slow_on).
 CASES = [pytest.param(bug, kwargs, id=f"{bug.name}-{'-'.join(map(str, kwargs.values())) or 'default'}",
-                      marks=[pytest.mark.crashes_server] if bug.breaks_server else [])
+                      marks=([pytest.mark.crashes_server] if bug.breaks_server else [])
+                      + ([pytest.mark.slow_on(*bug.slow_topologies)] if bug.slow_topologies else []))
          for bug in known_bugs.REGISTRY for kwargs in bug.variants]
 
 

@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 from hypothesis import strategies as st
 
 from scripted_runtime import extensions
-from scripted_runtime.scheduler_side import windows
+from scripted_runtime.scheduler_side import request_fuzz, windows
 from scripted_runtime.scheduler_side.explore import prompts
 from scripted_runtime.user_side import engine_config
 from scripted_runtime.user_side.explore import actions as A
@@ -121,13 +121,18 @@ FUZZ_MAX_NEW_TOKENS = 8
 FUZZ_MAX_CASES = 3
 
 
+def _fields_key(case: str) -> str:
+    # One case per field (its own or one it sets with it: a later one would override it).
+    return request_fuzz.owned_fields(case)[0]
+
+
 def fuzz_actions(cases: Tuple[str, ...]) -> st.SearchStrategy:
     """A fuzzed request (one to ``FUZZ_MAX_CASES`` of ``cases``, shrinking
     towards one case and the first, the valid ones) or an abort of an
     unknown rid."""
     return st.one_of(
         st.builds(A.FuzzRequest, cases=st.lists(st.sampled_from(cases), min_size=1, max_size=FUZZ_MAX_CASES,
-                                                unique=True).map(tuple),
+                                                unique_by=_fields_key).map(tuple),
                   family=st.sampled_from(PROMPT_FAMILIES), prompt_len=st.sampled_from(FUZZ_PROMPT_LENGTHS),
                   max_new_tokens=st.integers(1, FUZZ_MAX_NEW_TOKENS)),
         st.just(A.AbortUnknown()),
