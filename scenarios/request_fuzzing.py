@@ -34,3 +34,31 @@ def fuzzed_requests_survive(ctx, cases=VALID + REFUSED + UNCHECKED):
     statuses = {h.fuzz_cases[0]: h.status for h in reqs if h.raw}
     assert summary["fuzzed"] == len(cases), summary
     return {**summary, "statuses": statuses}
+
+
+def reused_rid_after_abort(ctx):
+    """A chunked request is aborted while flushes are refused beside it; its
+    rid is then sent again with another prompt (what the explorer's
+    ``rid_reused`` does). SGLang's tokenizer has forgotten the rid once it
+    answered the abort, so it takes the second request and serves it. The
+    harness must tell the two apart: each handle follows its own request
+    (the first stays aborted with its empty answer, the second finishes with
+    its own tokens), the abort contract follows the aborted Req, not its rid
+    (the explorer's first dev run met both as false failures before)."""
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    reqs = [ctx.start_req(input_ids=explore.prompt_ids(0, 128), max_new_tokens=3, ignore_eos=True,
+                          temperature=0.0, stream=True)]
+    yield from explore.flush_cache(ctx)
+    yield from explore.flush_cache(ctx)
+    explore.abort_one(ctx, reqs, 0)
+    explore.abort_unknown(ctx)
+    yield from explore.flush_cache(ctx)
+    second = explore.fuzz_request(ctx, reqs, ("ids_token_zero", "rid_reused", "top_k_all"), family=2,
+                                  prompt_len=64, max_new_tokens=5)
+    summary = yield from explore.end_state_checks(ctx, reqs)
+    first = reqs[0]
+    assert second.rid == first.rid, (second.rid, first.rid)
+    assert first.status == "aborted" and second.status == "finished", (first, second)
+    assert len(second.output_ids) == 5 and second.http.status == 200, second.http.as_dict()
+    return {**summary, "rid": first.rid}

@@ -348,7 +348,9 @@ def _check_aborts(view: Any, mem: ContractMemory, launched: List[Any], slots: in
     held = {id(r) for r in view.reqs}
     for rid, w in list(mem.aborts.items()):
         req = w.req
-        mine = [b for b in launched if rid in b.rids and b.step >= w.dispatched_step]
+        # this Req's launches (a later request reusing the rid is another request)
+        mine = [b for b in launched if (id(req) in b.req_ids if b.req_ids else rid in b.rids)
+                and b.step >= w.dispatched_step]
         if w.finished_step is not None:
             again = [b for b in mine if b.step > w.finished_step]
             if again:

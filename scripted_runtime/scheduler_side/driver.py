@@ -105,6 +105,7 @@ class Driver:
                 chunked.rid if chunked is not None else None,
                 tuple([state.req_pool_idx(r) for r in reqs]),
                 self._in_flight_rows(),
+                tuple([id(r) for r in reqs]),
             )
         )
 

@@ -24,7 +24,8 @@ its deadline, never a 5xx or a dropped connection), the engine is whole
 after it (the end-state checks), and the next well-formed request is served
 (``program.end_state_checks``). A value is written symbolically (``"V"``,
 the vocabulary size; ``"C"``, the context length; ``"L"``, the scheduler's
-``max_req_input_len``; ``"P"``, the prompt's length; ``"N"``, the request's
+``max_req_input_len``; ``"P"``, the prompt's length as the earlier cases
+left it; ``"B"``, the base prompt's length; ``"N"``, the request's
 ``max_new_tokens``) and resolved in the
 scheduler, so a written scenario holds on any model.
 
@@ -74,10 +75,10 @@ class FieldCase:
 
 
 def _eval(expr: str, limits: Dict[str, int]) -> int:
-    """An integer expression over V, C, L, P, N (``+``, ``-``, ``*``, ``**``, numbers). Pure."""
-    allowed = set("VCLPN0123456789+-* ()")
+    """An integer expression over V, C, L, P, B, N (``+``, ``-``, ``*``, ``**``, numbers). Pure."""
+    allowed = set("VCLPBN0123456789+-* ()")
     if not set(expr) <= allowed:
-        raise ValueError(f"field-case expression {expr!r} may use only V, C, L, P, N, numbers and + - * **")
+        raise ValueError(f"field-case expression {expr!r} may use only V, C, L, P, B, N, numbers and + - * **")
     return int(eval(expr, {"__builtins__": {}}, dict(limits)))  # noqa: S307 - checked above
 
 
@@ -90,8 +91,8 @@ _LENGTHS = "TokenizerManager._validate_one_request"
 # Simplest first within a field (Hypothesis shrinks towards the first case), valid before invalid.
 CASES: Tuple[FieldCase, ...] = (
     # --- the prompt ---------------------------------------------------------
-    _case("ids_token_zero", "input_ids", VALID, expr="0", length="P", why="token 0 is in the vocabulary"),
-    _case("ids_last_token", "input_ids", VALID, expr="V - 1", length="P", why="V - 1 is in the vocabulary"),
+    _case("ids_token_zero", "input_ids", VALID, expr="0", length="B", why="token 0 is in the vocabulary"),
+    _case("ids_last_token", "input_ids", VALID, expr="V - 1", length="B", why="V - 1 is in the vocabulary"),
     _case("ids_at_input_limit", "input_ids", VALID, expr="1", length="L - 1",
           with_fields=(("sampling_params.max_new_tokens", 1),),
           why="Scheduler: a prompt shorter than max_req_input_len is taken (validate_input_length); "
@@ -103,11 +104,11 @@ CASES: Tuple[FieldCase, ...] = (
     _case("ids_past_context", "input_ids", REFUSED, expr="1", length="C",
           why=f"{_LENGTHS}: a prompt of the context length or more is refused"),
     _case("ids_empty", "input_ids", UNCHECKED, value=[], why="no rule in 0.5.23 names an empty prompt"),
-    _case("ids_past_vocab", "input_ids", REFUSED, expr="V", length="P",
+    _case("ids_past_vocab", "input_ids", REFUSED, expr="V", length="B",
           why="an id past the vocabulary has no embedding (token_ids_logprob's ids are checked against "
               "it; a prompt's are not: known bug prompt_token_out_of_vocab)",
           known_bug="prompt_token_out_of_vocab"),
-    _case("ids_negative", "input_ids", REFUSED, expr="-1", length="P",
+    _case("ids_negative", "input_ids", REFUSED, expr="-1", length="B",
           why="a negative id has no embedding (known bug prompt_token_out_of_vocab)",
           known_bug="prompt_token_out_of_vocab"),
     # --- how long ------------------------------------------------------------
@@ -190,9 +191,33 @@ CASES: Tuple[FieldCase, ...] = (
           with_fields=(("return_logprob", True),), why="TokenizerManager._validate_token_ids_logprob: ids in [0, V)"),
     _case("token_ids_logprob_negative", "token_ids_logprob", REFUSED, [-1], with_fields=(("return_logprob", True),),
           why="TokenizerManager._validate_token_ids_logprob: ids in [0, V)"),
+    # --- other GenerateReqInput fields that reach the scheduler ------------------
+    _case("hidden_states_on", "return_hidden_states", REFUSED, True,
+          why=f"{_LENGTHS}: refused unless the server was started to return hidden states"),
+    _case("custom_logit_processor", "custom_logit_processor", REFUSED, "x",
+          why=f"{_LENGTHS}: refused unless --enable-custom-logit-processor"),
+    _case("session_unknown", "session_params", UNCHECKED, {"id": "no-such-session"},
+          why="Scheduler.handle_generate_request aborts a request of a session that does not exist"),
+    _case("lora_unknown", "lora_path", UNCHECKED, "no-such-adapter", why="the server has no LoRA adapters"),
+    _case("priority_set", "priority", UNCHECKED, 7,
+          why="with priority scheduling off a priority is ignored or refused; no rule says which"),
+    _case("data_parallel_rank_past", "data_parallel_rank", UNCHECKED, 3, why="one data-parallel rank"),
+    _case("extra_key", "extra_key", VALID, "fuzz", why="a cache namespace: any string"),
+    _case("entropy_on", "return_entropy", UNCHECKED, True, why="no rule names it on CPU"),
+    _case("prompt_ids_on", "return_prompt_token_ids", UNCHECKED, True, why="no rule names it"),
+    _case("text_in_logprobs", "return_text_in_logprobs", UNCHECKED, True,
+          with_fields=(("return_logprob", True),), why="needs a tokenizer; the harness's servers skip it"),
+    _case("sampling_unknown_key", "sampling_params.no_such_parameter", UNCHECKED, 1,
+          why="SamplingParams takes named arguments only"),
+    _case("regex_invalid", "sampling_params.regex", UNCHECKED, "(",
+          why="a constrained-decoding grammar that does not compile"),
+    _case("json_schema_invalid", "sampling_params.json_schema", UNCHECKED, "{not json",
+          why="a constrained-decoding grammar that does not parse"),
+    _case("thinking_budget_negative", "max_thinking_tokens", UNCHECKED, -1, why="no rule names a negative budget"),
     # --- identity ----------------------------------------------------------------
-    _case("rid_reused", "rid", UNCHECKED, why="a live rid is refused ('Duplicate request ID'); an ended one's "
-                                                "may be served; the scheduler may still hold it unpruned"),
+    _case("rid_reused", "rid", UNCHECKED,
+          why="the rid of a request that ended and was answered (explore.fuzz_request picks it): SGLang's "
+              "tokenizer has forgotten it; no rule says whether it may come back"),
 )
 BY_NAME: Dict[str, FieldCase] = {c.name: c for c in CASES}
 assert len(BY_NAME) == len(CASES), "field-case names must be unique"
@@ -275,7 +300,8 @@ def build_payload(cases: Sequence[str], *, prompt: List[int], max_new_tokens: in
         case = BY_NAME[name]
         for field, extra in case.with_fields:
             _set(payload, field, extra)
-        values = {**limits, "P": len(payload["input_ids"]), "N": int(sampling.get("max_new_tokens") or 0)}
+        values = {**limits, "P": len(payload["input_ids"]), "B": len(prompt),
+                  "N": int(sampling.get("max_new_tokens") or 0)}
         if case.name == "rid_reused":
             if reused_rid is not None:
                 payload["rid"] = reused_rid

@@ -14,7 +14,11 @@ class RequestTracker:
 
     def __init__(self) -> None:
         self.reqs: Dict[str, Any] = {}
-        self.ingested: set = set()
+        # rid -> how many requests of that rid the scheduler took in (a reused rid counts twice)
+        self.ingested: Dict[str, int] = {}
+        # rid -> the Req of each request of that rid as the scheduler took it in, in order (None
+        # for one it rejected at ingest): a handle's own is the one at its place in this list
+        self.by_ingest: Dict[str, List[Any]] = {}
         # the ReqHandles the running script started, in order (the trace's "started")
         self.handles: List[Any] = []
         # rids an abort_request matched as it was processed: SGLang drops an
@@ -26,6 +30,7 @@ class RequestTracker:
     def clear(self) -> None:
         self.reqs.clear()
         self.ingested.clear()
+        self.by_ingest.clear()
         self.handles.clear()
         self.abort_matched.clear()
         self.first_prefix.clear()
@@ -40,11 +45,13 @@ class RequestTracker:
                 self.abort_matched.add(req.rid)
 
     def on_ingested(self, rid: str, scheduler: Any) -> None:
-        self.ingested.add(rid)
+        self.ingested[rid] = self.ingested.get(rid, 0) + 1
+        taken = None
         for req in reversed(list(getattr(scheduler, "waiting_queue", ()) or ())):
             if req.rid == rid:
-                self.reqs[rid] = req
-                return
+                self.reqs[rid] = taken = req
+                break
+        self.by_ingest.setdefault(rid, []).append(taken)
 
     def on_batch(self, reqs: Any, prefix_lens: Any = None) -> None:
         """A forward launched with these requests; ``prefix_lens``: an extend

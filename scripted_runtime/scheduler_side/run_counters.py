@@ -23,6 +23,9 @@ class BatchRecord(NamedTuple):
     # (rid, row) of launched batches whose results were not processed yet at
     # this launch (overlap): rows their forwards may still read.
     in_flight: Tuple[Tuple[str, int], ...] = ()
+    # id() of each launched Req, as launched: tells a request from an earlier one of the same rid
+    # (a reused rid); () where a record was built without them (a test's)
+    req_ids: Tuple[int, ...] = ()
 
     def rows_taken_in_flight(self) -> List[Tuple[str, str, int]]:
         """(new rid, in-flight rid, row): a row this batch uses that a

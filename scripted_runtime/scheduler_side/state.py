@@ -85,6 +85,15 @@ def find_req(s: Any, rid: str) -> Optional[Any]:
     return None
 
 
+def holds(s: Any, req: Any) -> bool:
+    """Whether any place holds this very Req object."""
+    for _, _, _, reqs in places(s):
+        for r in reqs:
+            if r is req:
+                return True
+    return False
+
+
 def where_is(s: Any, rid: str) -> List[str]:
     return [h.label for h in holders(s) if any(r.rid == rid for r in h.reqs)]
 

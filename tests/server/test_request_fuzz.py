@@ -6,6 +6,8 @@
   contract), on every CPU topology.
 * A request the tokenizer manager refuses never reaches the scheduler: its
   handle ends ``refused`` with the HTTP 400 and its message.
+* A reused rid (an aborted request's, sent again) is another request to
+  every handle and check: the first stays aborted, the second is served.
 * A ci exploration with request fuzzing passes and prints which request
   fields and value classes it drew; the cases that meet a known
   server-killing bug are left out and said so.
@@ -37,6 +39,12 @@ def test_fuzzed_requests_get_clean_answers_and_the_server_serves_on(server):
     for case in ("ids_past_input_limit", "logprob_start_past_prompt"):
         assert statuses[case] == "aborted", (case, statuses)
     assert server.alive
+
+
+def test_a_reused_rid_is_another_request_to_every_check(server):
+    result = server.run(f"{ROOT / 'scenarios/request_fuzzing.py'}:reused_rid_after_abort", timeout=120)
+    assert result.passed, result.traceback or result.error
+    assert result.value["finished"] == 1 and result.value["aborted"] == 1, result.value
 
 
 def refused_top_p(ctx):

@@ -33,17 +33,38 @@ class ReqHandle:
         self.raw = raw
         self.payload = payload
         self.fuzz_cases: tuple = ()  # the field cases a fuzzed request was built from (request_fuzz)
+        # A request of the same rid this one's post found (a reused rid, ``ctx.send_generate``):
+        # its Req, held or recorded, is not this request's.
+        self._earlier_req = state.find_req(scheduler, rid) or tracker.reqs.get(rid)
+        self._ingested_before = tracker.ingested.get(rid, 0)
 
     # --- where it is ---------------------------------------------------------
     @property
     def req(self) -> Optional[Any]:
         """The live Req object while the scheduler holds it, else None."""
-        return state.find_req(self._scheduler, self.rid)
+        mine = self._mine()
+        if mine is not None:
+            return mine if state.holds(self._scheduler, mine) else None
+        req = state.find_req(self._scheduler, self.rid)  # not taken in yet, or past the tracker
+        return None if req is not None and req is self._earlier_req else req
 
     @property
     def last_req(self) -> Optional[Any]:
         """The Req object as last held (kept after the scheduler released it)."""
-        return self.req or self._tracker.reqs.get(self.rid)
+        return self.req or self._known()
+
+    def _mine(self) -> Optional[Any]:
+        """This request's Req as the scheduler took it in (by its place among
+        the requests of its rid: a reused rid's earlier request is not it)."""
+        taken = self._tracker.by_ingest.get(self.rid) or ()
+        return taken[self._ingested_before] if len(taken) > self._ingested_before else None
+
+    def _known(self) -> Optional[Any]:
+        mine = self._mine()
+        if mine is not None:
+            return mine
+        known = self._tracker.reqs.get(self.rid)
+        return None if known is self._earlier_req else known
 
     @property
     def holders(self) -> List[str]:
@@ -67,7 +88,7 @@ class ReqHandle:
             if any(r.rid == self.rid for r in getattr(s, "waiting_queue", ())):
                 return "waiting"
             return "running"
-        known = self._tracker.reqs.get(self.rid)
+        known = self._known()
         if known is not None:
             reason = getattr(known, "finished_reason", None)
             if _is_abort(reason):
@@ -75,7 +96,7 @@ class ReqHandle:
             if reason is None and self.rid not in self._tracker.abort_matched:
                 return "lost"
             return "finished"
-        if self.rid in self._tracker.ingested:
+        if self._tracker.ingested.get(self.rid, 0) > self._ingested_before:
             return "aborted"  # rejected at ingest; self.http says why
         if self.http.done:
             return "refused"

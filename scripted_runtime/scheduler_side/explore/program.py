@@ -258,7 +258,7 @@ def fuzz_request(ctx, reqs, cases: Sequence[str], *, family: int = 0, prompt_len
     coverage table as ``fuzz:request`` in the phases it was sent in, and in
     the request-fields table per case. Returns the handle."""
     limits = request_fuzz.resolve_limits(ctx.scheduler)
-    earlier = reqs[-1].rid if reqs else None
+    earlier = _rid_to_reuse(reqs) if "rid_reused" in cases else None
     rid = f"fz{len(reqs)}-{ctx.step}-{id(ctx) % 10**6}"
     payload = request_fuzz.build_payload(cases, prompt=prompt_ids(family, prompt_len), max_new_tokens=max_new_tokens,
                                          rid=rid, limits=limits, reused_rid=earlier)
@@ -270,6 +270,22 @@ def fuzz_request(ctx, reqs, cases: Sequence[str], *, family: int = 0, prompt_len
     handle.fuzz_cases = tuple(cases)
     reqs.append(handle)
     return handle
+
+
+def _rid_to_reuse(reqs) -> Optional[str]:
+    """The rid ``rid_reused`` sends again: the last request that ended (in
+    the scheduler, or refused before it) and that the scheduler holds
+    nowhere, once its answer arrived (waited for on the clock, no step: the
+    tokenizer forgets a rid when it answers, so SGLang then takes the rid
+    again, every run alike). None when there is none: a live rid is refused
+    as a duplicate, and one the scheduler still holds (finished, not yet
+    pruned) would be two requests of one rid at once, which the harness's
+    rid-keyed bookkeeping cannot tell apart."""
+    ended = [h for h in reqs if h.finished and not h.holders]
+    if not ended:
+        return None
+    ended[-1].http.wait(answer_delivery.ANSWER_TIMEOUT_S)
+    return ended[-1].rid
 
 
 def abort_unknown(ctx):
