@@ -44,9 +44,11 @@ from scripted_runtime.scheduler_side import check_registry, contracts, state
 # built-in check is in check_registry.
 from scripted_runtime.scheduler_side import hicache_checks, output_oracle, request_contract  # noqa: F401
 from scripted_runtime.scheduler_side import answer_delivery  # noqa: F401  (after: the end checks' listed order)
-from scripted_runtime.scheduler_side import request_fuzz  # noqa: F401  (last: the survival contract)
+from scripted_runtime.scheduler_side import request_fuzz
 from scripted_runtime.scheduler_side.check_registry import Violation
 from scripted_runtime.scheduler_side.context import radix
+
+check_registry.end_check(request_fuzz.NAME, doc=request_fuzz.DOC)(request_fuzz.judge)  # last: the survival contract
 
 
 class StateView:

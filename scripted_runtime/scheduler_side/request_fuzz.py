@@ -36,7 +36,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from scripted_runtime.scheduler_side import check_registry
 
 NAME = "request_survival"
 
@@ -365,10 +364,13 @@ def verdict(status: Optional[int], body: Any, error: Optional[str]) -> Tuple[str
     return "broken", f"HTTP {status}: {str(body)[:200]}"
 
 
-@check_registry.end_check(NAME, doc="every fuzzed request (explore --fuzz-requests) ends with a clean answer: "
-                                    "served when its values are valid, refused with a message when SGLang's "
-                                    "rules refuse them, never a crash, a hang, a 5xx; the next well-formed "
-                                    "request is then served")
+# Registered by invariants.py, after the other end checks (the registry lists checks in the
+# order they register, and this module is imported on its own by the explorer's harness side).
+DOC = ("every fuzzed request (explore --fuzz-requests) ends with a clean answer: served when its values are "
+       "valid, refused with a message when SGLang's rules refuse them, never a crash, a hang, a 5xx; the next "
+       "well-formed request is then served")
+
+
 def judge(cases: Sequence[str], status: Optional[int], body: Any, error: Optional[str], *,
           aborted_by_program: bool = False) -> Optional[str]:
     """The survival contract's finding for one fuzzed request's answer, or
