@@ -71,6 +71,8 @@ class FieldCase:
     with_fields: Tuple[Tuple[str, Any], ...] = ()
     # The registered SGLang bug (``scripted_runtime/known_bugs.py``) this case meets, if any.
     known_bug: str = ""
+    # Cases that make SGLang ignore this one's value (it is then valid whatever it is).
+    moot_with: Tuple[str, ...] = ()
 
 
 def _eval(expr: str, limits: Dict[str, int]) -> int:
@@ -81,8 +83,9 @@ def _eval(expr: str, limits: Dict[str, int]) -> int:
     return int(eval(expr, {"__builtins__": {}}, dict(limits)))  # noqa: S307 - checked above
 
 
-def _case(name, field, cls, value=None, *, expr=None, why="", length=None, with_fields=(), known_bug="") -> FieldCase:
-    return FieldCase(name, field, cls, value, expr, why, length, tuple(with_fields), known_bug)
+def _case(name, field, cls, value=None, *, expr=None, why="", length=None, with_fields=(), known_bug="",
+          moot_with=()) -> FieldCase:
+    return FieldCase(name, field, cls, value, expr, why, length, tuple(with_fields), known_bug, tuple(moot_with))
 
 
 _VERIFY = "SamplingParams.verify"
@@ -113,7 +116,7 @@ CASES: Tuple[FieldCase, ...] = (
     # --- how long ------------------------------------------------------------
     _case("new_zero", "sampling_params.max_new_tokens", VALID, 0, why=f"{_VERIFY}: max_new_tokens >= 0"),
     _case("new_one", "sampling_params.max_new_tokens", VALID, 1, why=f"{_VERIFY}: max_new_tokens >= 0"),
-    _case("new_past_context", "sampling_params.max_new_tokens", REFUSED, expr="C",
+    _case("new_past_context", "sampling_params.max_new_tokens", REFUSED, expr="C + 1",
           why=f"{_LENGTHS}: prompt + max_new_tokens past the context length is refused"),
     _case("new_negative", "sampling_params.max_new_tokens", REFUSED, -1, why=f"{_VERIFY}: max_new_tokens >= 0"),
     _case("min_new_zero", "sampling_params.min_new_tokens", VALID, 0,
@@ -143,7 +146,10 @@ CASES: Tuple[FieldCase, ...] = (
     _case("top_k_one", "sampling_params.top_k", VALID, 1, why=f"{_VERIFY}: top_k -1 or >= 1"),
     _case("top_k_all", "sampling_params.top_k", VALID, -1, why=f"{_VERIFY}: top_k -1 (the whole vocabulary)"),
     _case("top_k_past_vocab", "sampling_params.top_k", VALID, expr="V + 100", why=f"{_VERIFY}: top_k >= 1"),
-    _case("top_k_zero", "sampling_params.top_k", REFUSED, 0, why=f"{_VERIFY}: top_k -1 or >= 1"),
+    _case("top_k_zero", "sampling_params.top_k", REFUSED, 0,
+          why=f"{_VERIFY}: top_k -1 or >= 1; but SamplingParams sets top_k = 1 for temperature 0 (greedy) "
+              "before verify, so with temperature_zero any top_k is served",
+          moot_with=("temperature_zero",)),
     _case("min_p_one", "sampling_params.min_p", VALID, 1.0, why=f"{_VERIFY}: min_p in [0, 1]"),
     _case("min_p_over_one", "sampling_params.min_p", REFUSED, 1.5, why=f"{_VERIFY}: min_p in [0, 1]"),
     _case("frequency_penalty_max", "sampling_params.frequency_penalty", VALID, 2.0,
@@ -275,8 +281,10 @@ def expectation(cases: Sequence[str]) -> str:
     """What the survival contract requires of a request with ``cases``
     (those still in effect, ``effective_cases``): ``refused`` when any case
     is refused by SGLang's rules, else ``served`` when every case is valid,
-    else ``either``. Pure."""
-    classes = {BY_NAME[c].cls for c in effective_cases(cases)}
+    else ``either``. A case whose value another one makes SGLang ignore
+    (``moot_with``) counts as valid. Pure."""
+    effective = effective_cases(cases)
+    classes = {VALID if set(BY_NAME[c].moot_with) & set(effective) else BY_NAME[c].cls for c in effective}
     if REFUSED in classes:
         return "refused"
     if classes <= {VALID}:
