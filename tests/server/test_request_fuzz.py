@@ -62,9 +62,8 @@ def test_a_refused_request_ends_refused_with_the_servers_message(server):
 
 def test_ci_exploration_with_request_fuzzing_prints_the_fields_drawn(server_pool, tmp_path, capsys):
     server = server_pool.get("pp1-overlap")
-    report = explorer.explore(server.config, ExploreSettings(profile="ci", max_examples=150, corpus=False,
-                                                                      fuzz_requests=True),
-                              server=server, out_dir=tmp_path, progress=lambda line: print(f"[explore] {line}"))
+    settings = ExploreSettings(profile="ci", max_examples=150, corpus=False, fuzz_requests=True)
+    report = explorer.explore(server.config, settings, server=server, out_dir=tmp_path, progress=lambda line: print(f"[explore] {line}"))
     explorer.print_report(report, profile="ci")
     out = capsys.readouterr().out
     sys.stdout.write(out)
