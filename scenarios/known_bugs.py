@@ -186,17 +186,10 @@ def top_logprobs_num_past_vocab(ctx, past_vocab=100, prompt_len=8):
     """
     vocab = int(ctx.scheduler.model_config.vocab_size)
     k = vocab + past_vocab
-    bad = ctx.send_generate({"input_ids": list(range(3, 3 + prompt_len)), "return_logprob": True,
-                             "top_logprobs_num": k,
-                             "sampling_params": {"max_new_tokens": 4, "ignore_eos": True, "temperature": 0.0}})
-    yield from ctx.wait_until(lambda: bad.finished, max_steps=40,
-                              what=f"the request asking for {k} top logprobs (vocabulary {vocab}) to be refused or end")
-    assert bad.http.wait(30.0), f"no answer to the request asking for {k} top logprobs (status {bad.status})"
-    good = ctx.start_req(input_ids=list(range(3, 3 + prompt_len)), max_new_tokens=4, ignore_eos=True,
-                         temperature=0.0)
-    yield from ctx.wait_finished(good, max_steps=100)
-    assert good.status == "finished" and len(good.output_ids) == 4, good
-    return {"top_logprobs_num": k, "vocab": vocab, "http_status": bad.http.status, "status": bad.status}
+    answer = yield from _one_request_then_the_next(
+        ctx, {"return_logprob": True, "top_logprobs_num": k}, prompt_len,
+        what=f"the request asking for {k} top logprobs (vocabulary {vocab})")
+    return {"top_logprobs_num": k, "vocab": vocab, **answer}
 
 
 def logprob_start_len_negative(ctx, start=-5, prompt_len=8):
@@ -215,14 +208,22 @@ def logprob_start_len_negative(ctx, start=-5, prompt_len=8):
     (docs/upstream/logprob-start-len-negative.md). Found by the explorer's
     request fuzzing (case ``logprob_start_negative``).
     """
-    bad = ctx.send_generate({"input_ids": list(range(3, 3 + prompt_len)), "return_logprob": True,
-                             "logprob_start_len": start,
+    answer = yield from _one_request_then_the_next(
+        ctx, {"return_logprob": True, "logprob_start_len": start}, prompt_len,
+        what=f"the request with logprob_start_len={start}")
+    return {"logprob_start_len": start, **answer}
+
+
+def _one_request_then_the_next(ctx, fields, prompt_len, *, what):
+    """Send one request with ``fields`` (as a client would: ``ctx.send_generate``),
+    require a clean end (refused, aborted or served, with an answer), then
+    require the next well-formed request to be served."""
+    bad = ctx.send_generate({"input_ids": list(range(3, 3 + prompt_len)), **fields,
                              "sampling_params": {"max_new_tokens": 4, "ignore_eos": True, "temperature": 0.0}})
-    yield from ctx.wait_until(lambda: bad.finished, max_steps=40,
-                              what=f"the request with logprob_start_len={start} to be refused or end")
-    assert bad.http.wait(30.0), f"no answer to the request with logprob_start_len={start} (status {bad.status})"
+    yield from ctx.wait_until(lambda: bad.finished, max_steps=40, what=f"{what} to be refused or end")
+    assert bad.http.wait(30.0), f"no answer to {what} (status {bad.status})"
     good = ctx.start_req(input_ids=list(range(3, 3 + prompt_len)), max_new_tokens=4, ignore_eos=True,
                          temperature=0.0)
     yield from ctx.wait_finished(good, max_steps=100)
     assert good.status == "finished" and len(good.output_ids) == 4, good
-    return {"logprob_start_len": start, "http_status": bad.http.status, "status": bad.status}
+    return {"http_status": bad.http.status, "status": bad.status}
