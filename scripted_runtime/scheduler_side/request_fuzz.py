@@ -292,17 +292,20 @@ def expectation(cases: Sequence[str]) -> str:
     return "either"
 
 
-def build_payload(cases: Sequence[str], *, prompt: List[int], max_new_tokens: int, rid: str,
+def build_payload(cases: Sequence[str], *, prompt: List[int], max_new_tokens: int, rid: Optional[str],
                   limits: Dict[str, int], reused_rid: Optional[str] = None) -> Dict[str, Any]:
     """The ``/generate`` payload of the base request with ``cases`` applied
-    in order (a later case on the same field wins). ``reused_rid``: the rid
+    in order (a later case on the same field wins). ``rid``: None leaves it
+    out (``ctx.send_generate`` gives one). ``reused_rid``: the rid
     ``rid_reused`` takes (an earlier request's); without one the case
     changes nothing. Pure."""
     unknown = [c for c in cases if c not in BY_NAME]
     if unknown:
         raise ValueError(f"unknown field case(s) {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
     sampling: Dict[str, Any] = {**BASE_SAMPLING, "max_new_tokens": max_new_tokens}
-    payload: Dict[str, Any] = {"input_ids": list(prompt), "sampling_params": sampling, "rid": rid}
+    payload: Dict[str, Any] = {"input_ids": list(prompt), "sampling_params": sampling}
+    if rid is not None:
+        payload["rid"] = rid
     for name in cases:
         case = BY_NAME[name]
         for field, extra in case.with_fields:

@@ -202,3 +202,10 @@ def test_a_value_sglang_ignores_is_valid():
     assert F.expectation(["top_k_zero", "temperature_zero"]) == "served"
     assert F.expectation(["min_p_one", "top_k_zero", "temperature_zero"]) == "served"
     assert F.expectation(["temperature_zero", "top_k_zero", "top_p_zero"]) == "refused"
+
+
+def test_without_a_rid_the_payload_leaves_it_to_send_generate():
+    p = F.build_payload(["top_k_all"], prompt=[1, 2], max_new_tokens=2, rid=None, limits=LIMITS)
+    assert "rid" not in p
+    assert F.build_payload(["rid_reused"], prompt=[1], max_new_tokens=1, rid=None, limits=LIMITS,
+                           reused_rid="r3-1-2")["rid"] == "r3-1-2"
