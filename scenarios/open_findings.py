@@ -12,7 +12,7 @@ but the room it leaves for the largest admitted request. Without the
 ``exhaust_kv`` the program passes. Whether SGLang's admission
 (``PrefillAdder``) is wrong under memory pressure, or the harness's room rule
 (``program.room_for_largest_request``) takes KV a deployment never loses, is
-open (docs/known-bugs.md, "Open findings"). Not a registered bug and not in
+open (docs/known-bugs.md, "Open findings (not classified yet)"). Not a registered bug and not in
 any test.
 
   scripted-runtime run scenarios/open_findings.py:oom_after_exhaust_kv --no-overlap
