@@ -392,12 +392,14 @@ def judge(cases: Sequence[str], status: Optional[int], body: Any, error: Optiona
     got, detail = verdict(status, body, error)
     wanted = expectation(cases)
     what = "+".join(effective_cases(cases)) or "base request"
+    # The kind of broken promise first (the failure's signature is the message up to its first
+    # parenthesis), the cases last.
     if got == "broken":
-        return f"request ({what}) got no clean answer: {detail}"
+        return f"no clean answer to a fuzzed request: {detail} (cases {what})"
     if wanted == "served" and got != "served" and not aborted_by_program:
-        return f"request ({what}) holds only valid values, yet was refused: {detail}"
+        return f"a fuzzed request of only valid values was refused: {detail} (cases {what})"
     if wanted == "refused" and got != "refused":
-        return f"request ({what}) holds a value SGLang's rules refuse, yet was served: {detail}"
+        return f"a fuzzed request holding a value SGLang's rules refuse was served: {detail} (cases {what})"
     return None
 
 

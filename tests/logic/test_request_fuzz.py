@@ -85,8 +85,8 @@ def test_judge_names_each_broken_promise():
     ok = {"output_ids": [1], "meta_info": {"finish_reason": {"type": "length"}}}
     refused = {"error": {"message": "bad"}}
     assert F.judge(["top_k_all"], 200, ok, None) is None
-    assert "only valid values, yet was refused" in F.judge(["top_k_all"], 400, refused, None)
-    assert "yet was served" in F.judge(["top_p_zero"], 200, ok, None)
+    assert "only valid values was refused" in F.judge(["top_k_all"], 400, refused, None)
+    assert "refuse was served" in F.judge(["top_p_zero"], 200, ok, None)
     assert F.judge(["top_p_zero"], 400, refused, None) is None
     assert F.judge(["stop_ids_past_vocab"], 200, ok, None) is None
     assert F.judge(["stop_ids_past_vocab"], 400, refused, None) is None
@@ -151,7 +151,7 @@ def test_a_fuzzed_request_compiles_to_the_helper_and_is_held_back_in_a_pause():
 
 def test_an_abort_the_program_posted_excuses_a_valid_requests_abort_answer():
     aborted = {"output_ids": [], "meta_info": {"finish_reason": {"type": "abort", "message": "Abort in waiting queue"}}}
-    assert "yet was refused" in F.judge(["ids_token_zero"], 200, aborted, None)
+    assert "only valid values was refused" in F.judge(["ids_token_zero"], 200, aborted, None)
     assert F.judge(["ids_token_zero"], 200, aborted, None, aborted_by_program=True) is None
     # an abort never excuses a broken answer or a served invalid value
     assert "no clean answer" in F.judge(["ids_token_zero"], 500, "x", None, aborted_by_program=True)
@@ -209,3 +209,16 @@ def test_without_a_rid_the_payload_leaves_it_to_send_generate():
     assert "rid" not in p
     assert F.build_payload(["rid_reused"], prompt=[1], max_new_tokens=1, rid=None, limits=LIMITS,
                            reused_rid="r3-1-2")["rid"] == "r3-1-2"
+
+
+def test_the_signature_names_the_broken_promise_not_the_cases():
+    from scripted_runtime.user_side.explore.runner import signature_of
+    from scripted_runtime.user_side.result import ScriptResult
+
+    def sig(msg):
+        return signature_of(ScriptResult(script="p", passed=False, error=f"SurvivalError: {msg}"))
+
+    a = sig(F.judge(["top_k_all"], 400, {"error": {"message": "bad"}}, None))
+    b = sig(F.judge(["extra_key", "top_k_one"], 400, {"error": {"message": "bad"}}, None))
+    assert a == b and "only valid values was refused" in a
+    assert sig(F.judge(["top_p_zero"], 200, {"output_ids": [1]}, None)) != a

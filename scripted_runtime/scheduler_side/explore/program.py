@@ -253,7 +253,7 @@ def fuzz_request(ctx, reqs, cases: Sequence[str], *, family: int = 0, prompt_len
     ``family``, ``max_new_tokens``, ``request_fuzz.BASE_SAMPLING``) with the
     field ``cases`` applied (``request_fuzz.CASES``), as it is
     (``ctx.send_generate``), and add its handle to ``reqs``. ``rid_reused``
-    takes the rid of the last request the program sent. The end-state checks
+    takes the rid of an ended request (``_rid_to_reuse``). The end-state checks
     judge it by the survival contract (``survival_checks``). Counted in the
     coverage table as ``fuzz:request`` in the phases it was sent in, and in
     the request-fields table per case. Returns the handle."""
