@@ -46,11 +46,13 @@ class KnownBug:
     # sees, and whose crash costs each topology a server start
     slow_topologies: Tuple[str, ...] = ()
 
+    def applies(self, topology: str, sglang_version: Optional[str]) -> bool:
+        """Whether the bug is registered for this topology and release."""
+        return topology in self.topologies and affects(self.releases, sglang_version)
+
     def matches(self, signature: Optional[str], *, topology: str, sglang_version: Optional[str],
                 message: str = "") -> bool:
-        if not signature or topology not in self.topologies:
-            return False
-        if not affects(self.releases, sglang_version):
+        if not signature or not self.applies(topology, sglang_version):
             return False
         return (re.search(self.signature, signature) is not None
                 and re.search(self.message, message or "") is not None)

@@ -42,6 +42,7 @@ NAME = "request_survival"
 VALID, REFUSED, UNCHECKED = "valid", "refused", "unchecked"
 CLASSES = (VALID, REFUSED, UNCHECKED)
 
+
 class SurvivalError(AssertionError):
     """A fuzzed request was not answered cleanly, or the server did not serve
     the next well-formed request after it."""
@@ -55,7 +56,8 @@ BASE_SAMPLING: Dict[str, Any] = {"temperature": 1.0, "sampling_seed": 0, "ignore
 class FieldCase:
     """One field set to one value. ``field``: a top-level ``/generate`` field
     or ``sampling_params.NAME``; ``value``: a JSON value, or a symbolic
-    expression over V, C, P, N (``expr``) resolved per request. ``why``: the
+    expression over V, C, L, P, B, N (``expr``, see the module docstring)
+    resolved per request. ``why``: the
     SGLang rule the class is read off."""
 
     name: str

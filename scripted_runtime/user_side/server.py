@@ -481,7 +481,7 @@ class ScriptedServer:
                     crashed.script_stack = list(msg.script_stack) if msg.script_stack else None
                     crashed.crashed_in_reset = msg.in_reset
                     return crashed
-            crash = self._crash_file_text()
+            crash = self._first_crash_text()
             if crash is not None or (self._proc is not None and self._proc.poll() is not None):
                 time.sleep(0.3)  # a SchedulerCrashed frame may be in flight
                 if self._sock.poll(0):
@@ -512,16 +512,6 @@ class ScriptedServer:
             except (OSError, ValueError):
                 pass
         return result
-
-    def _crash_file_text(self) -> Optional[str]:
-        crash_dir = self.workdir / "crashes"
-        try:
-            files = sorted(crash_dir.iterdir())
-        except OSError:
-            return None
-        if not files:
-            return None
-        return "\n".join(f"[{f.name}]\n{f.read_text(errors='replace').split(chr(10), 1)[-1]}" for f in files)
 
     def _first_crash_text(self) -> Optional[str]:
         return first_crash_text(self.workdir / "crashes")

@@ -31,7 +31,7 @@ class KnownBugReproduced(Exception):
 @pytest.mark.parametrize("bug,kwargs", CASES)
 def test_known_bug_scenario(server, request, bug, kwargs):
     version = server.info.get("sglang_version")
-    affected = server.topology in bug.topologies and known_bugs.affects(bug.releases, version)
+    affected = bug.applies(server.topology, version)
     path, _, func = bug.scenario.partition(":")
     result = server.run(f"{ROOT / path}:{func}", **kwargs)
     if result.crashed:

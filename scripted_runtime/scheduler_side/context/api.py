@@ -37,6 +37,11 @@ NO_FRAME_GRACE_S = 0.1
 _rid_counter = itertools.count()
 
 
+def _new_rid() -> str:
+    """A rid of the run's usual form (``r<n>-<pid>-<ns>``: the determinism check reads it as a rid)."""
+    return f"r{next(_rid_counter)}-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+
+
 class ScriptContext:
     """Built by the driver, which hands it the parts of the run it works
     with: the scheduler, the run's counters, the control ledger, the HTTP
@@ -110,7 +115,7 @@ class ScriptContext:
             if prompt_len is None or prompt_len < 1:
                 raise ValueError("start_req needs prompt_len >= 1 or input_ids")
             input_ids = [prompt_token] * prompt_len
-        rid = rid or f"r{next(_rid_counter)}-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+        rid = rid or _new_rid()
         sampling: Dict[str, Any] = {"max_new_tokens": max_new_tokens, "ignore_eos": ignore_eos}
         if temperature is not None:
             sampling["temperature"] = temperature
@@ -132,7 +137,7 @@ class ScriptContext:
         leave it to the survival contract."""
         payload = dict(payload)
         if not isinstance(payload.get("rid"), str) or not payload.get("rid"):
-            payload["rid"] = f"r{next(_rid_counter)}-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+            payload["rid"] = _new_rid()
         return self._post_generate(payload, await_arrival=await_arrival, raw=True)
 
     def _post_generate(self, payload: Dict[str, Any], *, await_arrival: bool, raw: bool) -> ReqHandle:

@@ -159,6 +159,16 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
     return op
 
 
+def _step_until_idle(ctx, budget: int):
+    """Step (at most ``budget`` iterations) until the scheduler's idle gate
+    and the harness's scan agree the engine is idle; True when it is."""
+    for _ in range(budget):
+        if ctx.is_fully_idle and ctx.nothing_held:
+            return True
+        yield
+    return ctx.is_fully_idle and ctx.nothing_held
+
+
 def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     """``yield from end_state_checks(ctx, reqs)``: resume a pause left open,
     then require every request to finish or abort, the engine to go idle
@@ -194,11 +204,7 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
             f"requests never finished: {len(stuck)} of {len(reqs)} still live after {budget} iterations "
             f"([{', '.join(h.rid + ':' + h.status for h in stuck)}]); state: {ctx.describe()}")
     budget = END_IDLE_STEPS * slots
-    for _ in range(budget):
-        if ctx.is_fully_idle and ctx.nothing_held:
-            break
-        yield
-    if not (ctx.is_fully_idle and ctx.nothing_held):
+    if not (yield from _step_until_idle(ctx, budget)):
         raise EndStateError(f"engine not idle: every request finished but after {budget} iterations "
                             f"is_fully_idle={ctx.is_fully_idle} nothing_held={ctx.nothing_held}; "
                             f"state: {ctx.describe()}")
@@ -326,10 +332,7 @@ def survival_checks(ctx, fuzzed):
             f"the well-formed request sent after the fuzzed ones was not served: {probe.status} after "
             f"{budget} iterations, answer {probe.http.as_dict() if probe.http.done else 'none'}; "
             f"state: {ctx.describe()}")
-    for _ in range(END_IDLE_STEPS * _slots(ctx)):
-        if ctx.is_fully_idle and ctx.nothing_held:
-            break
-        yield
+    yield from _step_until_idle(ctx, END_IDLE_STEPS * _slots(ctx))
 
 
 # An explored hold ends by itself: a slow GPU copy still finishes, and a

@@ -53,8 +53,7 @@ def fuzz_cases_for(settings: Any, registry: Sequence[Any], *, topology: str,
         return None
     if settings.fuzz_known_crashes:
         return request_fuzz.drawable_cases(())
-    breaking = [b.name for b in registry if getattr(b, "breaks_server", False) and topology in b.topologies
-                and known_bugs_mod.affects(b.releases, version)]
+    breaking = [b.name for b in registry if b.breaks_server and b.applies(topology, version)]
     return request_fuzz.drawable_cases(breaking)
 
 
