@@ -65,28 +65,53 @@ def pp_retract_chunk_double_release(ctx):
     return (yield from explore.end_state_checks(ctx, reqs))
 
 
-def pp_retract_chunk_duplicate_token(ctx):
-    """A retract pause while a two-chunk prompt is being prefilled must not
+def pp_retract_chunk_duplicate_token(ctx, middle_chunk=False):
+    """A retract pause while a prompt is being prefilled in chunks must not
     change what the request outputs: with greedy sampling, exactly the
     tokens of the same prompt run alone.
 
     On 0.5.23 at pp=4 a chunk result computed before the retract is
-    committed after it: the request (a 65-token prompt of random tokens, one
-    new token) outputs 365 where the prompt alone gives 210, and 365 is what
-    the prompt's first 64 tokens predict, the non-final chunk's prediction
-    that SGLang computes and normally drops. The output oracle reports it
-    (``OutputMismatch ... a non-final chunk's token``); same cause as
-    ``pp_retract_chunk_double_release``
-    (docs/upstream/pp-retract-chunk-double-release.md). The program is the
-    one ``scripted-runtime explore --pp 4`` found and shrank (dev profile,
-    seed 11, program 831), kept as it was written. With the earlier
-    context-free weights the same bug showed as a duplicated token ([8, 8]
-    for [8, 429]): a chunk's prediction then equalled the full prompt's.
+    processed after it, as if the retract had not happened
+    (``prepare_for_extend`` of the recompute clears ``is_retracted``):
+
+    * ``middle_chunk=False``: its last chunk is in flight. The request (a
+      65-token prompt of random tokens, one new token) outputs 365 where the
+      prompt alone gives 210, and 365 is what the prompt's first 64 tokens
+      predict, the non-final chunk's prediction that SGLang computes and
+      normally drops. The program is the one ``scripted-runtime explore --pp
+      4`` found and shrank (dev profile, seed 11, program 831). With the
+      earlier context-free weights the same bug showed as a duplicated
+      token ([8, 8] for [8, 429]): a chunk's prediction then equalled the
+      full prompt's.
+    * ``middle_chunk=True``: a middle chunk is in flight (a 192-token
+      prompt's first 64 tokens; two flushes, refused, let it launch). The
+      retract zeroes the request's ``inflight_middle_chunks``; the recompute
+      runs chunks ending at 56 (sharing the 64-token budget with an 8-token
+      request), 120, 184 and 192, counting each middle one; the stale
+      result of the old chunk takes one of those counts, so the chunk
+      ending at 184 is committed as if final: the output is [265, 456, 407,
+      ...] for [456, 407, ...], 265 being what the prompt's first 184
+      tokens predict (the step trace's extends, ``ReqHandle.extend_ends``).
+      Found by the pp4 request-fuzzing run (dev profile, seed 11, after 695
+      programs) and shrunk; it holds no fuzzed request.
+
+    The output oracle reports both (``OutputMismatch ... a non-final chunk's
+    token``); same cause as ``pp_retract_chunk_double_release``
+    (docs/upstream/pp-retract-chunk-double-release.md).
     """
     from scripted_runtime.scheduler_side.explore import program as explore
 
-    reqs = [ctx.start_req(input_ids=explore.prompt_ids(0, 65), max_new_tokens=1, ignore_eos=True, temperature=0.0)]
-    yield from ctx.steps(1)
+    if middle_chunk:
+        reqs = [ctx.start_req(input_ids=explore.prompt_ids(1, 192), max_new_tokens=3, ignore_eos=False,
+                              temperature=0.0, stream=True),
+                ctx.start_req(input_ids=explore.prompt_ids(0, 8), max_new_tokens=1, ignore_eos=True,
+                              temperature=0.0)]
+        yield from explore.flush_cache(ctx)
+        yield from explore.flush_cache(ctx)
+    else:
+        reqs = [ctx.start_req(input_ids=explore.prompt_ids(0, 65), max_new_tokens=1, ignore_eos=True,
+                              temperature=0.0)]
+        yield from ctx.steps(1)
     ctx.pause_generation("retract")
     return (yield from explore.end_state_checks(ctx, reqs))
 

@@ -44,26 +44,3 @@ def oom_after_exhaust_kv(ctx):
     # end: every request finishes or is aborted, the engine returns to idle
     return (yield from explore.end_state_checks(ctx, reqs))
 
-
-def pp4_retract_while_chunking_wrong_first_token(ctx):
-    """Open finding, pp4 (met by the pp4 request-fuzzing run on 2026-11-26
-    after 695 programs, shrunk; it holds no fuzzed request): a 192-token
-    prompt (three chunks) and a short request, two flushes, then
-    ``pause_generation(retract)``; the long request finishes with a first
-    token no reference of its prompt has (265 where the whole prompt gives
-    456; of the prompt's prefixes, those of 49, 72, 77 and 184 tokens
-    predict 265, no chunk boundary), replayed on a fresh server and
-    deterministic. It looks like the registered PP retract-while-chunking
-    bug (``pp_retract_chunk_duplicate_token``: a chunk's result committed
-    after the retract) but the registry's message rule, a non-final chunk's
-    prediction, does not match it. Not classified; not in any test.
-
-      scripted-runtime run scenarios/open_findings.py:pp4_retract_while_chunking_wrong_first_token --pp 4
-    """
-    reqs = [ctx.start_req(input_ids=explore.prompt_ids(1, 192), max_new_tokens=3, ignore_eos=False,
-                          temperature=0.0, stream=True),
-            ctx.start_req(input_ids=explore.prompt_ids(0, 8), max_new_tokens=1, ignore_eos=True, temperature=0.0)]
-    yield from explore.flush_cache(ctx)
-    yield from explore.flush_cache(ctx)
-    ctx.pause_generation('retract')
-    return (yield from explore.end_state_checks(ctx, reqs))

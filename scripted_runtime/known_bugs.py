@@ -102,9 +102,9 @@ REGISTRY: Tuple[KnownBug, ...] = (
     ),
     KnownBug(
         name="pp_retract_chunk_duplicate_token",
-        title="the same retract under PP, with one request: a chunk result computed before the retract is "
-              "committed after it (a non-final chunk's prediction as the output; with context-free weights a "
-              "duplicated output token)",
+        title="the same retract under PP: a chunk result computed before the retract is processed after it "
+              "(its last chunk's result committed, or a middle chunk's taking the recompute's in-flight count): "
+              "a non-final chunk's prediction becomes the output (with context-free weights a duplicated token)",
         signature=r"OutputMismatch",
         # a token that repeats the one before it, where the reference goes on (what the old
         # context-free weights showed: a chunk's prediction equalled the full prompt's), or a
@@ -117,6 +117,7 @@ REGISTRY: Tuple[KnownBug, ...] = (
         verified_on=("0.5.23",),
         scenario="scenarios/known_bugs.py:pp_retract_chunk_duplicate_token",
         report="docs/upstream/pp-retract-chunk-double-release.md",
+        variants=({}, {"middle_chunk": True}),
     ),
     KnownBug(
         name="pp_retract_chunk_two_slots",

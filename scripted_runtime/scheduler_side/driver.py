@@ -95,7 +95,10 @@ class Driver:
         chunked = getattr(self.scheduler, "chunked_req", None)
         reqs = batch.reqs
         extend = forward_mode is not None and forward_mode.is_extend()
-        self.tracker.on_batch(reqs, getattr(batch, "prefix_lens", None) if extend else None)
+        if extend:
+            self.tracker.on_batch(reqs, getattr(batch, "prefix_lens", None), getattr(batch, "extend_lens", None))
+        else:
+            self.tracker.on_batch(reqs)
         self.counters.batch_log.append(
             BatchRecord(
                 self.counters.step,

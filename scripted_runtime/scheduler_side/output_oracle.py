@@ -352,23 +352,29 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
                           cut=cut_of(expected, max_new_tokens=max_new, ignore_eos=ignore_eos, stop_tokens=stops))
         compared += 1
         if problem:
-            hint = yield from chunk_hint(ctx, prompt, output, expected)
+            hint = yield from chunk_hint(ctx, prompt, output, expected, h.extend_ends)
             raise OutputMismatch(f"request {h.rid} ({prompts.describe(prompt)}, {status}): {problem}{hint}")
     return compared
 
 
-def chunk_hint(ctx: Any, prompt: Sequence[int], output: Sequence[int], expected: Sequence[int]):
+def chunk_hint(ctx: Any, prompt: Sequence[int], output: Sequence[int], expected: Sequence[int],
+               extend_ends: Sequence[int] = ()):
     """``yield from chunk_hint(...)``: when a chunked prompt's first output
     token is wrong, whether it is the greedy token of the prompt cut at a
     chunk boundary (a non-final chunk's prediction committed as the
     request's token), as words for the mismatch message; "" otherwise.
-    Computes those cut prompts' references (only after a mismatch)."""
+    The boundaries are those the request's extends had as SGLang scheduled
+    them (``extend_ends``: a chunk shares its budget with the batch's other
+    requests, a recompute after a retract starts from its cached prefix),
+    then the multiples of ``chunked_prefill_size``. Computes those cut
+    prompts' references (only after a mismatch)."""
     if not output or not expected or output[0] == expected[0]:
         return ""
     size = int(getattr(getattr(ctx.scheduler, "server_args", None), "chunked_prefill_size", 0) or 0)
-    if size <= 0 or len(prompt) <= size:
-        return ""
-    for cut in range(size, len(prompt), size):
+    cuts = [end for end in extend_ends if 0 < end < len(prompt)]
+    if size > 0:
+        cuts += range(size, len(prompt), size)
+    for cut in dict.fromkeys(cuts):
         ref, _ = yield from reference(ctx, tuple(prompt[:cut]), 1)
         if ref and ref[0] == output[0]:
             return f"; token 0 is what the first {cut} prompt tokens predict: a non-final chunk's token"

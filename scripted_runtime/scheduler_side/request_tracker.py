@@ -26,6 +26,10 @@ class RequestTracker:
         self.abort_matched: set = set()
         # rid -> the prefix (tokens) its first extend forward started from: its prefix-cache hit
         self.first_prefix: Dict[str, int] = {}
+        # id(Req) -> where each of its extend forwards ended (prompt tokens), in launch order:
+        # its chunk boundaries as scheduled (a chunk shares the budget with the batch's other
+        # requests, and a retracted request is recomputed from its cached prefix)
+        self.extend_ends: Dict[int, List[int]] = {}
 
     def clear(self) -> None:
         self.reqs.clear()
@@ -34,6 +38,7 @@ class RequestTracker:
         self.handles.clear()
         self.abort_matched.clear()
         self.first_prefix.clear()
+        self.extend_ends.clear()
 
     def on_abort(self, abort_req: Any, scheduler: Any) -> None:
         """An ``AbortReq`` is about to be processed: remember which waiting
@@ -53,12 +58,16 @@ class RequestTracker:
                 break
         self.by_ingest.setdefault(rid, []).append(taken)
 
-    def on_batch(self, reqs: Any, prefix_lens: Any = None) -> None:
+    def on_batch(self, reqs: Any, prefix_lens: Any = None, extend_lens: Any = None) -> None:
         """A forward launched with these requests; ``prefix_lens``: an extend
         batch's ``ScheduleBatch.prefix_lens`` (where each request's extend
-        starts, the ``pre_len`` SGLang counts cached tokens from)."""
+        starts, the ``pre_len`` SGLang counts cached tokens from);
+        ``extend_lens``: its ``extend_lens`` (how many tokens each extends)."""
         for req in reqs or ():
             self.reqs.setdefault(req.rid, req)
         if prefix_lens is not None:
             for req, pre_len in zip(reqs or (), prefix_lens):
                 self.first_prefix.setdefault(req.rid, int(pre_len))
+            if extend_lens is not None:
+                for req, pre_len, ext in zip(reqs or (), prefix_lens, extend_lens):
+                    self.extend_ends.setdefault(id(req), []).append(int(pre_len) + int(ext))

@@ -159,6 +159,16 @@ def test_the_chunk_hint_names_a_non_final_chunks_token():
         assert run(oracle.chunk_hint(Ctx(), prompt, [5], [999])) == ""  # no chunk predicts it
         assert run(oracle.chunk_hint(Ctx(), prompt, [999], [999])) == ""  # token 0 is right
         assert run(oracle.chunk_hint(Ctx(), prompt[:4], [104], [999])) == ""  # one chunk: nothing to cut
+        # the chunks as SGLang scheduled them come first: a chunk that shared its budget with
+        # another request ended at 6 (no multiple of 4); a recompute's ends repeat, asked once
+        calls.clear()
+        assert run(oracle.chunk_hint(Ctx(), prompt, [106], [999], extend_ends=[4, 6, 6, 10])) == \
+            "; token 0 is what the first 6 prompt tokens predict: a non-final chunk's token"
+        assert calls == [4, 6]
+        calls.clear()
+        assert run(oracle.chunk_hint(Ctx(), prompt, [110], [999], extend_ends=[4, 10])) == "", \
+            "the final extend's end is the whole prompt: its prediction is the right one, not a chunk's"
+        assert calls == [4, 8]
     finally:
         mp.undo()
 

@@ -135,3 +135,19 @@ def test_the_tracker_keeps_the_prefix_of_each_requests_first_extend_only():
     assert tracker.first_prefix == {"a": 0, "b": 36}
     tracker.clear()
     assert tracker.first_prefix == {}
+
+
+def test_the_tracker_keeps_every_extends_end_per_req_object():
+    from types import SimpleNamespace
+
+    from scripted_runtime.scheduler_side.request_tracker import RequestTracker
+
+    a, b, again = SimpleNamespace(rid="a"), SimpleNamespace(rid="b"), SimpleNamespace(rid="a")
+    tracker = RequestTracker()
+    tracker.on_batch([a], [0], [64])  # a's first chunk
+    tracker.on_batch([b, a], [0, 64], [8, 56])  # b and a share the 64-token budget: a's chunk ends at 120
+    tracker.on_batch([a, b])  # a decode forward: no extend
+    tracker.on_batch([again], [120], [72])  # a reused rid is another Req: its ends are its own
+    assert tracker.extend_ends == {id(a): [64, 120], id(b): [8], id(again): [192]}
+    tracker.clear()
+    assert tracker.extend_ends == {}

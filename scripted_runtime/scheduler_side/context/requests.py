@@ -109,6 +109,14 @@ class ReqHandle:
         return self._tracker.first_prefix.get(self.rid)
 
     @property
+    def extend_ends(self) -> List[int]:
+        """Where each of its extend (prefill) forwards ended, in prompt
+        tokens, in launch order: its chunk boundaries as SGLang scheduled
+        them (a recompute after a retract starts again); [] before one ran."""
+        req = self._known()
+        return list(self._tracker.extend_ends.get(id(req), ())) if req is not None else []
+
+    @property
     def finished(self) -> bool:
         return self.status in ("finished", "aborted", "refused")
 
