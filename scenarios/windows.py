@@ -130,9 +130,9 @@ def paused_retract_waiting_with_kv(ctx):
 
 def decode_retracted_waiting(ctx):
     """Decoding runs short of KV: three 150-token prompts decode, then the
-    harness takes every free slot the one-request room allows
-    (``explore.exhaust_kv``: SGLang's 450 held tokens count towards it, so
-    nothing is left free). The next decode step cannot fit, and
+    harness takes every free slot but the room SGLang reserved for them
+    (``explore.exhaust_kv``: the most new tokens one request may still
+    decode, 11). Three decode steps later the next cannot fit, and
     ``retract_decode`` puts requests back in the waiting queue; given the
     KV back, they are re-admitted with their prompt and generated tokens,
     and every output must still be its reference's (the end-state checks)."""

@@ -84,7 +84,7 @@ def _handle(output, reason, *, max_new=8, ignore_eos=False, stops=(), finished_l
     req = SimpleNamespace(origin_input_ids=prompts.prompt_ids(0, 8), sampling_params=params, eos_token_ids={EOS},
                           output_ids=list(output), finished_len=finished_len, finished_reason=reason)
     return SimpleNamespace(rid="r1", status=status, last_req=req, finish_reason=type(reason).__name__,
-                           output_ids=list(output), posted_step=0)
+                           output_ids=list(output), posted_step=0, extend_ends=[8])
 
 
 def _check(monkeypatch, *handles):
@@ -239,35 +239,40 @@ def test_kv_is_not_taken_while_a_flush_is_in_flight():
     assert sum(1 for _ in _drain(gen)) == 4 and stuck.calls == []
 
 
-def _req(prompt, max_new):
-    return SimpleNamespace(origin_input_ids=[1] * prompt, sampling_params=SimpleNamespace(max_new_tokens=max_new))
+def _req(prompt, max_new, allocated=0, generated=0):
+    return SimpleNamespace(origin_input_ids=[1] * prompt, sampling_params=SimpleNamespace(max_new_tokens=max_new),
+                           kv_allocated_len=allocated, output_ids=[7] * generated)
 
 
-@pytest.mark.parametrize("requests, sglang_held, left", [
-    ([], 0, 4),  # nothing held: SGLang's admission judges every later request
-    ([(150, 12)], 100, 4 + 62),  # a chunked 150-token prompt, 100 tokens in: the rest of it and its 12 new
-    ([(150, 12), (8, 12)], 100, 4 + 62),  # the largest request counts
-    ([(150, 12), (150, 12), (150, 12)], 450, 4),  # three decoding: a retraction gives KV back
-    ([(8, 12)], 500, 4),  # the tree holds plenty (evictable)
-    ([(8, 12), (192, 12, "waiting")], 20, 4),  # a waiting request is SGLang's admission's to judge
+@pytest.mark.parametrize("requests, left", [
+    ([], 4),  # nothing admitted: SGLang's admission judges every later request
+    ([(150, 12, 100, 0)], 4 + 50 + 12),  # a chunked 150-token prompt, 100 tokens in: the rest of it and its 12 new
+    ([(150, 12, 100, 0), (8, 12, 10, 2)], 4 + 50 + 12),  # the most new tokens one request may still decode
+    ([(150, 12, 151, 1)] * 3, 4 + 11),  # three decoding: a retraction gives the others' KV back
+    # the pp1-normal finding: a 65-token request about to finish and a 192-token one whose first
+    # chunk ran; the old rule (largest request less everything SGLang held: 196 - 136) left 60 and
+    # the next chunk could not be allocated ("Out of memory" in alloc_for_extend)
+    ([(65, 8, 72, 7), (192, 4, 64, 0)], 4 + 128 + 4),
+    ([(8, 12, 10, 2), (192, 12, 0, 0, "waiting")], 4 + 10),  # a waiting request is admission's to judge
 ])
-def test_kv_is_taken_down_to_room_for_the_largest_request_sglang_holds(requests, sglang_held, left):
-    """SGLang must be able to finish what it admitted (retracting down to one
-    request, evicting the tree): the largest held request's prompt and new
-    tokens, less the KV SGLang holds, stay free beyond the drawn pages."""
+def test_kv_is_taken_down_to_the_room_sglang_reserved_for_what_it_admitted(requests, left):
+    """SGLang must be able to finish what it admitted: every prompt token an
+    admitted request has still to extend (a prefill in progress cannot be
+    retracted) plus the most new tokens one request may still decode
+    (``retract_decode`` frees the others) stay free beyond the drawn pages."""
     ctx = _FakeCtx()
-    ctx.active, ctx.sglang_held = [_req(*r[:2]) for r in requests], sglang_held
-    ctx.scheduler.waiting_queue = [req for req, r in zip(ctx.active, requests) if r[2:] == ("waiting",)]
+    ctx.active = [_req(*r[:4]) for r in requests]
+    ctx.scheduler.waiting_queue = [req for req, r in zip(ctx.active, requests) if r[4:] == ("waiting",)]
     list(_drain(explore_helpers.exhaust_kv(ctx, 4)))
     assert ctx.calls == [("exhaust_kv", left)]
 
 
 def test_exhaust_kv_may_evict_the_radix_cache_first_and_take_it_too():
     ctx = _FakeCtx()
-    ctx.active, ctx.sglang_held = [_req(8, 12)], 500
+    ctx.active, ctx.sglang_held = [_req(8, 12, 8, 0)], 500
     list(_drain(explore_helpers.exhaust_kv(ctx, 0, evict_cache=True)))
-    # evicted first, then room for the one request (20 tokens, nothing held any more)
-    assert ctx.calls == [("evict_cache",), ("exhaust_kv", 20)]
+    # evicted first, then room for the one request's 12 new tokens
+    assert ctx.calls == [("evict_cache",), ("exhaust_kv", 12)]
     source = A.to_source([A.Start(8, 0, 4), A.ExhaustKv(0, evict_cache=True), A.ExhaustKv(4)]).text
     assert "yield from explore.exhaust_kv(ctx, 0, evict_cache=True)\n" in source
     assert "yield from explore.exhaust_kv(ctx, 4)\n" in source

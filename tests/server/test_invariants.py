@@ -5,11 +5,15 @@ step and the owners, and shows the last steps of the trace. The foundation
 tests run with every invariant on and stay quiet."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from scripted_runtime.scheduler_side import invariants
 from scripted_runtime import timeline
 from tests.helpers import run_ok
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -160,6 +164,15 @@ def test_pool_accounting_fires_on_leaked_tokens_before_sglang_notices(overlap_se
 
 def test_pool_accounting_counts_kv_held_by_exhaust_kv(overlap_server):
     run_ok(overlap_server, script_exhaust_kv_is_accounted)
+
+
+def test_kv_pressure_leaves_a_chunked_prompt_the_room_admission_counted(server_pool):
+    """The explorer's KV pressure takes what SGLang did not reserve: a prompt
+    mid-prefill keeps room for its later chunks (the old room rule crashed
+    SGLang here: "Out of memory" in alloc_for_extend, scenarios/kv_pressure.py)."""
+    value = run_ok(server_pool.get("pp1-normal"), f"{ROOT}/scenarios/kv_pressure.py:exhaust_kv_while_chunking").value
+    assert value["taken"] > 7000, value  # the pressure was real: nearly the whole pool taken
+    assert value["outputs_compared"] == 2, value
 
 
 # --- switching off, and the trace of a violation ---------------------------------------

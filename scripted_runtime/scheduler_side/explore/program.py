@@ -375,20 +375,33 @@ FLUSHING_OPS = ("flush_cache", "update_weights_from_disk")
 # ``retract_decode`` runs (the ``decode_retracted_waiting`` window).
 
 
-def room_for_largest_request(ctx) -> int:
-    """Free KV tokens the largest request SGLang admitted may still need
-    beyond the KV SGLang holds: ``max(prompt + max_new_tokens) - held`` over
-    the live requests outside the waiting queue, at least 0 (0 with none). A
-    waiting request, a retracted one included, is SGLang's admission's to
-    judge: it waits until its prompt and new tokens fit."""
+def room_sglang_reserved(ctx) -> int:
+    """Free KV tokens the requests SGLang admitted may still need, which
+    ``exhaust_kv`` leaves free (the pressure SGLang is built to survive):
+
+    * every prompt token an admitted request has still to extend (the
+      chunked request's later chunks): admission counted the whole prompt
+      when it admitted the request, and a prefill in progress cannot be
+      retracted (``get_new_batch_prefill`` continues a chunked request with
+      a full chunk when its budget is spent, and ``alloc_for_extend`` then
+      fails: "Out of memory");
+    * plus the most new tokens any one admitted request may still decode:
+      under pressure ``retract_decode`` frees the other decoding requests'
+      KV, but the last one must fit.
+
+    A waiting request, a retracted one included, is SGLang's admission's to
+    judge: it waits until its prompt and new tokens fit. 0 with no admitted
+    request."""
     waiting = {id(r) for r in getattr(ctx.scheduler, "waiting_queue", ()) or ()}
-    totals = [len(getattr(r, "origin_input_ids", ()) or ()) + int(getattr(r.sampling_params, "max_new_tokens", 0) or 0)
-              for r in ctx.list_active_reqs() if id(r) not in waiting]
-    if not totals:
-        return 0
-    stats = ctx.engine_stats()
-    held_by_sglang = stats["kv_pool_total"] - stats["kv_pool_free"] - ctx.exhausted_kv_tokens
-    return max(0, max(totals) - held_by_sglang)
+    prefill = decode = 0
+    for r in ctx.list_active_reqs():
+        if id(r) in waiting:
+            continue
+        prompt = len(getattr(r, "origin_input_ids", ()) or ())
+        prefill += max(0, prompt - state.kv_allocated_len(r))
+        new = int(getattr(r.sampling_params, "max_new_tokens", 0) or 0) - len(getattr(r, "output_ids", ()) or ())
+        decode = max(decode, new)
+    return prefill + decode
 
 
 def exhaust_kv(ctx, leave_pages: int, evict_cache: bool = False):
@@ -404,8 +417,8 @@ def exhaust_kv(ctx, leave_pages: int, evict_cache: bool = False):
     allocator under them (``release_before_flush``). Counted in the
     coverage table as ``kv:exhaust``. Returns the tokens taken (0 when
     fewer were free, or a flush stayed unprocessed and nothing was taken).
-    It always leaves SGLang room for the largest request it admitted
-    (``room_for_largest_request``) beyond ``leave_pages``."""
+    It always leaves SGLang the room its admitted requests may still need
+    (``room_sglang_reserved``) beyond ``leave_pages``."""
     for _ in range(4 * _slots(ctx)):
         if not any(ctx.unprocessed_ops(name) for name in FLUSHING_OPS):
             break
@@ -417,7 +430,7 @@ def exhaust_kv(ctx, leave_pages: int, evict_cache: bool = False):
     page = max(1, int(getattr(ctx.scheduler, "page_size", 1) or 1))
     if evict_cache:
         ctx.evict_cache()
-    return ctx.exhaust_kv(leave_pages=leave_pages + -(-room_for_largest_request(ctx) // page))
+    return ctx.exhaust_kv(leave_pages=leave_pages + -(-room_sglang_reserved(ctx) // page))
 
 
 def release_kv(ctx) -> int:
