@@ -116,6 +116,35 @@ def pp_retract_chunk_duplicate_token(ctx, middle_chunk=False):
     return (yield from explore.end_state_checks(ctx, reqs))
 
 
+def pp_retract_chunk_abort_dropped(ctx):
+    """An abort of a request SGLang was running must finish it (FINISH_ABORT):
+    only a request held by the waiting queue alone may be dropped without a
+    finish reason.
+
+    On 0.5.23 at pp=4: a 192-token prompt's first chunk is launched in slot
+    0; ``pause_generation(retract)`` takes it (it is ``chunked_req``) while
+    that chunk is in flight, and ``abort_all`` in the same ingest finds it in
+    the waiting queue and drops it. The stale chunk in ``mbs[0]`` is still
+    processed later (and skipped: the request is retracted); the request
+    leaves the scheduler with no finish reason while a slot's in-flight batch
+    held it when the abort came: the harness's abort contract reports it.
+    Same cause as ``pp_retract_chunk_double_release`` (a retract of a request
+    whose chunk is in flight in another slot;
+    docs/upstream/pp-retract-chunk-double-release.md). Found by the pp4
+    request-fuzzing run (dev profile, seed 11, program 701; its fuzzed
+    action, an abort of an unknown rid, is incidental and left out here).
+    """
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    reqs = [ctx.start_req(input_ids=explore.prompt_ids(1, 192), max_new_tokens=3, ignore_eos=False,
+                          temperature=0.0, stream=True)]
+    yield from explore.flush_cache(ctx)
+    yield from explore.flush_cache(ctx)
+    ctx.pause_generation("retract")
+    ctx.abort_all()
+    return (yield from explore.end_state_checks(ctx, reqs))
+
+
 def pp_retract_chunk_two_slots(ctx):
     """A retract pause while a chunked prompt's last chunk is in flight must
     leave every request in one place: each finishes once, and no KV it still

@@ -111,13 +111,25 @@ REGISTRY: Tuple[KnownBug, ...] = (
         # first token that is a non-final chunk's prediction (what the context-sensitive weights
         # show: the committed token is the one the prompt's first chunk predicts)
         message=(r"finished\): token \d+ is (\d+), the reference has \d+ \(output \[(?:\d+, )*\1, \1[,\]]"
-                 r"|finished\): token 0 is \d+, .*a non-final chunk's token"),
+                 r"|(?:finished|aborted)\): .*token 0 is \d+, .*a non-final chunk's token"),
         topologies=("pp4",),
         releases="<=0.5.23",
         verified_on=("0.5.23",),
         scenario="scenarios/known_bugs.py:pp_retract_chunk_duplicate_token",
         report="docs/upstream/pp-retract-chunk-double-release.md",
         variants=({}, {"middle_chunk": True}),
+    ),
+    KnownBug(
+        name="pp_retract_chunk_abort_dropped",
+        title="the same retract under PP, then an abort: the retracted request is dropped from the waiting queue "
+              "without a finish reason while its chunk is still in flight in another slot",
+        signature=r"ContractViolation\[abort\]",
+        message=r"vanished from the scheduler without a finish reason; it was running when the abort came",
+        topologies=("pp4",),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:pp_retract_chunk_abort_dropped",
+        report="docs/upstream/pp-retract-chunk-double-release.md",
     ),
     KnownBug(
         name="pp_retract_chunk_two_slots",
