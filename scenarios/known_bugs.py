@@ -145,6 +145,63 @@ def pp_retract_chunk_abort_dropped(ctx):
     return (yield from explore.end_state_checks(ctx, reqs))
 
 
+def pp_retract_abort_stale_last_mbs(ctx):
+    """The idle gate must not say idle while a live request is held:
+    ``is_fully_idle()`` true means a ``flush_cache`` may reset the pools.
+
+    On 0.5.23 at pp=4: an 8-token request has prefilled in slot 0; a
+    ``pause_generation(retract)`` takes it from ``last_batch`` and an abort
+    in the same ingest drops it from the waiting queue, unfinished. The pause
+    clears ``self.last_batch`` but not ``last_mbs[0]``, which still holds
+    the request: ``is_fully_idle()`` says idle while it is held there (the
+    harness's ``idle_gate`` invariant), and the next reset, merging the stale
+    batch back, dies in ``release_kv_cache``. The "second hazard" of
+    docs/upstream/pp-retract-chunk-double-release.md, met by the pp4
+    request-fuzzing run (dev profile, seed 11, after 1,024 programs; its
+    in-place pause, flush and fuzzed requests are incidental, left out).
+    """
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    reqs = [ctx.start_req(input_ids=explore.prompt_ids(0, 8), max_new_tokens=8, ignore_eos=True, temperature=0.0,
+                          stream=True)]
+    yield from explore.flush_cache(ctx)
+    yield from ctx.steps(6)
+    ctx.pause_generation("retract")
+    explore.abort_one(ctx, reqs, 0)
+    yield from ctx.steps(8)
+    ctx.continue_generation()
+    return (yield from explore.end_state_checks(ctx, reqs))
+
+
+def pp_retract_abort_adopted_decode_leak(ctx):
+    """Every KV slot is free, cached or held by a live request (the pools
+    add up).
+
+    On 0.5.23 at pp=4: a 128-token prompt prefills in two chunks (slots 0
+    and 1); while the second is in flight, a ``pause_generation(retract)``
+    takes the request and an abort in the same ingest drops it from the
+    waiting queue. Slot 1 then processes the stale last chunk and adopts the
+    request as a decode (step 4 of the cause in
+    docs/upstream/pp-retract-chunk-double-release.md), allocating a KV slot
+    for its next token although the request holds no row any more: one
+    token is neither free, cached nor held (``pool_accounting``: 8191 of
+    8192), and the next reset dies in ``release_kv_cache``. Met by the pp4
+    request-fuzzing run (dev profile, seed 11, program 1,024; its in-place
+    pause, flush and fuzzed requests are incidental, left out).
+    """
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    reqs = [ctx.start_req(input_ids=explore.prompt_ids(2, 128), max_new_tokens=8, ignore_eos=True, temperature=0.0,
+                          stream=True)]
+    yield from explore.flush_cache(ctx)
+    yield from ctx.steps(6)
+    ctx.pause_generation("retract")
+    explore.abort_one(ctx, reqs, 0)
+    yield from ctx.steps(8)
+    ctx.continue_generation()
+    return (yield from explore.end_state_checks(ctx, reqs))
+
+
 def pp_retract_chunk_two_slots(ctx):
     """A retract pause while a chunked prompt's last chunk is in flight must
     leave every request in one place: each finishes once, and no KV it still

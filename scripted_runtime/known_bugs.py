@@ -132,6 +132,34 @@ REGISTRY: Tuple[KnownBug, ...] = (
         report="docs/upstream/pp-retract-chunk-double-release.md",
     ),
     KnownBug(
+        name="pp_retract_abort_stale_last_mbs",
+        title="the same retract under PP, then an abort: the pause clears last_batch but not last_mbs, which still "
+              "holds the dropped request; is_fully_idle() says idle while it is held (the next reset dies)",
+        signature=r"InvariantViolation\[idle_gate\]",
+        # only a live request held by a last_mbs slot alone: the pause's stale leftover
+        message=r"says idle but \d+ live request\(s\) are held: \S+ in last_mbs\[\d+\] \(",
+        topologies=("pp4",),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:pp_retract_abort_stale_last_mbs",
+        report="docs/upstream/pp-retract-chunk-double-release.md",
+        breaks_server=True,
+    ),
+    KnownBug(
+        name="pp_retract_abort_adopted_decode_leak",
+        title="the same retract under PP, then an abort: the stale last chunk is adopted as a decode for the "
+              "dropped request and allocates KV no one holds (the pools are one token short; the next reset dies)",
+        signature=r"InvariantViolation\[pool_accounting\]",
+        # the pools' sum is short of the total (a KV slot allocated for a request held nowhere)
+        message=r"available \d+ \+ evictable \d+ \+ protected \d+ \+ uncached \d+ = \d+ != total \d+",
+        topologies=("pp4",),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:pp_retract_abort_adopted_decode_leak",
+        report="docs/upstream/pp-retract-chunk-double-release.md",
+        breaks_server=True,
+    ),
+    KnownBug(
         name="pp_retract_chunk_two_slots",
         title="the same retract under PP, seen before the crash: the chunked request is held by two slots' "
               "batches (recompute and adopted decode) and decodes on KV that is on the free list",
