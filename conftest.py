@@ -40,6 +40,14 @@ SERVER_TESTS = Path(__file__).resolve().parent / "tests" / "server"
 # `explore` run by a test (in a subprocess too) neither replays nor keeps failures in a
 # database of the checkout; the failure-database tests pass theirs explicitly.
 os.environ["SCRIPTED_RUNTIME_DATABASE"] = "none"
+# The output oracle's reference cache (scheduler_side/reference_cache.py): the suite's
+# servers share one in a temporary directory, not the user's ~/.cache (removed at the end).
+_REFERENCE_CACHE = None
+if "SCRIPTED_RUNTIME_REFERENCE_CACHE" not in os.environ:
+    import tempfile
+
+    _REFERENCE_CACHE = tempfile.mkdtemp(prefix="scripted-runtime-references-")
+    os.environ["SCRIPTED_RUNTIME_REFERENCE_CACHE"] = _REFERENCE_CACHE
 
 
 def pytest_addoption(parser):
@@ -62,6 +70,13 @@ def pytest_configure(config):
         config.option.scripted_runtime_device = config.getoption("--device")
     if config.getoption("--server-log-dir"):
         config.option.scripted_runtime_log_dir = config.getoption("--server-log-dir")
+
+
+def pytest_unconfigure(config):
+    if _REFERENCE_CACHE is not None:
+        import shutil
+
+        shutil.rmtree(_REFERENCE_CACHE, ignore_errors=True)
 
 
 def pytest_itemcollected(item):

@@ -1,11 +1,12 @@
 """How long from a scheduler crash to the next program, with and without a
 standby server, and what the standby costs in memory?
 
-    .venv/bin/python bench/crash_restart.py [--topologies pp4,pp1-normal] [--repeat 3]
+    .venv/bin/python bench/crash_restart.py [--topologies pp4,pp1-normal] [--repeat 3] [--standby off,on]
 
 Per topology, an ``ExampleRunner`` (what ``explore`` uses) with
 ``--standby off`` and one with ``--standby on``, each with the output oracle
-on (a restart recomputes its references; a standby computes them before it
+on (a restart reads its references from the reference cache the first
+server wrote, in a directory of the run's own; a standby reads them before it
 is needed). Each repeat runs a scenario that kills the scheduler (a real
 SGLang 0.5.23 crash at pp=4, the known bug ``pp_retract_chunk_double_release``;
 elsewhere ``crash_now`` below, which makes the event loop raise), then times a
@@ -81,10 +82,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--topologies", default="pp4,pp1-normal")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--standby", default="off,on", help="the standby modes to measure (default: off,on)")
     args = ap.parse_args()
+    # The output oracle's reference cache in a directory of this run's own: the first server
+    # computes the references and writes them, every restart reads them (what a user's second
+    # server gets), whatever an earlier run left in ~/.cache.
+    import atexit
+    import os
+    import shutil
+    import tempfile
+
+    if "SCRIPTED_RUNTIME_REFERENCE_CACHE" not in os.environ:
+        own = tempfile.mkdtemp(prefix="bench-references-")
+        atexit.register(shutil.rmtree, own, True)
+        os.environ["SCRIPTED_RUNTIME_REFERENCE_CACHE"] = own
     rows = []
     for topology in args.topologies.split(","):
-        for mode in ("off", "on"):
+        for mode in args.standby.split(","):
             r = measure(topology, mode, args.repeat)
             ok = "met" if statistics.median(r["times"]) <= TARGET_S else "MISSED"
             rows.append([topology, mode, spread(r["times"], "{:.1f}"), f"<= {TARGET_S:.0f} ({ok})",

@@ -16,7 +16,10 @@ A reference is the prompt run alone on the idle engine right after an
 accepted flush (so it never reads a prefix a program left in the tree), for
 ``REFERENCE_TOKENS`` new tokens. References are kept per server process
 (one build on one topology) and per weights (a fingerprint of the first
-parameters of the driver rank's model). The explorer computes every prompt
+parameters of the driver rank's model), and on disk for every later server
+of the same build, engine arguments and checkpoints
+(``reference_cache``; ``SCRIPTED_RUNTIME_REFERENCE_CACHE=off`` turns that
+off). The explorer computes every prompt
 its programs can draw once, right after the server started (``warm``), so a
 program never computes one and runs the same steps whatever ran before it;
 a scenario replayed on a fresh server computes the ones it needs at its end.
@@ -56,7 +59,7 @@ import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from scripted_runtime.protocol import ENV_CHECKPOINT
-from scripted_runtime.scheduler_side import check_registry, state
+from scripted_runtime.scheduler_side import check_registry, reference_cache, state
 from scripted_runtime.scheduler_side.explore import prompts
 
 # New tokens computed per reference (the explorer asks for at most 12).
@@ -71,7 +74,10 @@ GREEDY = 0.0
 # (weights fingerprint, prompt) -> (greedy output of REFERENCE_TOKENS or more tokens,
 # how many of them lead by at least MARGIN from the first on: the comparable prefix)
 _references: Dict[Tuple[Any, Tuple[int, ...]], Tuple[List[int], int]] = {}
-computed = {"references": 0}
+# references run on this server ("references") and read from the disk cache ("from_cache")
+computed = {"references": 0, "from_cache": 0}
+# this server's reference file (reference_cache), opened at the first reference; False when off
+_disk: Dict[str, Any] = {}
 # The fingerprint of the weights the server was started with (set by warm).
 _served: Dict[str, Any] = {}
 
@@ -197,6 +203,8 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
     comparable prefix (``comparable_prefix``), cached per weights."""
     key = (weights_fingerprint(ctx.scheduler), prompt)
     have = _references.get(key)
+    if have is None:
+        have = _from_disk(ctx.scheduler, key)
     if have is not None and len(have[0]) >= n:
         return have
     slots = _slots(ctx)
@@ -211,7 +219,31 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
     entry = (out, comparable_prefix(h.top_logprobs, len(out)))
     _references[key] = entry
     computed["references"] += 1
+    disk = _disk_cache(ctx.scheduler)
+    if disk is not None:
+        disk.put(key[0], prompt, entry)
     yield from ctx.wait_idle(max_steps=60 * slots)
+    return entry
+
+
+def _disk_cache(scheduler: Any) -> Optional["reference_cache.ReferenceCache"]:
+    """This server's reference file, or None when the cache is off (its key
+    is computed once per server process)."""
+    if "cache" not in _disk:
+        directory = reference_cache.cache_dir()
+        _disk["cache"] = (reference_cache.ReferenceCache(directory, reference_cache.key_of(scheduler))
+                          if directory is not None else None)
+    return _disk["cache"]
+
+
+def _from_disk(scheduler: Any, key: Tuple[Any, Tuple[int, ...]]) -> Optional[Tuple[List[int], int]]:
+    """The reference another server of this build computed, kept in memory
+    from now on; None when there is none (or the cache is off)."""
+    disk = _disk_cache(scheduler)
+    entry = disk.get(*key) if disk is not None else None
+    if entry is not None:
+        _references[key] = entry
+        computed["from_cache"] += 1
     return entry
 
 
@@ -275,17 +307,18 @@ def warm(ctx, prompt_list: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, w
     weights and, with ``with_update``, under the weights a default
     ``update_weights_from_disk`` loads, then load the served ones back
     (``scripted-runtime explore`` runs it once per server before any
-    program). Returns how many it computed. A server serving dummy weights
+    program). Returns how many it computed (``references``) and how many it
+    read from the disk cache (``from_cache``). A server serving dummy weights
     (the GPU default) computes them under the update's weights only, as
     before: its programs run after one update."""
-    before = computed["references"]
+    before = dict(computed)
     path, fmt = _served_weights(ctx)
     if path is None:  # dummy weights: every program runs under the update checkpoint's
         if with_update:
             yield from _load(ctx, why="before the references")
         for prompt in prompt_list:
             yield from reference(ctx, tuple(prompt), n)
-        return computed["references"] - before
+        return {k: computed[k] - before[k] for k in computed}
     _served.setdefault("fingerprint", weights_fingerprint(ctx.scheduler))
     yield from restore_served_weights(ctx)
     for prompt in prompt_list:
@@ -295,13 +328,16 @@ def warm(ctx, prompt_list: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, w
         for prompt in prompt_list:
             yield from reference(ctx, tuple(prompt), n)
         yield from restore_served_weights(ctx)
-    return computed["references"] - before
+    return {k: computed[k] - before[k] for k in computed}
 
 
 def cached_reference(ctx: Any, prompt: Sequence[int]) -> Optional[Tuple[List[int], int]]:
     """The reference of ``prompt`` under the weights loaded now, if it was
-    computed on this server; None otherwise (never computes one)."""
-    return _references.get((weights_fingerprint(ctx.scheduler), tuple(prompt)))
+    computed on this server or is in the disk cache; None otherwise (never
+    computes one)."""
+    key = (weights_fingerprint(ctx.scheduler), tuple(prompt))
+    have = _references.get(key)
+    return have if have is not None else _from_disk(ctx.scheduler, key)
 
 
 def references_wanted(ctx: Any) -> bool:

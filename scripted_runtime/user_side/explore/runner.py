@@ -204,7 +204,9 @@ class ExampleRunner:
     def _run_warm(self, t0: float) -> None:
         result = self._warm_on(self.server)
         if result.passed:
-            self.progress(f"output oracle: {result.value} reference outputs computed in "
+            counts = result.value or {}
+            self.progress(f"output oracle: {counts.get('references', 0)} reference outputs computed, "
+                          f"{counts.get('from_cache', 0)} read from the reference cache, in "
                           f"{time.monotonic() - t0:.1f}s")
             return
         first = (result.error or "").strip().splitlines()[0][:200] if result.error else "failed"

@@ -1,0 +1,137 @@
+"""The output oracle's references on disk (scheduler_side/reference_cache.py):
+a reference one server computed is read back by the next server of the same
+key, and a changed key (another dtype, an edited SGLang file, a patch, a new
+checkpoint) finds nothing and recomputes."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from scripted_runtime.scheduler_side import output_oracle, reference_cache
+from scripted_runtime.scheduler_side.reference_cache import ReferenceCache
+
+FP = (0.125, -3.5, 7.0)
+PROMPT = (5, 6, 7)
+ENTRY = ([11, 12, 13], 3)
+
+
+def _scheduler(**args):
+    fields = {"model_path": "", "dtype": "float32", "device": "cpu", "pp_size": 1,
+              "disable_overlap_schedule": False, "chunked_prefill_size": 64}
+    fields.update(args)
+    return SimpleNamespace(server_args=SimpleNamespace(**fields))
+
+
+def test_a_reference_written_by_one_server_is_read_by_the_next_of_the_same_key(tmp_path):
+    key = reference_cache.key_of(_scheduler())
+    ReferenceCache(tmp_path, key).put(FP, PROMPT, ENTRY)
+    fresh = ReferenceCache(tmp_path, reference_cache.key_of(_scheduler()))  # another server process
+    assert fresh.path == ReferenceCache(tmp_path, key).path
+    assert fresh.get(FP, PROMPT) == ENTRY
+    assert fresh.get(FP, (5, 6)) is None, "another prompt"
+    assert fresh.get((0.0, 0.0, 0.0), PROMPT) is None, "other weights"
+    assert fresh.get(None, PROMPT) is None
+
+
+@pytest.mark.parametrize("change", [
+    {"dtype": "bfloat16"},
+    {"pp_size": 4},
+    {"disable_overlap_schedule": True},
+    {"chunked_prefill_size": 32},
+])
+def test_a_changed_engine_argument_is_another_key_and_recomputes(tmp_path, change):
+    ReferenceCache(tmp_path, reference_cache.key_of(_scheduler())).put(FP, PROMPT, ENTRY)
+    other = ReferenceCache(tmp_path, reference_cache.key_of(_scheduler(**change)))
+    assert other.get(FP, PROMPT) is None
+    other.put(FP, PROMPT, ([1], 1))
+    assert len(list(tmp_path.glob("*.json"))) == 2, "each key has its own file"
+
+
+def test_a_patch_a_reverted_fix_or_a_new_checkpoint_is_another_key(tmp_path, monkeypatch):
+    from scripted_runtime import protocol
+    from scripted_runtime.hooks import fix_toggles, patches
+
+    base = reference_cache.key_of(_scheduler())
+    monkeypatch.setenv(patches.ENV_PATCHES, "mut_chunked_row_leak")
+    assert reference_cache.key_of(_scheduler()) != base
+    monkeypatch.delenv(patches.ENV_PATCHES)
+    monkeypatch.setenv(fix_toggles.ENV_REVERT_FIXES, "pr17850")
+    assert reference_cache.key_of(_scheduler()) != base
+    monkeypatch.delenv(fix_toggles.ENV_REVERT_FIXES)
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "model.safetensors").write_bytes(b"x" * 10)
+    monkeypatch.setenv(protocol.ENV_CHECKPOINT, str(checkpoint))
+    first = reference_cache.key_of(_scheduler())
+    assert first != base
+    (checkpoint / "model.safetensors").write_bytes(b"y" * 11)  # rewritten: new size and time
+    assert reference_cache.key_of(_scheduler()) != first
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "config.json").write_text("{}")
+    assert reference_cache.key_of(_scheduler(model_path=str(served))) != reference_cache.key_of(_scheduler())
+
+
+def test_an_edited_sglang_source_file_is_another_key(tmp_path, monkeypatch):
+    import sglang
+
+    tree = tmp_path / "sglang"
+    tree.mkdir()
+    (tree / "__init__.py").write_text("")
+    (tree / "scheduler.py").write_text("a = 1\n")
+    monkeypatch.setattr(sglang, "__file__", str(tree / "__init__.py"))
+    before = reference_cache.key_of(_scheduler())
+    (tree / "scheduler.py").write_text("a = 22\n")  # git checkout of another commit, same release
+    assert reference_cache.key_of(_scheduler()) != before
+
+
+def test_two_servers_of_one_key_merge_and_a_bad_file_is_ignored(tmp_path):
+    key = reference_cache.key_of(_scheduler())
+    live, standby = ReferenceCache(tmp_path, key), ReferenceCache(tmp_path, key)
+    live.put(FP, PROMPT, ENTRY)
+    standby.put(FP, (9,), ([4], 1))  # read before live wrote: merges instead of overwriting
+    assert ReferenceCache(tmp_path, key).entries() == {(FP, PROMPT): ENTRY, (FP, (9,)): ([4], 1)}
+    live.path.write_text("{not json")
+    assert ReferenceCache(tmp_path, key).get(FP, PROMPT) is None
+    live.path.write_text(json.dumps({"key": {"another": "key"}, "references": [[list(FP), [5, 6, 7], [1], 1]]}))
+    assert ReferenceCache(tmp_path, key).get(FP, PROMPT) is None, "a file of another key is not read"
+
+
+def test_the_cache_directory_and_off(tmp_path, monkeypatch):
+    monkeypatch.setenv(reference_cache.ENV_CACHE, "off")
+    assert reference_cache.cache_dir() is None
+    monkeypatch.setenv(reference_cache.ENV_CACHE, str(tmp_path))
+    assert reference_cache.cache_dir() == tmp_path
+    monkeypatch.delenv(reference_cache.ENV_CACHE)
+    assert str(reference_cache.cache_dir()).endswith(".cache/scripted-runtime/references")
+
+
+def test_the_oracle_reads_a_cached_reference_instead_of_running_one(tmp_path, monkeypatch):
+    """``output_oracle.reference`` on a server with the reference in its
+    cache: no request is started, the count says where it came from."""
+    monkeypatch.setenv(reference_cache.ENV_CACHE, str(tmp_path))
+    scheduler = _scheduler()
+    monkeypatch.setattr(output_oracle, "weights_fingerprint", lambda s: FP)
+    monkeypatch.setattr(output_oracle, "_references", {})
+    monkeypatch.setattr(output_oracle, "_disk", {})
+    monkeypatch.setattr(output_oracle, "computed", {"references": 0, "from_cache": 0})
+    ReferenceCache(tmp_path, reference_cache.key_of(scheduler)).put(FP, PROMPT, ENTRY)
+
+    class Ctx:
+        def start_req(self, **kwargs):
+            raise AssertionError("a cached reference must not be run again")
+
+    ctx = Ctx()
+    ctx.scheduler = scheduler
+    gen = output_oracle.reference(ctx, PROMPT, 3)
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert stop.value.value == ENTRY
+    assert output_oracle.computed == {"references": 0, "from_cache": 1}
+    assert output_oracle.cached_reference(ctx, PROMPT) == ENTRY
+    monkeypatch.setenv(reference_cache.ENV_CACHE, "off")
+    monkeypatch.setattr(output_oracle, "_references", {})
+    monkeypatch.setattr(output_oracle, "_disk", {})
+    assert output_oracle.cached_reference(ctx, PROMPT) is None, "the cache off: nothing read from disk"

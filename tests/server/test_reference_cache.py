@@ -1,0 +1,47 @@
+"""The output oracle's reference cache on real servers: a reference one
+server computed is on disk and read back instead of run again; another
+topology (another key) computes its own."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.helpers import run_ok
+
+# a prompt no other test or program draws (the explorer's families are runs of one token pattern)
+PROMPT = [7, 300, 11, 42, 9, 250, 13, 77, 5, 401, 3]
+
+
+def script_reference(ctx, prompt, forget=False):
+    """The reference of ``prompt``, and where it came from. ``forget``: drop
+    it from this server's memory first, as a new server process of the same
+    key starts (nothing in memory, the file on disk)."""
+    from scripted_runtime.scheduler_side import output_oracle
+
+    key = (output_oracle.weights_fingerprint(ctx.scheduler), tuple(prompt))
+    if forget:
+        output_oracle._references.pop(key, None)
+    before = dict(output_oracle.computed)
+    ref, comparable = yield from output_oracle.reference(ctx, tuple(prompt), 4)
+    disk = output_oracle._disk_cache(ctx.scheduler)
+    return {"ref": list(ref), "computed": output_oracle.computed["references"] - before["references"],
+            "from_cache": output_oracle.computed["from_cache"] - before["from_cache"],
+            "file": str(disk.path) if disk is not None else None}
+
+
+def test_a_reference_is_computed_once_per_key_and_read_back_from_disk(server_pool):
+    overlap = server_pool.get("pp1-overlap")
+    first = run_ok(overlap, script_reference, PROMPT).value
+    assert (first["computed"], first["from_cache"]) == (1, 0), first
+    saved = json.loads(Path(first["file"]).read_text())
+    assert any(row[1] == PROMPT and row[2] == first["ref"] for row in saved["references"])
+    assert saved["key"]["engine"]["disable_overlap_schedule"] is False
+
+    again = run_ok(overlap, script_reference, PROMPT, forget=True).value
+    assert (again["computed"], again["from_cache"]) == (0, 1), again
+    assert again["ref"] == first["ref"] and again["file"] == first["file"]
+
+    normal = run_ok(server_pool.get("pp1-normal"), script_reference, PROMPT).value
+    assert (normal["computed"], normal["from_cache"]) == (1, 0), "another topology is another key: recomputed"
+    assert normal["file"] != first["file"]
+    assert normal["ref"] == first["ref"], "greedy outputs agree across the two loops"
