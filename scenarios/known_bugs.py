@@ -145,6 +145,23 @@ def pp_retract_chunk_abort_dropped(ctx):
     return (yield from explore.end_state_checks(ctx, reqs))
 
 
+def _retract_and_abort_in_one_ingest(ctx, input_ids):
+    """One request (8 new tokens, streamed), a flush, six iterations, then
+    ``pause_generation(retract)`` and an abort of the request processed in
+    one ingest; eight iterations, ``continue_generation``, the end-state
+    checks."""
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    reqs = [ctx.start_req(input_ids=input_ids, max_new_tokens=8, ignore_eos=True, temperature=0.0, stream=True)]
+    yield from explore.flush_cache(ctx)
+    yield from ctx.steps(6)
+    ctx.pause_generation("retract")
+    explore.abort_one(ctx, reqs, 0)
+    yield from ctx.steps(8)
+    ctx.continue_generation()
+    return (yield from explore.end_state_checks(ctx, reqs))
+
+
 def pp_retract_abort_stale_last_mbs(ctx):
     """The idle gate must not say idle while a live request is held:
     ``is_fully_idle()`` true means a ``flush_cache`` may reset the pools.
@@ -162,15 +179,7 @@ def pp_retract_abort_stale_last_mbs(ctx):
     """
     from scripted_runtime.scheduler_side.explore import program as explore
 
-    reqs = [ctx.start_req(input_ids=explore.prompt_ids(0, 8), max_new_tokens=8, ignore_eos=True, temperature=0.0,
-                          stream=True)]
-    yield from explore.flush_cache(ctx)
-    yield from ctx.steps(6)
-    ctx.pause_generation("retract")
-    explore.abort_one(ctx, reqs, 0)
-    yield from ctx.steps(8)
-    ctx.continue_generation()
-    return (yield from explore.end_state_checks(ctx, reqs))
+    return (yield from _retract_and_abort_in_one_ingest(ctx, explore.prompt_ids(0, 8)))
 
 
 def pp_retract_abort_adopted_decode_leak(ctx):
@@ -191,15 +200,7 @@ def pp_retract_abort_adopted_decode_leak(ctx):
     """
     from scripted_runtime.scheduler_side.explore import program as explore
 
-    reqs = [ctx.start_req(input_ids=explore.prompt_ids(2, 128), max_new_tokens=8, ignore_eos=True, temperature=0.0,
-                          stream=True)]
-    yield from explore.flush_cache(ctx)
-    yield from ctx.steps(6)
-    ctx.pause_generation("retract")
-    explore.abort_one(ctx, reqs, 0)
-    yield from ctx.steps(8)
-    ctx.continue_generation()
-    return (yield from explore.end_state_checks(ctx, reqs))
+    return (yield from _retract_and_abort_in_one_ingest(ctx, explore.prompt_ids(2, 128)))
 
 
 def pp_retract_chunk_two_slots(ctx):
