@@ -18,9 +18,10 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List
 
+from scripted_runtime import protocol
 from scripted_runtime.hooks.patch_base import PatchError, declaring
 
-ENV_REVERT_FIXES = "SCRIPTED_RUNTIME_REVERT_FIXES"
+ENV_REVERT_FIXES = protocol.ENV_REVERT_FIXES
 
 
 class FixToggleError(PatchError):

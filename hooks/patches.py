@@ -31,9 +31,9 @@ from typing import Any, Dict, List, Optional
 
 from scripted_runtime.hooks import fix_toggles, mutants
 from scripted_runtime.hooks.patch_base import Patch, PatchError
-from scripted_runtime import specs
+from scripted_runtime import protocol, specs
 
-ENV_PATCHES = "SCRIPTED_RUNTIME_PATCHES"
+ENV_PATCHES = protocol.ENV_PATCHES
 __all__ = ["Patch", "PatchError", "check", "load", "install_requested"]
 
 

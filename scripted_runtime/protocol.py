@@ -26,6 +26,10 @@ ENV_SYS_PATH = "SCRIPTED_RUNTIME_SYS_PATH"  # os.pathsep-joined entries for scri
 ENV_SERVER_ID = "SCRIPTED_RUNTIME_SERVER_ID"  # marks every process of one server
 ENV_HARNESS_PID = "SCRIPTED_RUNTIME_HARNESS_PID"  # server exits when this pid dies
 ENV_CRASH_DIR = "SCRIPTED_RUNTIME_CRASH_DIR"  # where ranks write crash tracebacks
+# the patches (built-in names, MODULE:ATTR or PATH.py:ATTR) and the reverted fixes every rank
+# installs, comma-separated (hooks/patches.py, hooks/fix_toggles.py)
+ENV_PATCHES = "SCRIPTED_RUNTIME_PATCHES"
+ENV_REVERT_FIXES = "SCRIPTED_RUNTIME_REVERT_FIXES"
 
 
 @dataclass(frozen=True)

@@ -226,12 +226,19 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
     return entry
 
 
+def cache_key(scheduler: Any) -> Dict[str, Any]:
+    """This server's reference-cache key: ``reference_cache.key_of`` with
+    the harness's sources the references depend on (this module's
+    comparison rules and reference length, the prompts)."""
+    return reference_cache.key_of(scheduler, (__file__, prompts.__file__))
+
+
 def _disk_cache(scheduler: Any) -> Optional["reference_cache.ReferenceCache"]:
     """This server's reference file, or None when the cache is off (its key
     is computed once per server process)."""
     if "cache" not in _disk:
         directory = reference_cache.cache_dir()
-        _disk["cache"] = (reference_cache.ReferenceCache(directory, reference_cache.key_of(scheduler))
+        _disk["cache"] = (reference_cache.ReferenceCache(directory, cache_key(scheduler))
                           if directory is not None else None)
     return _disk["cache"]
 

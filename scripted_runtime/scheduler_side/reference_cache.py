@@ -29,7 +29,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 ENV_CACHE = "SCRIPTED_RUNTIME_REFERENCE_CACHE"
 FORMAT = 1
@@ -78,34 +78,40 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def key_of(scheduler: Any) -> Dict[str, Any]:
+def _requested(env: str) -> List[str]:
+    return [item for item in os.environ.get(env, "").split(",") if item]
+
+
+def key_of(scheduler: Any, harness_files: Sequence[str] = ()) -> Dict[str, Any]:
     """What a reference depends on besides the weights fingerprint and the
-    prompt (see the module docstring), as a JSON-able dict."""
+    prompt (see the module docstring), as a JSON-able dict.
+    ``harness_files``: the harness's own sources a reference depends on (the
+    oracle passes its module and the prompts')."""
     import sglang
     import torch
 
     from scripted_runtime import protocol
-    from scripted_runtime.hooks import fix_toggles, patches
-    from scripted_runtime.scheduler_side import output_oracle
-    from scripted_runtime.scheduler_side.explore import prompts
 
     args = getattr(scheduler, "server_args", None)
     sglang_dir = os.path.dirname(getattr(sglang, "__file__", "") or "")
-    harness = [Path(m.__file__).read_bytes() for m in (output_oracle, prompts)]
+    harness = hashlib.sha256()
+    for path in harness_files:
+        harness.update(Path(path).read_bytes())
     checkpoint = os.environ.get(protocol.ENV_CHECKPOINT)
     model_path = str(getattr(args, "model_path", "") or "")
+    patches = _requested(protocol.ENV_PATCHES)
     return {
         "format": FORMAT,
         "sglang": getattr(sglang, "__version__", "?"),
         "sglang_dir": sglang_dir,
         "sglang_sources": _digest(_files_signature(sglang_dir, "*.py")),
         "torch": getattr(torch, "__version__", "?"),
-        "harness_oracle": hashlib.sha256(b"".join(harness)).hexdigest(),
-        "patches": patches.requested(),  # in order: a later patch may wrap an earlier one
+        "harness_oracle": harness.hexdigest(),
+        "patches": patches,  # in order: a later patch may wrap an earlier one
         # a patch of the user's own file (PATH.py:ATTR): its file as it is now
         "patch_files": _digest([_files_signature(os.path.dirname(path), os.path.basename(path))
-                                for path in (s.split(":")[0] for s in patches.requested()) if path.endswith(".py")]),
-        "reverted_fixes": sorted(fix_toggles.requested()),
+                                for path in (s.split(":")[0] for s in patches) if path.endswith(".py")]),
+        "reverted_fixes": sorted(_requested(protocol.ENV_REVERT_FIXES)),
         "engine": {name: getattr(args, name, None) for name in ENGINE_FIELDS},
         "served_files": _digest(_files_signature(model_path)),
         "update_checkpoint": checkpoint or "",

@@ -74,6 +74,14 @@ def test_a_patch_a_reverted_fix_or_a_new_checkpoint_is_another_key(tmp_path, mon
     assert reference_cache.key_of(_scheduler(model_path=str(served))) != reference_cache.key_of(_scheduler())
 
 
+def test_an_edited_harness_oracle_file_is_another_key(tmp_path):
+    oracle = tmp_path / "output_oracle.py"
+    oracle.write_text("MARGIN = 1e-3\n")
+    before = reference_cache.key_of(_scheduler(), [str(oracle)])
+    oracle.write_text("MARGIN = 1e-2\n")  # another comparison rule: references judged otherwise
+    assert reference_cache.key_of(_scheduler(), [str(oracle)]) != before
+
+
 def test_an_edited_sglang_source_file_is_another_key(tmp_path, monkeypatch):
     import sglang
 
@@ -117,7 +125,7 @@ def test_the_oracle_reads_a_cached_reference_instead_of_running_one(tmp_path, mo
     monkeypatch.setattr(output_oracle, "_references", {})
     monkeypatch.setattr(output_oracle, "_disk", {})
     monkeypatch.setattr(output_oracle, "computed", {"references": 0, "from_cache": 0})
-    ReferenceCache(tmp_path, reference_cache.key_of(scheduler)).put(FP, PROMPT, ENTRY)
+    ReferenceCache(tmp_path, output_oracle.cache_key(scheduler)).put(FP, PROMPT, ENTRY)
 
     class Ctx:
         def start_req(self, **kwargs):
