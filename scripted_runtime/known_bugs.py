@@ -144,6 +144,9 @@ REGISTRY: Tuple[KnownBug, ...] = (
         scenario="scenarios/known_bugs.py:pp_retract_abort_stale_last_mbs",
         report="docs/upstream/pp-retract-chunk-double-release.md",
         breaks_server=True,
+        # one cause with the entries above, whose strict xfails run in the default lane; each of
+        # these leaves its pp4 server unusable (a 36 s restart)
+        slow_topologies=("pp4",),
     ),
     KnownBug(
         name="pp_retract_abort_adopted_decode_leak",
@@ -158,6 +161,9 @@ REGISTRY: Tuple[KnownBug, ...] = (
         scenario="scenarios/known_bugs.py:pp_retract_abort_adopted_decode_leak",
         report="docs/upstream/pp-retract-chunk-double-release.md",
         breaks_server=True,
+        # one cause with the entries above, whose strict xfails run in the default lane; each of
+        # these leaves its pp4 server unusable (a 36 s restart)
+        slow_topologies=("pp4",),
     ),
     KnownBug(
         name="pp_retract_chunk_two_slots",
