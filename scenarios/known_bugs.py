@@ -339,3 +339,24 @@ def _one_request_then_the_next(ctx, fields, prompt_len, *, what):
     yield from ctx.wait_finished(good, max_steps=100)
     assert good.status == "finished" and len(good.output_ids) == 4, good
     return {"http_status": bad.http.status, "status": bad.status}
+
+
+def expert_distribution_route_without_recorder(ctx):
+    """An HTTP route a server serves must not kill it: one
+    ``/start_expert_distribution_record`` on a server started without
+    ``--expert-distribution-recorder-mode`` (the default) is answered, and
+    the next request is served.
+
+    On 0.5.23 the scheduler's handler calls the placeholder recorder, whose
+    ``start_record`` raises ``Exception("Please set
+    ServerArgs.expert_distribution_recorder_mode ...")``; nothing catches it
+    between the dispatcher and ``run_scheduler_process``, which signals the
+    parent to quit: one GET takes the server down
+    (docs/upstream/expert-distribution-route-without-recorder.md).
+    """
+    answer = ctx.post_http("/start_expert_distribution_record")
+    yield from ctx.steps(10)
+    answer.wait(10)
+    req = ctx.start_req(prompt_len=8, max_new_tokens=2, ignore_eos=True)
+    yield from ctx.wait_finished(req, max_steps=50)
+

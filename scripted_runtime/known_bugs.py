@@ -225,6 +225,21 @@ REGISTRY: Tuple[KnownBug, ...] = (
         breaks_server=True,
         slow_topologies=("pp1-normal", "pp4"),
     ),
+    KnownBug(
+        name="expert_distribution_route_without_recorder",
+        title="/start_expert_distribution_record (and stop, dump) on a server started without "
+              "--expert-distribution-recorder-mode raises in the scheduler and kills it (one GET takes the server "
+              "down)",
+        signature=r"SchedulerCrashed: Exception: Please set ServerArgs.expert_distribution_recorder_mode",
+        message=r"",
+        topologies=("pp1-overlap", "pp1-normal", "pp4"),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:expert_distribution_route_without_recorder",
+        report="docs/upstream/expert-distribution-route-without-recorder.md",
+        breaks_server=True,
+        slow_topologies=("pp1-normal", "pp4"),
+    ),
 )
 
 

@@ -140,6 +140,14 @@ class ScriptContext:
             payload["rid"] = _new_rid()
         return self._post_generate(payload, await_arrival=await_arrival, raw=True)
 
+    def post_http(self, path: str, payload: Optional[Dict[str, Any]] = None) -> Any:
+        """Post ``payload`` to any route of the server's HTTP API (with the
+        harness's key) and return its ``HttpAnswer`` at once (``wait(timeout_s)``,
+        ``status``, ``body``): for the routes the harness does not script yet
+        (docs/control-requests.md). Not an operation handle: nothing waits
+        for it to reach the scheduler and no contract follows it."""
+        return self._poster.post(path, payload)
+
     def _post_generate(self, payload: Dict[str, Any], *, await_arrival: bool, raw: bool) -> ReqHandle:
         rid = payload["rid"]
         work_types = sglang_compat.work_request_type_names()
