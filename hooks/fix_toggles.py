@@ -14,7 +14,6 @@ form was (read off the PR). ``TOGGLES`` holds them in declaration order.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List
 
@@ -153,7 +152,7 @@ def validate(names: List[str]) -> List[str]:
 
 
 def requested() -> List[str]:
-    return [n for n in os.environ.get(ENV_REVERT_FIXES, "").split(",") if n]
+    return protocol.listed(ENV_REVERT_FIXES)
 
 
 def install_requested(scheduler_module: Any) -> None:

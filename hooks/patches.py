@@ -25,7 +25,6 @@ which fails the server start with its message.
 from __future__ import annotations
 
 import ast
-import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
@@ -128,7 +127,7 @@ def describe(spec: str) -> str:
 
 
 def requested() -> List[str]:
-    return [s for s in os.environ.get(ENV_PATCHES, "").split(",") if s]
+    return protocol.listed(ENV_PATCHES)
 
 
 def install_requested(scheduler_module: Any) -> None:

@@ -9,6 +9,7 @@ dataclasses: both ends run this same package.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -30,6 +31,11 @@ ENV_CRASH_DIR = "SCRIPTED_RUNTIME_CRASH_DIR"  # where ranks write crash tracebac
 # installs, comma-separated (hooks/patches.py, hooks/fix_toggles.py)
 ENV_PATCHES = "SCRIPTED_RUNTIME_PATCHES"
 ENV_REVERT_FIXES = "SCRIPTED_RUNTIME_REVERT_FIXES"
+
+
+def listed(env: str) -> List[str]:
+    """The comma-separated items of environment variable ``env`` (none when unset or empty)."""
+    return [item for item in os.environ.get(env, "").split(",") if item]
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,7 @@ GREEDY = 0.0
 _references: Dict[Tuple[Any, Tuple[int, ...]], Tuple[List[int], int]] = {}
 # references run on this server ("references") and read from the disk cache ("from_cache")
 computed = {"references": 0, "from_cache": 0}
-# this server's reference file (reference_cache), opened at the first reference; False when off
+# this server's reference file (reference_cache), opened at the first reference; None when off
 _disk: Dict[str, Any] = {}
 # The fingerprint of the weights the server was started with (set by warm).
 _served: Dict[str, Any] = {}
@@ -202,9 +202,7 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
     ``prompt`` run alone on the idle engine (at least ``n`` tokens) and its
     comparable prefix (``comparable_prefix``), cached per weights."""
     key = (weights_fingerprint(ctx.scheduler), prompt)
-    have = _references.get(key)
-    if have is None:
-        have = _from_disk(ctx.scheduler, key)
+    have = _known(ctx.scheduler, key)
     if have is not None and len(have[0]) >= n:
         return have
     slots = _slots(ctx)
@@ -243,9 +241,13 @@ def _disk_cache(scheduler: Any) -> Optional["reference_cache.ReferenceCache"]:
     return _disk["cache"]
 
 
-def _from_disk(scheduler: Any, key: Tuple[Any, Tuple[int, ...]]) -> Optional[Tuple[List[int], int]]:
-    """The reference another server of this build computed, kept in memory
-    from now on; None when there is none (or the cache is off)."""
+def _known(scheduler: Any, key: Tuple[Any, Tuple[int, ...]]) -> Optional[Tuple[List[int], int]]:
+    """The reference of ``key`` this server computed or another server of
+    its build did (read from the disk cache and kept in memory from then
+    on); None when there is none."""
+    have = _references.get(key)
+    if have is not None:
+        return have
     disk = _disk_cache(scheduler)
     entry = disk.get(*key) if disk is not None else None
     if entry is not None:
@@ -342,9 +344,7 @@ def cached_reference(ctx: Any, prompt: Sequence[int]) -> Optional[Tuple[List[int
     """The reference of ``prompt`` under the weights loaded now, if it was
     computed on this server or is in the disk cache; None otherwise (never
     computes one)."""
-    key = (weights_fingerprint(ctx.scheduler), tuple(prompt))
-    have = _references.get(key)
-    return have if have is not None else _from_disk(ctx.scheduler, key)
+    return _known(ctx.scheduler, (weights_fingerprint(ctx.scheduler), tuple(prompt)))
 
 
 def references_wanted(ctx: Any) -> bool:

@@ -78,8 +78,13 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _requested(env: str) -> List[str]:
-    return [item for item in os.environ.get(env, "").split(",") if item]
+def _file_signature(path: str) -> List[Any]:
+    """(path, size, mtime_ns) of one file; [] when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    return [path, st.st_size, st.st_mtime_ns]
 
 
 def key_of(scheduler: Any, harness_files: Sequence[str] = ()) -> Dict[str, Any]:
@@ -99,7 +104,7 @@ def key_of(scheduler: Any, harness_files: Sequence[str] = ()) -> Dict[str, Any]:
         harness.update(Path(path).read_bytes())
     checkpoint = os.environ.get(protocol.ENV_CHECKPOINT)
     model_path = str(getattr(args, "model_path", "") or "")
-    patches = _requested(protocol.ENV_PATCHES)
+    patches = protocol.listed(protocol.ENV_PATCHES)
     return {
         "format": FORMAT,
         "sglang": getattr(sglang, "__version__", "?"),
@@ -109,9 +114,9 @@ def key_of(scheduler: Any, harness_files: Sequence[str] = ()) -> Dict[str, Any]:
         "harness_oracle": harness.hexdigest(),
         "patches": patches,  # in order: a later patch may wrap an earlier one
         # a patch of the user's own file (PATH.py:ATTR): its file as it is now
-        "patch_files": _digest([_files_signature(os.path.dirname(path), os.path.basename(path))
+        "patch_files": _digest([_file_signature(path)
                                 for path in (s.split(":")[0] for s in patches) if path.endswith(".py")]),
-        "reverted_fixes": sorted(_requested(protocol.ENV_REVERT_FIXES)),
+        "reverted_fixes": sorted(protocol.listed(protocol.ENV_REVERT_FIXES)),
         "engine": {name: getattr(args, name, None) for name in ENGINE_FIELDS},
         "served_files": _digest(_files_signature(model_path)),
         "update_checkpoint": checkpoint or "",

@@ -56,6 +56,12 @@ def test_a_patch_a_reverted_fix_or_a_new_checkpoint_is_another_key(tmp_path, mon
     base = reference_cache.key_of(_scheduler())
     monkeypatch.setenv(patches.ENV_PATCHES, "mut_chunked_row_leak")
     assert reference_cache.key_of(_scheduler()) != base
+    mine = tmp_path / "my_mutants.py"
+    mine.write_text("def leak(m):\n    pass\n")
+    monkeypatch.setenv(patches.ENV_PATCHES, f"{mine}:leak")
+    own = reference_cache.key_of(_scheduler())
+    mine.write_text("def leak(m):\n    m.x = 1\n")  # the user's patch file edited: another build
+    assert reference_cache.key_of(_scheduler()) != own
     monkeypatch.delenv(patches.ENV_PATCHES)
     monkeypatch.setenv(fix_toggles.ENV_REVERT_FIXES, "pr17850")
     assert reference_cache.key_of(_scheduler()) != base
