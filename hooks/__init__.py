@@ -26,10 +26,19 @@ _activated = False
 
 
 def activate() -> None:
+    """Every hook this process's environment asks for (a spawned process)."""
     global _activated
     if _activated:
         return
     _activated = True
+    activate_common()
+    activate_requested()
+
+
+def activate_common() -> None:
+    """The hooks every harness server of a device has, whatever it was asked
+    for: what a process template installs before it forks
+    (``scripted_runtime/user_side/template_process.py``)."""
     if os.environ.get("SCRIPTED_RUNTIME_DEVICE", "cpu") == "cpu":
         from scripted_runtime.hooks import cpu_enablement
 
@@ -38,9 +47,17 @@ def activate() -> None:
         from scripted_runtime.hooks import scheduler_hook
 
         post_import.when_imported(sglang_compat.SCHEDULER_MODULE, scheduler_hook.install)
-    from scripted_runtime.hooks import fix_toggles, hicache_gate, patches, upstream_harness
+    from scripted_runtime.hooks import hicache_gate
 
     hicache_gate.install(sglang_compat.SCHEDULER_MODULE)  # HiCache copies a script can hold (hicache_gate.py)
+
+
+def activate_requested() -> None:
+    """The hooks one server was asked for in its environment (reverted
+    fixes, patches, extensions, the upstream harness's CPU shims). Each
+    applies when the scheduler module is imported, or at once where it
+    already is (a process forked from a template)."""
+    from scripted_runtime.hooks import fix_toggles, patches, upstream_harness
 
     if upstream_harness.requested():
         upstream_harness.install()

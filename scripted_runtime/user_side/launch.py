@@ -1,4 +1,6 @@
-"""Entry point of a launched server process: ``python -m scripted_runtime.user_side.launch ARGS_JSON``.
+"""Entry point of a launched server process: ``python -m scripted_runtime.user_side.launch ARGS_JSON``,
+or ``main(ARGS_JSON)`` in a process forked from a template
+(``template_process.py``).
 
 Runs SGLang's real ``launch_server`` (real HTTP, tokenizer manager, ZMQ, and
 scheduler ranks) with the hooks active (sitecustomize, via PYTHONPATH). A
@@ -44,8 +46,8 @@ def _watch_harness(harness_pid: int) -> None:
         time.sleep(WATCH_INTERVAL_S)
 
 
-def main() -> None:
-    kwargs = json.loads(sys.argv[1])
+def main(args_json: Optional[str] = None) -> None:
+    kwargs = json.loads(sys.argv[1] if args_json is None else args_json)
     harness_pid = int(os.environ.get(ENV_HARNESS_PID, "0"))
     if harness_pid:
         threading.Thread(target=_watch_harness, args=(harness_pid,), daemon=True).start()

@@ -35,7 +35,7 @@ import zmq
 
 from scripted_runtime.hooks import fix_toggles, patches as patch_specs, sglang_compat
 from scripted_runtime import extensions as extension_points
-from scripted_runtime.user_side import engine_config, processes, workdirs
+from scripted_runtime.user_side import engine_config, processes, templates, workdirs
 from scripted_runtime import module_paths, protocol, specs
 from scripted_runtime.scheduler_side import invariants as invariant_names
 from scripted_runtime.errors import EngineArgumentError, ServerDeadError, ServerStartError
@@ -208,7 +208,8 @@ class ScriptedServer:
         self._log_dir = log_dir
         self.info: Dict[str, Any] = {}
         self.start_time_s: Optional[float] = None
-        self._proc: Optional[subprocess.Popen] = None
+        self._proc: Optional[Union[subprocess.Popen, templates.ForkedLauncher]] = None
+        self.forked = False  # started from a process template (templates.py)
         # (pid, start time) of the launcher: its session holds the server's
         # processes, and it identifies them after the launcher is gone
         self._launcher: Tuple[int, Optional[int]] = (0, None)
@@ -222,6 +223,8 @@ class ScriptedServer:
         self.log_path = Path()
         # this start's HTTP key (SGLang's api_key and admin_api_key); a call without it gets 401
         self.api_key = ""
+        self.control_address = ""  # ipc://WORKDIR/control, this start's control channel
+        self.http_url = ""  # http://127.0.0.1:PORT, this start's SGLang HTTP server
         self._abandon = threading.Event()  # set by another thread: stop waiting for ready, kill what started
 
     # --- lifecycle ----------------------------------------------------------
@@ -298,13 +301,21 @@ class ScriptedServer:
         self._sock.setsockopt(zmq.LINGER, 0)
         control = control_address(self.workdir)
         self._sock.bind(control)
+        self.control_address = control
+        self.http_url = f"http://{HOST}:{http_port}"
         self.api_key = secrets.token_hex(16)
 
         harness = module_paths.harness_path_entry()  # where the ranks import scripted_runtime from
         env = {**sglang_compat.SERVER_ENV, **os.environ}
+        user_path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        common_path = os.pathsep.join([str(module_paths.site_dir()), harness] + user_path)
         env.update({
             protocol.ENV_HOOKS: "1",
             protocol.ENV_DEVICE: self.device,
+            "PYTHONUNBUFFERED": "1",
+        })
+        common_env = dict(env)  # what every server of this harness shares: a template's environment
+        env.update({
             protocol.ENV_IPC_ADDR: control,
             protocol.ENV_API_KEY: self.api_key,
             protocol.ENV_HTTP_URL: f"http://{HOST}:{http_port}",
@@ -315,10 +326,8 @@ class ScriptedServer:
             "SCRIPTED_RUNTIME_EXPECT_WARMUP": "1" if expect_warmup else "0",
             "PYTHONPATH": os.pathsep.join(
                 [str(module_paths.site_dir()), harness] + [r.search_path for r in self._patch_specs if r.search_path]
-                + [where for _, where in self._extension_specs if where]
-                + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+                + [where for _, where in self._extension_specs if where] + user_path
             ),
-            "PYTHONUNBUFFERED": "1",
             fix_toggles.ENV_REVERT_FIXES: ",".join(self.revert_fixes),
             patch_specs.ENV_PATCHES: ",".join(r.spec for r in self._patch_specs),
             extension_points.ENV_EXTENSIONS: ",".join(spec for spec, _ in self._extension_specs),
@@ -331,13 +340,22 @@ class ScriptedServer:
             env["SGLANG_CPU_OMP_THREADS_BIND"] = sglang_compat.omp_bind_rule().value(
                 tp_size=kwargs.get("tp_size", 1), pp_size=kwargs.get("pp_size", 1),
                 cores=os.cpu_count() or 1)
-        log = open(self.log_path, "wb")
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "scripted_runtime.user_side.launch", json.dumps(kwargs)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=harness,
-        )
-        log.close()
+        self.forked = templates.enabled(self.device, env)
+        if self.forked:  # forked from a process template (templates.py): nothing imported again
+            try:
+                template = templates.template_for(common_env, common_path, harness)
+                self._proc = template.spawn(json.dumps(kwargs), env, harness, self.log_path)
+            except templates.TemplateError as exc:
+                self._close_control()
+                raise ServerStartError(str(exc)) from None
+        else:
+            log = open(self.log_path, "wb")
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "scripted_runtime.user_side.launch", json.dumps(kwargs)],
+                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=harness,
+            )
+            log.close()
         self._launcher = (self._proc.pid, processes.start_time(self._proc.pid))
         try:
             ready = self._wait_for_ready(t0)
@@ -415,14 +433,17 @@ class ScriptedServer:
             except subprocess.TimeoutExpired:
                 pass
             self._proc = None
-        if self._sock is not None:
-            self._sock.close(linger=0)
-            self._zmq.term()
-            self._sock = None
+        self._close_control()
         self._dead_reason = self._dead_reason or "shut down"
         shutil.rmtree(self.workdir / "crashes", ignore_errors=True)
         if left:
             raise ServerDeadError(f"processes of server {self.server_id[:8]} survived SIGKILL: {left}")
+
+    def _close_control(self) -> None:
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._zmq.term()
+            self._sock = None
 
     def __enter__(self) -> "ScriptedServer":
         return self

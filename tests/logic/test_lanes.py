@@ -27,8 +27,9 @@ SERVER_FIXTURES = {"server", "server_pool", "scripted_server", "scripted_runtime
 # foreign pytest run with the plugin
 STARTING_CALLS = {"ScriptedServer.start", "ScriptedServer", "ensure_server", "cli.main", "explorer.explore",
                   "runpytest_subprocess"}
-# a subprocess running the command line (as a module or the installed command) or a bench that starts servers
-STARTING_WORDS = {"scripted_runtime.user_side.cli", "scripted-runtime", "compare.py"}
+# a subprocess running the command line (as a module or the installed command), a bench that starts servers,
+# or Python source run in a subprocess that starts one
+STARTING_WORDS = {"scripted_runtime.user_side.cli", "scripted-runtime", "compare.py", "ScriptedServer.start("}
 
 
 def _dotted(node: ast.AST) -> str:

@@ -50,6 +50,33 @@ def _endpoints(pids: List[int]) -> Dict[str, str]:
     return {}
 
 
+def _endpoints_of(server) -> Dict[str, str]:
+    """What the harness gave the server; for a spawned server the same as
+    its processes' environment shows (a forked one shows the template's)."""
+    found = _endpoints(server.pids())
+    if not server.forked:
+        assert found == {"control": server.control_address, "http": server.http_url}, found
+    return {"control": server.control_address, "http": server.http_url}
+
+
+def _control_sockets_in_tmp(since: float) -> List[str]:
+    """Control sockets of server work directories made since ``since``: what
+    another user finds by listing the temporary directory (it cannot enter
+    the directories, but the names are public)."""
+    import tempfile
+
+    from scripted_runtime.user_side import workdirs
+
+    found = []
+    for d in Path(tempfile.gettempdir()).glob(workdirs.PREFIX + "*"):
+        try:
+            if d.stat().st_mtime >= since and (d / "control").exists():
+                found.append(f"ipc://{d / 'control'}")
+        except OSError:
+            continue
+    return found
+
+
 def _pids() -> List[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and int(p.name) != os.getpid()]
 
@@ -110,7 +137,7 @@ def test_another_user_reaches_neither_the_control_socket_nor_the_http_server(ser
     server = server_pool.get("pp1-overlap")
     before = server.run(DEMO)
     assert before.passed, before.summary()
-    found = _endpoints(server.pids())
+    found = _endpoints_of(server)
     assert found["control"].startswith("ipc://") and found["http"].startswith("http://127.0.0.1:"), found
     control_dir = Path(found["control"][len("ipc://"):]).parent
     assert oct(control_dir.stat().st_mode & 0o777) == "0o700", control_dir
@@ -128,7 +155,7 @@ def test_a_request_without_the_key_gets_401_and_changes_nothing(server_pool):
     """The same user, without the key (any local process that found the port)."""
     server = server_pool.get("pp1-overlap")
     before = server.run(DEMO)
-    url = _endpoints(server.pids())["http"]
+    url = _endpoints_of(server)["http"]
     for path, payload in (("/flush_cache", {}), ("/pause_generation", {"mode": "in_place"}),
                           ("/update_weights_from_disk", {"model_path": "/nonexistent"}),
                           ("/abort_request", {"abort_all": True}),
@@ -149,7 +176,9 @@ def test_a_request_without_the_key_gets_401_and_changes_nothing(server_pool):
 def test_while_a_server_starts_another_user_cannot_take_its_control_channel(tmp_path):
     """The window issue 37 measured: the channel is open for the whole start.
     A process running as nobody watches for the launcher, reads the control
-    address off its environment and tries to connect until the server is
+    address off its environment (a spawned launcher) or finds the socket by
+    its work directory's name (a launcher forked from a template shows no
+    address in its environment) and tries to connect until the server is
     ready; the server starts, and its scenario passes as on any server."""
     if os.geteuid() != 0:
         pytest.skip("acting as another local user needs root (setuid nobody)")
@@ -160,14 +189,15 @@ def test_while_a_server_starts_another_user_cannot_take_its_control_channel(tmp_
     attempts: List[str] = []
     stop = threading.Event()
 
+    since = time.time() - 1
+
     def watch() -> None:
         seen = False
         while not stop.is_set():
-            for pid in _pids():
-                found = _endpoints([pid])
-                if found:
-                    attempts.append(str(_as_nobody(lambda: _try_control(found["control"]))))
-                    seen = True
+            addresses = {_endpoints([pid]).get("control") for pid in _pids()} | set(_control_sockets_in_tmp(since))
+            for address in sorted(a for a in addresses if a):
+                attempts.append(str(_as_nobody(lambda: _try_control(address))))
+                seen = True
             time.sleep(0.5 if seen else 0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)

@@ -1,0 +1,261 @@
+"""A process template: ``python -m scripted_runtime.user_side.template_process``.
+
+Imports torch, SGLang's launcher and the harness once, then forks a server
+launcher on each request of the harness that started it, instead of a fresh
+interpreter importing all of it again (``templates.py`` is the harness's side;
+docs/internals.md, "Process templates"). The launcher's scheduler ranks and
+detokenizer are then forked from it too (``hooks/forked_ranks.py``), so no
+process of a server imports torch or SGLang.
+
+Protocol: one JSON object per line on the pipes the harness gave it as stdin
+(requests) and stdout (answers), so no other process can talk to it. The
+template moves both pipes off fds 0 and 1 before it imports anything: what
+SGLang or torch print goes to its log (fd 2), never into the protocol.
+
+* first line out: ``{"ready": true, "import_s": ..., "threads": ...}``, or
+  ``{"ready": false, "error": ...}`` and the template exits;
+* ``{"op": "spawn", "args_json", "env", "cwd", "log"}`` -> ``{"pid": N}``:
+  a child that leads a session of its own, has stdin from /dev/null and
+  stdout and stderr in ``log``, takes ``env`` as its whole environment,
+  applies the hooks that environment asks for, and runs ``launch.main``;
+* ``{"op": "status", "pid": N}`` -> ``{"running": bool, "code": int|null}``
+  (a child's exit code as ``subprocess`` gives it: negative for a signal);
+* end of input (the harness closed the pipe or died): the template exits.
+  Servers it started do not depend on it: each watches the harness itself.
+
+What a fork must not inherit, and how the template guarantees it (checked
+before it answers ready; a template that fails a check says so and exits):
+
+* threads: a fork copies only the calling thread, so a lock another thread
+  held stays locked forever in the child. The template starts no thread,
+  and after the imports ``/proc/self/task`` holds the main thread and the
+  worker pools of the OpenBLAS libraries numpy and scipy load at import
+  (one pool each, ``num_threads - 1`` workers): OpenBLAS registers
+  ``blas_thread_shutdown_`` with ``pthread_atfork``, which stops its pool
+  before a fork and lets it start again on first use, so those are safe. A
+  thread of anything else fails the check.
+* OpenMP's pool: libgomp's worker threads do not survive a fork, and a child
+  of a process that had started them can hang in its first parallel region.
+  The template runs no torch operation, so no pool exists (the thread count
+  above also counts OpenMP's threads).
+* ZMQ: a context owns I/O threads and sockets; none is made
+  (``zmq.Context._instance`` is None and the thread count is 1).
+* CUDA: a CUDA context cannot be used in a forked child. Templates serve CPU
+  servers only (``templates.enabled``); the template never asks torch about
+  a device.
+* random state: Python's ``random`` reseeds in every child (its at-fork
+  hook); SGLang seeds torch, numpy and ``random`` from ``random_seed`` in
+  every rank, as it does in a spawned one.
+* per-server patches: the template's environment names no reverted fix,
+  patch or extension (``templates.py`` strips them); a child applies its
+  own after the fork (``hooks.activate_requested``), on modules already
+  imported.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import sys
+import time
+import traceback
+from typing import Any, Dict, Tuple
+
+READ_CHUNK = 1 << 16
+REAP_INTERVAL_S = 1.0
+# imported before the first fork: what a spawned launcher imports (the
+# entry point and everything SGLang's launch_server pulls in, the scheduler
+# module among them) and nothing more, so a server's hooks and patches meet
+# the same modules a spawned launcher's meet
+PREIMPORTS = ("sglang.srt.entrypoints.http_server", "sglang.srt.server_args",
+              "scripted_runtime.user_side.launch")
+
+
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:  # no /proc: the check cannot be made
+        return 1
+
+
+OPENBLAS_THREAD_COUNTS = ("openblas_get_num_threads", "openblas_get_num_threads64_",
+                          "scipy_openblas_get_num_threads", "scipy_openblas_get_num_threads64_")
+
+
+def openblas_pool_threads() -> int:
+    """Worker threads of the fork-safe OpenBLAS pools loaded in this process
+    (each library's ``num_threads - 1``; one that lacks the at-fork shutdown
+    ``blas_thread_shutdown_`` counts none, so its threads fail the check)."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as f:
+            libs = sorted({line.split()[-1] for line in f
+                           if "openblas" in line.lower() and line.split()[-1].startswith("/")})
+    except OSError:
+        return 0
+    workers = 0
+    for path in libs:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        if not hasattr(lib, "blas_thread_shutdown_"):
+            continue
+        for name in OPENBLAS_THREAD_COUNTS:
+            if hasattr(lib, name):
+                workers += max(int(getattr(lib, name)()) - 1, 0)
+                break
+    return workers
+
+
+def _preimport() -> Dict[str, Any]:
+    import importlib
+
+    t0 = time.monotonic()
+    for name in PREIMPORTS:
+        importlib.import_module(name)
+    info: Dict[str, Any] = {"import_s": round(time.monotonic() - t0, 2), "threads": _thread_count(),
+                            "openblas_workers": openblas_pool_threads()}
+    zmq = sys.modules.get("zmq")
+    if zmq is not None and getattr(zmq.Context, "_instance", None) is not None:
+        info["error"] = "importing SGLang made a ZMQ context: a fork would share its I/O threads"
+    elif info["threads"] > 1 + info["openblas_workers"]:
+        info["error"] = (f"importing SGLang started threads ({info['threads']} in /proc/self/task, "
+                         f"{info['openblas_workers']} of them OpenBLAS workers): a fork would copy "
+                         f"their locks, not them")
+    return info
+
+
+def _exit_code(status: int) -> int:
+    return os.waitstatus_to_exitcode(status)
+
+
+def _become_server(request: Dict[str, Any], protocol_fds: Tuple[int, int]) -> None:
+    """In the forked child: become the server's launcher. Never returns."""
+    code = 1
+    try:
+        os.setsid()
+        for fd in protocol_fds:
+            os.close(fd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        # a patch's or extension's folder, as PYTHONPATH gives a spawned process
+        for entry in reversed([p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]):
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
+        import importlib
+
+        importlib.invalidate_caches()
+        from scripted_runtime import hooks
+        from scripted_runtime.hooks import forked_ranks
+
+        hooks.activate_requested()
+        forked_ranks.install()
+        from scripted_runtime.user_side import launch
+
+        launch.main(request["args_json"])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+class _Template:
+    def __init__(self, proto_in: int, proto_out: int) -> None:
+        self.proto_in = proto_in
+        self.proto_out = proto_out
+        self.codes: Dict[int, int] = {}  # reaped children: pid -> exit code
+        self.children: set = set()
+
+    def send(self, obj: Dict[str, Any]) -> None:
+        data = (json.dumps(obj) + "\n").encode()
+        while data:
+            data = data[os.write(self.proto_out, data):]
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.children.discard(pid)
+            self.codes[pid] = _exit_code(status)
+
+    def handle(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        op = request.get("op")
+        if op == "spawn":
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _become_server(request, (self.proto_in, self.proto_out))
+            self.children.add(pid)
+            return {"pid": pid}
+        if op == "status":
+            self.reap()
+            pid = int(request["pid"])
+            if pid in self.codes:
+                return {"running": False, "code": self.codes[pid]}
+            return {"running": pid in self.children, "code": None}
+        return {"error": f"unknown request {op!r}"}
+
+    def serve(self) -> None:
+        buf = b""
+        while True:
+            ready, _, _ = select.select([self.proto_in], [], [], REAP_INTERVAL_S)
+            self.reap()
+            if not ready:
+                continue
+            chunk = os.read(self.proto_in, READ_CHUNK)
+            if not chunk:
+                return  # the harness closed its end, or died
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    answer = self.handle(json.loads(line))
+                except Exception as exc:  # a bad request must not take the template down
+                    answer = {"error": f"{type(exc).__name__}: {exc}"}
+                self.send(answer)
+
+
+def main() -> None:
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)  # whatever the imports print goes to the log, not the protocol
+    template = _Template(proto_in, proto_out)
+    try:
+        info = _preimport()
+    except BaseException:
+        template.send({"ready": False, "error": traceback.format_exc()})
+        sys.exit(1)
+    if "error" in info:
+        template.send({"ready": False, **info})
+        sys.exit(1)
+    template.send({"ready": True, **info})
+    template.serve()
+
+
+if __name__ == "__main__":
+    main()
