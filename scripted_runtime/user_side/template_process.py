@@ -146,8 +146,20 @@ def _become_server(request: Dict[str, Any], protocol_fds: Tuple[int, int]) -> No
         os.dup2(log, 2)
         os.close(log)
         os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
+        # key by key, never os.environ.clear(): clearing rewrites every entry
+        # of libc's environ, and setproctitle (SGLang names its ranks with it)
+        # then finds no argv area it may overwrite and names nothing
+        for key in [k for k in os.environ if k not in request["env"]]:
+            del os.environ[key]
+        for key, value in request["env"].items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+        try:  # what ps shows for it (else the template's command line)
+            import setproctitle
+
+            setproctitle.setproctitle(f"scripted-runtime launcher (forked from template {os.getppid()})")
+        except ImportError:
+            pass
         # a patch's or extension's folder, as PYTHONPATH gives a spawned process
         for entry in reversed([p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]):
             if entry not in sys.path:

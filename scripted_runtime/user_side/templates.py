@@ -43,6 +43,8 @@ PER_SERVER_ENV = (
     protocol.ENV_HARNESS_PID, protocol.ENV_CRASH_DIR, protocol.ENV_SYS_PATH, protocol.ENV_CHECKPOINT,
     protocol.ENV_PATCHES, protocol.ENV_REVERT_FIXES, "SCRIPTED_RUNTIME_EXTENSIONS",
     "SCRIPTED_RUNTIME_EXPECT_WARMUP", "SGLANG_CPU_OMP_THREADS_BIND", "PYTHONPATH", ENV_TEMPLATES,
+    # changes with every test under pytest, read by nothing a server imports
+    "PYTEST_CURRENT_TEST",
 )
 
 
