@@ -540,7 +540,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--stats-json", metavar="FILE", help="also write the statistics and outcome as JSON")
     exp.add_argument("--standby", choices=["auto", "on", "off"], default="auto",
                      help="a second server kept ready to swap in when the live one dies: auto (default) from "
-                          "the first crash on, on from the start, off (docs/exploring.md)")
+                          "the first crash on where servers are spawned, none where they fork from a template "
+                          "(a restart takes seconds), on from the start, off (docs/exploring.md)")
     exp.add_argument("--database", metavar="SPEC", default=None,
                      help="the failure database: stored failing programs run first, new ones are saved. A "
                           "directory (default: $SCRIPTED_RUNTIME_DATABASE or failure-db under --out), "

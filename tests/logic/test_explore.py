@@ -279,6 +279,15 @@ def test_runner_refuses_an_unknown_standby_mode_and_never_stands_by_for_a_server
         runner.ExampleRunner(ServerConfig("pp1-normal"), standby="always")
 
 
+def test_auto_stands_by_only_where_a_restart_spawns_a_server(monkeypatch):
+    """A server forked from a template restarts in seconds: no second server."""
+    monkeypatch.delenv("SCRIPTED_RUNTIME_TEMPLATES", raising=False)
+    assert runner.ExampleRunner(ServerConfig("pp4"), standby="auto").standby_mode == "off"
+    assert runner.ExampleRunner(ServerConfig("pp4"), standby="on").standby_mode == "on"
+    monkeypatch.setenv("SCRIPTED_RUNTIME_TEMPLATES", "off")
+    assert runner.ExampleRunner(ServerConfig("pp4"), standby="auto").standby_mode == "auto"
+
+
 def test_a_program_that_leaves_an_engine_the_reset_cannot_restore_is_the_failing_one():
     """The reset is run right after a passing program; if it dies there, the
     failure is that program's (else the next program would be blamed and then

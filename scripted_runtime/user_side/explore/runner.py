@@ -8,6 +8,7 @@ or killed server is restarted before the next program.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scripted_runtime import extensions as extension_points, protocol
-from scripted_runtime.user_side import scenario_history
+from scripted_runtime.user_side import scenario_history, templates
 from scripted_runtime.user_side.explore import actions as A
 from scripted_runtime.user_side.explore.determinism import RID
 from scripted_runtime.user_side.result import ScriptResult, violation_signature
@@ -116,10 +117,15 @@ class ExampleRunner:
         """``config``: the server's configuration (its ``checks`` are what
         every program is checked with). ``standby``: keep a second server
         ready to swap in when the live one dies (``standby.py``): ``auto``
-        from the first restart on (a run that never crashes pays nothing),
+        from the first restart on (a run that never crashes pays nothing)
+        where servers are spawned, none where they fork from a template,
         ``on`` from the start, ``off``. Only for a server this runner owns."""
         if standby not in STANDBY_MODES:
             raise ValueError(f"standby must be one of {', '.join(STANDBY_MODES)}, got {standby!r}")
+        if server is None and standby == "auto" and templates.enabled(config.device, os.environ):
+            # a restart from a process template takes seconds (8 s at pp=4 on
+            # the 2-core box, bench/README.md): a second server is not worth its memory
+            standby = "off"
         self.standby_mode = standby if server is None else "off"
         self._standby: Optional[Standby] = None
         self.swaps = 0  # restarts served by the standby
