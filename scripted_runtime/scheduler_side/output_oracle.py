@@ -74,8 +74,9 @@ GREEDY = 0.0
 # (weights fingerprint, prompt) -> (greedy output of REFERENCE_TOKENS or more tokens,
 # how many of them lead by at least MARGIN from the first on: the comparable prefix)
 _references: Dict[Tuple[Any, Tuple[int, ...]], Tuple[List[int], int]] = {}
-# references run on this server ("references") and read from the disk cache ("from_cache")
-computed = {"references": 0, "from_cache": 0}
+# references run on this server ("references"), read from the disk cache ("from_cache"), and
+# disk caches found to disagree with a reference run again here ("cache_rejected", then not read)
+computed = {"references": 0, "from_cache": 0, "cache_rejected": 0}
 # this server's reference file (reference_cache), opened at the first reference; None when off
 _disk: Dict[str, Any] = {}
 # The fingerprint of the weights the server was started with (set by warm).
@@ -205,6 +206,18 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
     have = _known(ctx.scheduler, key)
     if have is not None and len(have[0]) >= n:
         return have
+    entry = yield from _run_alone(ctx, prompt, n)
+    _references[key] = entry
+    computed["references"] += 1
+    disk = _disk_cache(ctx.scheduler)
+    if disk is not None:
+        disk.put(key[0], prompt, entry)
+    return entry
+
+
+def _run_alone(ctx: Any, prompt: Tuple[int, ...], n: int):
+    """``yield from _run_alone(ctx, prompt, n)``: run ``prompt`` alone on the
+    idle engine; its (output, comparable prefix). Caches nothing."""
     slots = _slots(ctx)
     yield from ctx.wait_idle(max_steps=60 * slots)
     yield from flush_unseen(ctx, "before a reference run")
@@ -214,14 +227,36 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
     if h.status != "finished":
         raise OutputMismatch(f"the reference run of a {len(prompt)}-token prompt ended {h.status}, not finished")
     out = h.output_ids
-    entry = (out, comparable_prefix(h.top_logprobs, len(out)))
-    _references[key] = entry
-    computed["references"] += 1
-    disk = _disk_cache(ctx.scheduler)
-    if disk is not None:
-        disk.put(key[0], prompt, entry)
     yield from ctx.wait_idle(max_steps=60 * slots)
-    return entry
+    return out, comparable_prefix(h.top_logprobs, len(out))
+
+
+def verify_disk_cache(ctx: Any, prompt: Sequence[int], n: int = REFERENCE_TOKENS):
+    """``yield from verify_disk_cache(ctx, prompt)``: before this server reads
+    its references from the disk cache, run one of them (``prompt``, under the
+    weights loaded now) alone here and compare. The cache's key leaves the
+    topology out (a reference measured the same on pp1-overlap, pp1-normal
+    and pp4, reference_cache.py), so a server may read what another topology
+    computed; if this run disagrees, the disk cache is not read on this
+    server again (every reference is computed here) and ``cache_rejected``
+    counts it. Returns whether the cache was kept."""
+    disk = _disk_cache(ctx.scheduler)
+    if disk is None:
+        return False
+    key = (weights_fingerprint(ctx.scheduler), tuple(prompt))
+    if key in _references:
+        return True  # computed or checked on this server already
+    cached = disk.get(*key)
+    if cached is None:
+        return True  # nothing to check against: computed here, then written
+    live = yield from _run_alone(ctx, tuple(prompt), n)
+    computed["references"] += 1
+    _references[key] = live
+    if [list(live[0][:len(cached[0])]), live[1]] != [list(cached[0][:len(live[0])]), cached[1]]:
+        _disk["cache"] = None
+        computed["cache_rejected"] += 1
+        return False
+    return True
 
 
 def cache_key(scheduler: Any) -> Dict[str, Any]:
@@ -316,8 +351,10 @@ def warm(ctx, prompt_list: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, w
     weights and, with ``with_update``, under the weights a default
     ``update_weights_from_disk`` loads, then load the served ones back
     (``scripted-runtime explore`` runs it once per server before any
-    program). Returns how many it computed (``references``) and how many it
-    read from the disk cache (``from_cache``). A server serving dummy weights
+    program). Returns how many it computed (``references``), how many it
+    read from the disk cache (``from_cache``), and whether it found the disk
+    cache disagreeing with a reference run here and stopped reading it
+    (``cache_rejected``, ``verify_disk_cache``). A server serving dummy weights
     (the GPU default) computes them under the update's weights only, as
     before: its programs run after one update."""
     before = dict(computed)
@@ -330,6 +367,8 @@ def warm(ctx, prompt_list: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, w
         return {k: computed[k] - before[k] for k in computed}
     _served.setdefault("fingerprint", weights_fingerprint(ctx.scheduler))
     yield from restore_served_weights(ctx)
+    if prompt_list:
+        yield from verify_disk_cache(ctx, prompt_list[-1], n)
     for prompt in prompt_list:
         yield from reference(ctx, tuple(prompt), n)
     if with_update and os.environ.get(ENV_CHECKPOINT) not in (None, "", path):

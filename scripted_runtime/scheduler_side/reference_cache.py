@@ -5,7 +5,8 @@ A reference is the greedy output of a prompt run alone on an idle engine
 (``output_oracle.reference``). It is determined by the build (the SGLang
 code, the harness's oracle code, the patches and reverted fixes the server
 runs with), the engine arguments that change numerics or scheduling (dtype,
-device, attention and sampling backends, chunk and page sizes, topology),
+device, attention and sampling backends, chunk and page sizes, tensor
+parallelism; not the pipeline topology, below),
 the weights (the served and the update checkpoints' files, and the weights
 fingerprint ``output_oracle`` keys each reference by) and the prompt. The
 first part is this module's **key**: one JSON file per key under the cache
@@ -35,14 +36,20 @@ ENV_CACHE = "SCRIPTED_RUNTIME_REFERENCE_CACHE"
 FORMAT = 1
 
 # ServerArgs fields a reference may depend on: numerics (dtype, backends, device,
-# quantization), how a prompt is cut and laid out (chunk, page and context sizes), the
-# topology (pipeline and tensor parallel sizes, the overlap loop) and the weights' source.
+# quantization, tensor parallelism, which splits sums across ranks), how a prompt is cut
+# and laid out (chunk, page and context sizes) and the weights' source. Not the pipeline
+# topology (pp_size, the overlap loop, pp_async_batch_depth): a pipeline stage runs the
+# same layers on the same inputs, and the 66 references of the CPU default (two weights,
+# 33 prompts) were measured identical, tokens and margins, on pp1-overlap, pp1-normal and
+# pp4 (2026-11-26, SGLang 0.5.23). So a pp4 server reads what a pp1 server of the same
+# build computed; each server still runs one reference itself first and stops reading
+# the cache if it disagrees (output_oracle.verify_disk_cache).
 ENGINE_FIELDS = (
     "model_path", "load_format", "dtype", "kv_cache_dtype", "quantization", "device", "attention_backend",
     "prefill_attention_backend", "decode_attention_backend", "sampling_backend", "random_seed",
-    "chunked_prefill_size", "page_size", "context_length", "pp_size", "tp_size", "dp_size",
-    "disable_overlap_schedule", "enable_mixed_chunk", "enable_hierarchical_cache", "disable_radix_cache",
-    "pp_async_batch_depth", "torch_compile_max_bs", "enable_torch_compile", "cpu_offload_gb",
+    "chunked_prefill_size", "page_size", "context_length", "tp_size", "dp_size",
+    "enable_mixed_chunk", "enable_hierarchical_cache", "disable_radix_cache",
+    "torch_compile_max_bs", "enable_torch_compile", "cpu_offload_gb",
 )
 
 Entry = Tuple[List[int], int]

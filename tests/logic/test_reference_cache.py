@@ -37,8 +37,7 @@ def test_a_reference_written_by_one_server_is_read_by_the_next_of_the_same_key(t
 
 @pytest.mark.parametrize("change", [
     {"dtype": "bfloat16"},
-    {"pp_size": 4},
-    {"disable_overlap_schedule": True},
+    {"tp_size": 2},
     {"chunked_prefill_size": 32},
 ])
 def test_a_changed_engine_argument_is_another_key_and_recomputes(tmp_path, change):
@@ -47,6 +46,52 @@ def test_a_changed_engine_argument_is_another_key_and_recomputes(tmp_path, chang
     assert other.get(FP, PROMPT) is None
     other.put(FP, PROMPT, ([1], 1))
     assert len(list(tmp_path.glob("*.json"))) == 2, "each key has its own file"
+
+
+@pytest.mark.parametrize("change", [{"pp_size": 4}, {"disable_overlap_schedule": True},
+                                    {"pp_size": 4, "pp_async_batch_depth": 1}])
+def test_the_pipeline_topology_is_the_same_key(change):
+    """A pipeline stage runs the same layers on the same inputs: the CPU
+    default's references were measured identical on the three topologies,
+    so a pp4 server reads what a pp1 server computed (and checks one)."""
+    assert reference_cache.key_of(_scheduler(**change)) == reference_cache.key_of(_scheduler())
+
+
+def _verify(monkeypatch, tmp_path, live):
+    """``output_oracle.verify_disk_cache`` on a server whose own run of the
+    prompt gives ``live``, with ``ENTRY`` in its disk cache."""
+    monkeypatch.setenv(reference_cache.ENV_CACHE, str(tmp_path))
+    scheduler = _scheduler()
+    monkeypatch.setattr(output_oracle, "weights_fingerprint", lambda s: FP)
+    monkeypatch.setattr(output_oracle, "_references", {})
+    monkeypatch.setattr(output_oracle, "_disk", {})
+    monkeypatch.setattr(output_oracle, "computed", {"references": 0, "from_cache": 0, "cache_rejected": 0})
+    ReferenceCache(tmp_path, output_oracle.cache_key(scheduler)).put(FP, PROMPT, ENTRY)
+
+    def run_alone(ctx, prompt, n):
+        return live
+        yield  # a generator, as the real one
+
+    monkeypatch.setattr(output_oracle, "_run_alone", run_alone)
+    ctx = SimpleNamespace(scheduler=scheduler)
+    gen = output_oracle.verify_disk_cache(ctx, PROMPT, 3)
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    return stop.value.value, ctx
+
+
+def test_a_server_checks_one_cached_reference_before_it_reads_the_cache(tmp_path, monkeypatch):
+    kept, ctx = _verify(monkeypatch, tmp_path, ENTRY)
+    assert kept is True and output_oracle.computed == {"references": 1, "from_cache": 0, "cache_rejected": 0}
+    assert output_oracle.cached_reference(ctx, (9, 9)) is None
+    assert output_oracle._disk_cache(ctx.scheduler) is not None, "the cache is read from then on"
+
+
+def test_a_cache_that_disagrees_with_the_server_is_not_read_again(tmp_path, monkeypatch):
+    kept, ctx = _verify(monkeypatch, tmp_path, ([11, 12, 14], 3))
+    assert kept is False and output_oracle.computed["cache_rejected"] == 1
+    assert output_oracle._disk_cache(ctx.scheduler) is None
+    assert output_oracle.cached_reference(ctx, PROMPT) == ([11, 12, 14], 3), "this server's own run, not the file's"
 
 
 def test_a_patch_a_reverted_fix_or_a_new_checkpoint_is_another_key(tmp_path, monkeypatch):
@@ -130,7 +175,7 @@ def test_the_oracle_reads_a_cached_reference_instead_of_running_one(tmp_path, mo
     monkeypatch.setattr(output_oracle, "weights_fingerprint", lambda s: FP)
     monkeypatch.setattr(output_oracle, "_references", {})
     monkeypatch.setattr(output_oracle, "_disk", {})
-    monkeypatch.setattr(output_oracle, "computed", {"references": 0, "from_cache": 0})
+    monkeypatch.setattr(output_oracle, "computed", {"references": 0, "from_cache": 0, "cache_rejected": 0})
     ReferenceCache(tmp_path, output_oracle.cache_key(scheduler)).put(FP, PROMPT, ENTRY)
 
     class Ctx:
@@ -143,7 +188,7 @@ def test_the_oracle_reads_a_cached_reference_instead_of_running_one(tmp_path, mo
     with pytest.raises(StopIteration) as stop:
         next(gen)
     assert stop.value.value == ENTRY
-    assert output_oracle.computed == {"references": 0, "from_cache": 1}
+    assert output_oracle.computed == {"references": 0, "from_cache": 1, "cache_rejected": 0}
     assert output_oracle.cached_reference(ctx, PROMPT) == ENTRY
     monkeypatch.setenv(reference_cache.ENV_CACHE, "off")
     monkeypatch.setattr(output_oracle, "_references", {})

@@ -211,8 +211,10 @@ class ExampleRunner:
         result = self._warm_on(self.server)
         if result.passed:
             counts = result.value or {}
+            rejected = (" (the cache disagreed with a reference run here: not read on this server)"
+                        if counts.get("cache_rejected") else "")
             self.progress(f"output oracle: {counts.get('references', 0)} reference outputs computed, "
-                          f"{counts.get('from_cache', 0)} read from the reference cache, in "
+                          f"{counts.get('from_cache', 0)} read from the reference cache{rejected}, in "
                           f"{time.monotonic() - t0:.1f}s")
             return
         first = (result.error or "").strip().splitlines()[0][:200] if result.error else "failed"
