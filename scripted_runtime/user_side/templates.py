@@ -112,12 +112,12 @@ class Template:
         try:
             ready = self._read_answer(READY_TIMEOUT_S, "the template's ready line (importing torch and SGLang)")
         except TemplateError:
-            self.close()
+            self.close(keep_log=True)
             raise
         if not ready.get("ready"):
-            self.close()
+            self.close(keep_log=True)
             raise TemplateError(f"the process template could not start: {ready.get('error')} "
-                                f"(log: {self.log_path}; {ENV_TEMPLATES}=off spawns servers instead)")
+                                f"(log kept: {self.log_path}; {ENV_TEMPLATES}=off spawns servers instead)")
         self.info = {**ready, "ready_s": round(time.monotonic() - t0, 2)}
 
     @property
@@ -188,9 +188,9 @@ class Template:
     def pid(self) -> int:
         return self._proc.pid
 
-    def close(self) -> None:
+    def close(self, keep_log: bool = False) -> None:
         """End the template (its servers are not touched: each has its own
-        owner)."""
+        owner); its log is removed unless ``keep_log`` (a failed start's)."""
         try:
             self._proc.stdin.close()
         except OSError:
@@ -204,7 +204,8 @@ class Template:
             self._proc.stdout.close()
         except OSError:
             pass
-        self.log_path.unlink(missing_ok=True)
+        if not keep_log:
+            self.log_path.unlink(missing_ok=True)
 
 
 def _tail(path: Path, lines: int = 30) -> str:

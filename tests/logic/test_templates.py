@@ -67,3 +67,18 @@ def test_waiting_on_a_forked_launcher_has_a_deadline():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_template_that_cannot_start_is_a_named_error_with_its_log_kept(tmp_path):
+    """Here the 'build' is a program that prints and exits: the harness
+    stops waiting at once, says what it waited for and keeps the log."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'ImportError: no module named torch' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(templates.TemplateError) as err:
+        templates.Template(str(fake), {"PATH": os.environ.get("PATH", "")}, str(tmp_path))
+    message = str(err.value)
+    assert "exited (code 1)" in message and "ready line" in message and "no module named torch" in message
+    log = message.split("log ", 1)[1].split(":", 1)[0]
+    assert os.path.exists(log), "a failed start's log is kept"
+    os.unlink(log)
