@@ -45,14 +45,27 @@ class KnownBug:
     # topology shares (a request's validation), whose fix one topology in the default lane
     # sees, and whose crash costs each topology a server start
     slow_topologies: Tuple[str, ...] = ()
+    # control operations (name prefixes, as the program's control log names them:
+    # "pause_generation(retract)", "abort" for abort(rid) and abort_all) the failing program
+    # must have posted for this bug to be the cause. For an entry whose message cannot tell it
+    # from a bug of another cause: a rule that matched any pool shortfall at pp4 took three
+    # mutants' kills for this bug in the kill table (bench/README.md)
+    needs_ops: Tuple[str, ...] = ()
 
     def applies(self, topology: str, sglang_version: Optional[str]) -> bool:
         """Whether the bug is registered for this topology and release."""
         return topology in self.topologies and affects(self.releases, sglang_version)
 
     def matches(self, signature: Optional[str], *, topology: str, sglang_version: Optional[str],
-                message: str = "") -> bool:
+                message: str = "", ops: Optional[Sequence[str]] = None) -> bool:
+        """Whether a failure is this bug. ``ops``: the names of the control
+        operations the failing program posted; an entry with ``needs_ops``
+        matches only when each is among them (None, not known: no match, so
+        the failure is reported as new rather than hidden)."""
         if not signature or not self.applies(topology, sglang_version):
+            return False
+        if self.needs_ops and (ops is None or not all(any(op.startswith(need) for op in ops)
+                                                      for need in self.needs_ops)):
             return False
         return (re.search(self.signature, signature) is not None
                 and re.search(self.message, message or "") is not None)
@@ -130,6 +143,7 @@ REGISTRY: Tuple[KnownBug, ...] = (
         verified_on=("0.5.23",),
         scenario="scenarios/known_bugs.py:pp_retract_chunk_abort_dropped",
         report="docs/upstream/pp-retract-chunk-double-release.md",
+        needs_ops=("pause_generation(retract)", "abort"),  # its cause: a retract, then an abort
     ),
     KnownBug(
         name="pp_retract_abort_stale_last_mbs",
@@ -143,6 +157,7 @@ REGISTRY: Tuple[KnownBug, ...] = (
         verified_on=("0.5.23",),
         scenario="scenarios/known_bugs.py:pp_retract_abort_stale_last_mbs",
         report="docs/upstream/pp-retract-chunk-double-release.md",
+        needs_ops=("pause_generation(retract)", "abort"),  # its cause: a retract, then an abort
         breaks_server=True,
         # one cause with the entries above, whose strict xfails run in the default lane; each of
         # these leaves its pp4 server unusable (a 36 s restart)
@@ -160,6 +175,7 @@ REGISTRY: Tuple[KnownBug, ...] = (
         verified_on=("0.5.23",),
         scenario="scenarios/known_bugs.py:pp_retract_abort_adopted_decode_leak",
         report="docs/upstream/pp-retract-chunk-double-release.md",
+        needs_ops=("pause_generation(retract)", "abort"),  # its cause: a retract, then an abort
         breaks_server=True,
         # one cause with the entries above, whose strict xfails run in the default lane; each of
         # these leaves its pp4 server unusable (a 36 s restart)
@@ -244,10 +260,10 @@ REGISTRY: Tuple[KnownBug, ...] = (
 
 
 def find(signature: Optional[str], *, topology: str, sglang_version: Optional[str], message: str = "",
-         registry: Sequence[KnownBug] = REGISTRY) -> Optional[KnownBug]:
+         ops: Optional[Sequence[str]] = None, registry: Sequence[KnownBug] = REGISTRY) -> Optional[KnownBug]:
     """The registered bug this failure is, or None (a new finding)."""
     for bug in registry:
-        if bug.matches(signature, topology=topology, sglang_version=sglang_version, message=message):
+        if bug.matches(signature, topology=topology, sglang_version=sglang_version, message=message, ops=ops):
             return bug
     return None
 

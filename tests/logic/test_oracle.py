@@ -84,6 +84,27 @@ def test_a_registered_bug_matches_signature_rule_topology_and_release():
                            message=LAUNCHED) is None
 
 
+SHORTFALL = ("InvariantViolation[pool_accounting] at step 21: KV pool: available 1201 + evictable 0 + protected 0 + "
+             "uncached 46 = 1247 != total 1248")
+
+
+def test_an_entry_that_needs_operations_matches_only_a_program_that_posted_them():
+    """A pool shortfall at pp4 is the PP retract bug only after a retract and
+    an abort: a mutant's shortfall in a program without them (the kill
+    table's `mut_kv_free_drops_last_index`) is a finding, not this bug."""
+    leak = known_bugs.by_name("pp_retract_abort_adopted_decode_leak")
+    sig = "InvariantViolation[pool_accounting]"
+    find = lambda ops: known_bugs.find(sig, topology="pp4", sglang_version="0.5.23", message=SHORTFALL, ops=ops)
+    assert find(["pause_generation(retract)", "abort(r3)", "continue_generation"]) is leak
+    assert find(["pause_generation(retract)", "abort_all"]) is leak
+    assert find(["flush_cache", "abort(r3)"]) is None, "no retract: another cause"
+    assert find(["pause_generation(in_place)", "abort(r3)"]) is None, "an in-place pause retracts nothing"
+    assert find(["pause_generation(retract)"]) is None, "no abort"
+    assert find(None) is None, "operations not known: reported, never hidden"
+    assert all(b.needs_ops == () for b in known_bugs.REGISTRY if not b.name.startswith("pp_retract_")), \
+        "only the PP retract entries need operations"
+
+
 def test_every_entry_names_a_scenario_and_a_report_that_exist():
     for bug in known_bugs.REGISTRY:
         path, _, func = bug.scenario.partition(":")

@@ -50,6 +50,6 @@ def test_known_bug_scenario(server, request, bug, kwargs):
     if not result.passed:
         signature = signature_of(result)  # as the explorer names it
         assert bug.matches(signature, topology=server.topology, sglang_version=version,
-                           message=result.error or ""), \
+                           message=result.error or "", ops=[op["op"] for op in result.control_log]), \
             f"{bug.name}'s scenario failed otherwise than registered ({bug.signature}): {(result.error or '')[:400]}"
         raise KnownBugReproduced(result.error.splitlines()[0])

@@ -60,6 +60,8 @@ class Outcome:
     # the distinct abstract states it reached (``scheduler_side/abstract_state.py``): what novelty
     # guidance and the coverage figure count
     states: Tuple[str, ...] = ()
+    # the control operations it posted, by name, in order (what a known bug's ``needs_ops`` reads)
+    ops: Tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -335,7 +337,7 @@ class ExampleRunner:
             outputs_compared=int((value.get("end") or {}).get("outputs_compared", 0) or 0),
             failing_action=failing_position(result, source) if not result.passed else None,
             failing_step=_failing_step(result), server_id=server_id, history_index=index,
-            states=tuple(result.states),
+            states=tuple(result.states), ops=tuple(str(op.get("op", "")) for op in result.control_log or ()),
         )
 
     def run_file(self, path: str, *, trace: Any = False, function: str = A.PROGRAM_FUNCTION) -> ScriptResult:
