@@ -49,7 +49,8 @@ class KnownBug:
     # "pause_generation(retract)", "abort" for abort(rid) and abort_all) the failing program
     # must have posted for this bug to be the cause. For an entry whose message cannot tell it
     # from a bug of another cause: a rule that matched any pool shortfall at pp4 took three
-    # mutants' kills for this bug in the kill table (bench/README.md)
+    # mutants' kills for this bug in the kill table (bench/README.md), and the two-slots rule
+    # two mutants' slot_ownership kills
     needs_ops: Tuple[str, ...] = ()
 
     def applies(self, topology: str, sglang_version: Optional[str]) -> bool:
@@ -60,12 +61,13 @@ class KnownBug:
                 message: str = "", ops: Optional[Sequence[str]] = None) -> bool:
         """Whether a failure is this bug. ``ops``: the names of the control
         operations the failing program posted; an entry with ``needs_ops``
-        matches only when each is among them (None, not known: no match, so
-        the failure is reported as new rather than hidden)."""
+        matches only when each is among them. None: not known (a crash
+        reports no operations), and then the message rules alone decide, as
+        for an entry without ``needs_ops``."""
         if not signature or not self.applies(topology, sglang_version):
             return False
-        if self.needs_ops and (ops is None or not all(any(op.startswith(need) for op in ops)
-                                                      for need in self.needs_ops)):
+        if self.needs_ops and ops is not None and not all(any(op.startswith(need) for op in ops)
+                                                          for need in self.needs_ops):
             return False
         return (re.search(self.signature, signature) is not None
                 and re.search(self.message, message or "") is not None)
@@ -195,6 +197,7 @@ REGISTRY: Tuple[KnownBug, ...] = (
         verified_on=("0.5.23",),
         scenario="scenarios/known_bugs.py:pp_retract_chunk_two_slots",
         report="docs/upstream/pp-retract-chunk-double-release.md",
+        needs_ops=("pause_generation(retract)",),  # its cause: a retract (the crash form reports no operations)
         breaks_server=True,
     ),
     KnownBug(

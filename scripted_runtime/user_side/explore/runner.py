@@ -60,8 +60,9 @@ class Outcome:
     # the distinct abstract states it reached (``scheduler_side/abstract_state.py``): what novelty
     # guidance and the coverage figure count
     states: Tuple[str, ...] = ()
-    # the control operations it posted, by name, in order (what a known bug's ``needs_ops`` reads)
-    ops: Tuple[str, ...] = ()
+    # the control operations it posted, by name, in order (what a known bug's ``needs_ops``
+    # reads); None when not known (a crash reports no control log)
+    ops: Optional[Tuple[str, ...]] = ()
 
     @property
     def failed(self) -> bool:
@@ -337,7 +338,8 @@ class ExampleRunner:
             outputs_compared=int((value.get("end") or {}).get("outputs_compared", 0) or 0),
             failing_action=failing_position(result, source) if not result.passed else None,
             failing_step=_failing_step(result), server_id=server_id, history_index=index,
-            states=tuple(result.states), ops=tuple(str(op.get("op", "")) for op in result.control_log or ()),
+            states=tuple(result.states),
+            ops=None if result.crashed else tuple(str(op.get("op", "")) for op in result.control_log or ()),
         )
 
     def run_file(self, path: str, *, trace: Any = False, function: str = A.PROGRAM_FUNCTION) -> ScriptResult:
