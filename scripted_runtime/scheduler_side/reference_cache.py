@@ -139,6 +139,13 @@ class ReferenceCache:
         self.key = key
         self.path = directory / f"{_digest(key)[:24]}.json"
         self._entries: Optional[Dict[Tuple[Any, Tuple[int, ...]], Entry]] = None
+        self._read_mtime: Optional[int] = None  # the file's mtime when last read (None: absent)
+
+    def _mtime(self) -> Optional[int]:
+        try:
+            return self.path.stat().st_mtime_ns
+        except OSError:
+            return None
 
     @staticmethod
     def _encode(fingerprint: Any, prompt: Tuple[int, ...], entry: Entry) -> List[Any]:
@@ -151,6 +158,7 @@ class ReferenceCache:
         return (fp, tuple(int(t) for t in prompt)), ([int(t) for t in output], int(comparable))
 
     def _read(self) -> Dict[Tuple[Any, Tuple[int, ...]], Entry]:
+        self._read_mtime = self._mtime()
         try:
             data = json.loads(self.path.read_text())
         except (OSError, ValueError):
@@ -172,7 +180,15 @@ class ReferenceCache:
         return self._entries
 
     def get(self, fingerprint: Any, prompt: Tuple[int, ...]) -> Optional[Entry]:
-        return self.entries().get((fingerprint, prompt))
+        """The reference, or None. A miss reads the file again if another
+        server of this key wrote it since (two live at once: the suite's
+        pool, a standby beside the live server)."""
+        key = (fingerprint, prompt)
+        have = self.entries().get(key)
+        if have is None and self._mtime() != self._read_mtime:
+            self._entries = {**self._read(), **self._entries}
+            have = self._entries.get(key)
+        return have
 
     def put(self, fingerprint: Any, prompt: Tuple[int, ...], entry: Entry) -> None:
         """Add one reference and write the file (merged with what another

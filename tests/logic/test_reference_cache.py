@@ -57,9 +57,10 @@ def test_the_pipeline_topology_is_the_same_key(change):
     assert reference_cache.key_of(_scheduler(**change)) == reference_cache.key_of(_scheduler())
 
 
-def _verify(monkeypatch, tmp_path, live):
-    """``output_oracle.verify_disk_cache`` on a server whose own run of the
-    prompt gives ``live``, with ``ENTRY`` in its disk cache."""
+def _server_with_entry_on_disk(monkeypatch, tmp_path):
+    """A fresh server process's oracle state (nothing in memory, counts at
+    0, weights ``FP``) whose disk cache in ``tmp_path`` holds ``ENTRY`` for
+    ``PROMPT``; its scheduler."""
     monkeypatch.setenv(reference_cache.ENV_CACHE, str(tmp_path))
     scheduler = _scheduler()
     monkeypatch.setattr(output_oracle, "weights_fingerprint", lambda s: FP)
@@ -67,6 +68,13 @@ def _verify(monkeypatch, tmp_path, live):
     monkeypatch.setattr(output_oracle, "_disk", {})
     monkeypatch.setattr(output_oracle, "computed", {"references": 0, "from_cache": 0, "cache_rejected": 0})
     ReferenceCache(tmp_path, output_oracle.cache_key(scheduler)).put(FP, PROMPT, ENTRY)
+    return scheduler
+
+
+def _verify(monkeypatch, tmp_path, live):
+    """``output_oracle.verify_disk_cache`` on a server whose own run of the
+    prompt gives ``live``, with ``ENTRY`` in its disk cache."""
+    scheduler = _server_with_entry_on_disk(monkeypatch, tmp_path)
 
     def run_alone(ctx, prompt, n):
         return live
@@ -158,6 +166,15 @@ def test_two_servers_of_one_key_merge_and_a_bad_file_is_ignored(tmp_path):
     assert ReferenceCache(tmp_path, key).get(FP, PROMPT) is None, "a file of another key is not read"
 
 
+def test_a_server_sees_what_another_live_server_of_its_key_wrote_since(tmp_path):
+    key = reference_cache.key_of(_scheduler())
+    first, second = ReferenceCache(tmp_path, key), ReferenceCache(tmp_path, key)
+    assert first.get(FP, PROMPT) is None  # read: nothing there yet
+    second.put(FP, PROMPT, ENTRY)
+    assert first.get(FP, PROMPT) == ENTRY, "a miss reads the file again once it changed"
+    assert first.get(FP, (1, 2)) is None
+
+
 def test_the_cache_directory_and_off(tmp_path, monkeypatch):
     monkeypatch.setenv(reference_cache.ENV_CACHE, "off")
     assert reference_cache.cache_dir() is None
@@ -170,13 +187,7 @@ def test_the_cache_directory_and_off(tmp_path, monkeypatch):
 def test_the_oracle_reads_a_cached_reference_instead_of_running_one(tmp_path, monkeypatch):
     """``output_oracle.reference`` on a server with the reference in its
     cache: no request is started, the count says where it came from."""
-    monkeypatch.setenv(reference_cache.ENV_CACHE, str(tmp_path))
-    scheduler = _scheduler()
-    monkeypatch.setattr(output_oracle, "weights_fingerprint", lambda s: FP)
-    monkeypatch.setattr(output_oracle, "_references", {})
-    monkeypatch.setattr(output_oracle, "_disk", {})
-    monkeypatch.setattr(output_oracle, "computed", {"references": 0, "from_cache": 0, "cache_rejected": 0})
-    ReferenceCache(tmp_path, output_oracle.cache_key(scheduler)).put(FP, PROMPT, ENTRY)
+    scheduler = _server_with_entry_on_disk(monkeypatch, tmp_path)
 
     class Ctx:
         def start_req(self, **kwargs):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from scripted_runtime import known_bugs
-from scripted_runtime.user_side.explore.runner import signature_of
+from scripted_runtime.user_side.explore.runner import posted_ops, signature_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,6 +50,6 @@ def test_known_bug_scenario(server, request, bug, kwargs):
     if not result.passed:
         signature = signature_of(result)  # as the explorer names it
         assert bug.matches(signature, topology=server.topology, sglang_version=version,
-                           message=result.error or "", ops=[op["op"] for op in result.control_log]), \
+                           message=result.error or "", ops=posted_ops(result)), \
             f"{bug.name}'s scenario failed otherwise than registered ({bug.signature}): {(result.error or '')[:400]}"
         raise KnownBugReproduced(result.error.splitlines()[0])

@@ -34,6 +34,14 @@ EXAMPLE_TIMEOUT_S = 120.0
 STANDBY_MODES = ("auto", "on", "off")
 
 
+def posted_ops(result: ScriptResult) -> Optional[Tuple[str, ...]]:
+    """The control operations a script posted, by name (what a known bug's
+    ``needs_ops`` reads); None for a crash, which reports no control log."""
+    if result.crashed:
+        return None
+    return tuple(str(op.get("op", "")) for op in result.control_log or ())
+
+
 @dataclass
 class Outcome:
     """What one program did. ``signature`` is None when it passed; equal
@@ -338,8 +346,7 @@ class ExampleRunner:
             outputs_compared=int((value.get("end") or {}).get("outputs_compared", 0) or 0),
             failing_action=failing_position(result, source) if not result.passed else None,
             failing_step=_failing_step(result), server_id=server_id, history_index=index,
-            states=tuple(result.states),
-            ops=None if result.crashed else tuple(str(op.get("op", "")) for op in result.control_log or ()),
+            states=tuple(result.states), ops=posted_ops(result),
         )
 
     def run_file(self, path: str, *, trace: Any = False, function: str = A.PROGRAM_FUNCTION) -> ScriptResult:
