@@ -127,10 +127,6 @@ def _preimport() -> Dict[str, Any]:
     return info
 
 
-def _exit_code(status: int) -> int:
-    return os.waitstatus_to_exitcode(status)
-
-
 def _become_server(request: Dict[str, Any], protocol_fds: Tuple[int, int]) -> None:
     """In the forked child: become the server's launcher. Never returns."""
     code = 1
@@ -210,7 +206,7 @@ class _Template:
             if pid == 0:
                 return
             self.children.discard(pid)
-            self.codes[pid] = _exit_code(status)
+            self.codes[pid] = os.waitstatus_to_exitcode(status)
 
     def handle(self, request: Dict[str, Any]) -> Dict[str, Any]:
         op = request.get("op")

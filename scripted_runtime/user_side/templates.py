@@ -173,17 +173,6 @@ class Template:
         except TemplateError:
             return None
 
-    def pss_kb(self) -> Optional[int]:
-        """The template's proportional set size (kB), for the memory bench."""
-        try:
-            with open(f"/proc/{self._proc.pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        return int(line.split()[1])
-        except OSError:
-            return None
-        return None
-
     @property
     def pid(self) -> int:
         return self._proc.pid
