@@ -47,5 +47,90 @@ def python_gc(ctx, enabled: bool):
     yield  # noqa: unreachable - makes this a generator, as every script must be
 
 
+# --- per-piece timers (bench/iteration_cost.py) -----------------------------
+
+_TIMERS_ATTR = "_bench_piece_timers"
+
+
+def install_piece_timers(ctx):
+    """Wrap the driver's per-iteration pieces (the driver, the step
+    observer, the state scan, each check, the trace snapshot, the trace
+    line) in ``perf_counter_ns`` accumulators that stay for the scripts run
+    after this one, until ``take_piece_timers``. Returns nothing."""
+    import time as _time
+
+    from scripted_runtime.hooks import sglang_compat
+    from scripted_runtime.scheduler_side import invariants, state, step_observer, trace_record
+    from scripted_runtime.scheduler_side.context import radix
+
+    d = scheduler_hook.installed_driver(ctx.scheduler)
+    obs = d.observer
+    totals: dict = {}
+    undo = []
+    clock = _time.perf_counter_ns
+
+    def timed(name, fn):
+        entry = totals.setdefault(name, [0, 0])
+
+        def wrapper(*args, **kwargs):
+            t0 = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                entry[0] += clock() - t0
+                entry[1] += 1
+        return wrapper
+
+    def patch(obj, attr, name):
+        original = obj.__dict__[attr] if attr in obj.__dict__ else None
+        setattr(obj, attr, timed(name, getattr(obj, attr)))
+        undo.append((obj, attr, original))
+
+    patch(d, "before_iteration", "driver: before_iteration (all)")
+    patch(d, "on_run_batch", "driver: on_run_batch (batch record)")
+    patch(obs, "observe_windows", "observer: observe_windows")
+    patch(obs, "after_script", "observer: after_script (all)")
+    patch(step_observer, "StateView", "after_script: StateView (scan)")
+    patch(trace_record, "snapshot", "after_script: trace snapshot")
+    patch(trace_record, "encode_line", "after_script: trace encode")
+    # inside the pieces above (each counted in its parent too)
+    patch(trace_record.TraceWriter, "append", "after_script: trace append (encode + write)")
+    patch(invariants.FreeRowsCache, "update", "slot_ownership: free-row set")
+    patch(invariants.InvariantMemory, "free_kv_counts", "slot_ownership: free-KV counts")
+    patch(invariants, "_check_kv_not_free", "slot_ownership: live rows vs free KV")
+    patch(sglang_compat, "uncached_tokens", "pool_accounting: uncached tokens")
+    patch(state, "pool_stats", "scan: pool stats")
+    patch(radix, "all_lock_refs", "scan: tree lock refs (walk)")
+    checker = obs.invariants
+    runs_of = type(checker)._runs
+
+    def timed_runs(self=checker):
+        return [timed(f"check: {run.__name__}", run) for run in runs_of(self)]
+
+    checker._runs = timed_runs
+    undo.append((checker, "_runs", None))
+    setattr(d, _TIMERS_ATTR, (totals, undo))
+    return None
+    yield  # noqa: unreachable - makes this a generator, as every script must be
+
+
+def take_piece_timers(ctx):
+    """Remove ``install_piece_timers``' wrappers; returns name -> (total ns,
+    calls) since they were installed."""
+    d = scheduler_hook.installed_driver(ctx.scheduler)
+    totals, undo = getattr(d, _TIMERS_ATTR)
+    for obj, attr, original in reversed(undo):
+        if original is None:
+            try:
+                delattr(obj, attr)
+            except AttributeError:
+                pass
+        else:
+            setattr(obj, attr, original)
+    delattr(d, _TIMERS_ATTR)
+    return {k: tuple(v) for k, v in totals.items()}
+    yield  # noqa: unreachable
+
+
 if __name__ == "__main__":
     print(__doc__)

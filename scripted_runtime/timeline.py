@@ -12,6 +12,7 @@ an invariant is marked ``>>``.
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -40,13 +41,31 @@ def mode_letter(mode: Optional[str]) -> str:
     return _MODES.get(mode, mode[:1].upper())
 
 
+def seal(path: str) -> None:
+    """Cut the NUL bytes a trace's writer left after its last line when its
+    process died before closing it (the writer maps the file ahead of its
+    text, ``scheduler_side/trace_record.TraceWriter``); a closed trace is
+    left as it is."""
+    with open(path, "r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        if not size:
+            return
+        f.seek(size - 1)
+        if f.read(1) != b"\0":
+            return
+        f.seek(0)
+        data = f.read()
+        f.truncate(len(data.rstrip(b"\0")))
+
+
 def load(path: str) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
-    """(header, records) of a JSONL trace file."""
+    """(header, records) of a JSONL trace file (NUL bytes after the last
+    line, left by a writer that died, are ignored)."""
     header: Dict[str, Any] = {}
     records: List[Dict[str, Any]] = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
-            line = line.strip()
+            line = line.strip().strip("\0")
             if not line:
                 continue
             try:

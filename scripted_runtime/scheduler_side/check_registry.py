@@ -98,12 +98,21 @@ _builtin_order: List[Check] = []  # _builtin group by group, rebuilt when a buil
 _extension_checks: Dict[str, Check] = {}
 _builtin_windows: Dict[str, Window] = {}
 _extension_windows: Dict[str, Window] = {}
+_version = 0  # bumped by every registration of a check: what a cached list of checks is built from
+
+
+def version() -> Tuple[int, int, int]:
+    """Changes whenever a check registers (built-in or extension) or the
+    extension table is replaced (tests swap in an empty one)."""
+    return _version, id(_extension_checks), len(_extension_checks)
 
 
 def register(check: Check) -> Check:
     """Add ``check`` (group ``extension``: a user's, else a built-in one)."""
+    global _version
     if check.group not in GROUPS:
         raise ValueError(f"check {check.name!r}: unknown group {check.group!r}; known: {', '.join(GROUPS)}")
+    _version += 1
     if check.group == "extension":
         _extension_checks[check.name] = check
         return check

@@ -90,11 +90,10 @@ class Driver:
         next(self._main_gen)
 
     def on_run_batch(self, batch: Any) -> None:
-        forward_mode = getattr(batch, "forward_mode", None)
-        mode = getattr(forward_mode, "name", None)
+        mode = state.batch_mode(batch)
         chunked = getattr(self.scheduler, "chunked_req", None)
         reqs = batch.reqs
-        extend = forward_mode is not None and forward_mode.is_extend()
+        extend = mode is not None and batch.forward_mode.is_extend()
         if extend:
             self.tracker.on_batch(reqs, getattr(batch, "prefix_lens", None), getattr(batch, "extend_lens", None))
         else:
@@ -103,7 +102,7 @@ class Driver:
             BatchRecord(
                 self.counters.step,
                 state.pp_slot(self.scheduler),
-                mode.lower() if mode else None,
+                mode,
                 tuple([r.rid for r in reqs]),
                 chunked.rid if chunked is not None else None,
                 tuple([state.req_pool_idx(r) for r in reqs]),
@@ -129,6 +128,10 @@ class Driver:
         return tuple(out)
 
     def on_crash(self, tb: str) -> None:
+        try:
+            self.observer.writer.close()  # the trace cut to its text before the process dies
+        except OSError:
+            pass
         try:
             self._sock.send_pyobj(protocol.SchedulerCrashed(
                 traceback=tb, script_stack=script_stack(self._script_gen), in_reset=self._resetting),

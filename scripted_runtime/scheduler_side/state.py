@@ -57,6 +57,25 @@ def places(s: Any, pp_slots: Tuple[str, ...] = PP_SLOT_LISTS) -> Iterator[Tuple[
         yield "waiting_queue", None, None, waiting
 
 
+_MODE_NAMES: Dict[int, Tuple[Any, Optional[str]]] = {}  # id(ForwardMode member) -> (member, lower-case name)
+
+
+def batch_mode(batch: Any) -> Optional[str]:
+    """A batch's forward mode as a lower-case name ("decode", "extend", ...),
+    None where it has none. Read per holder and per forward after every
+    iteration: an enum member's ``name`` is a slow descriptor, so each
+    member's name is looked up once (the member is kept with it, so its id
+    cannot be reused)."""
+    mode = getattr(batch, "forward_mode", None)
+    if mode is None:
+        return None
+    known = _MODE_NAMES.get(id(mode))
+    if known is None or known[0] is not mode:
+        name = getattr(mode, "name", None)
+        known = _MODE_NAMES[id(mode)] = (mode, name.lower() if name else None)
+    return known[1]
+
+
 def place_label(name: str, index: Optional[int]) -> str:
     return name if index is None else f"{name}[{index}]"
 
@@ -219,8 +238,8 @@ def describe(s: Any) -> str:
             f"{r.rid}{'*' if r.finished() else ''}" for r in holder.reqs[:6]
         )
         more = f"+{len(holder.reqs) - 6}" if len(holder.reqs) > 6 else ""
-        mode = getattr(getattr(holder.batch, "forward_mode", None), "name", None)
-        parts.append(f"{holder.label}{'(' + mode.lower() + ')' if mode else ''}=[{rids}{more}]")
+        mode = batch_mode(holder.batch)
+        parts.append(f"{holder.label}{'(' + mode + ')' if mode else ''}=[{rids}{more}]")
     stats = engine_stats(s)
     parts.append(f"kv_free={stats['kv_pool_free']}/{stats['kv_pool_total']}")
     parts.append(f"rows_free={stats['req_pool_free']}/{stats['req_pool_total']}")

@@ -516,6 +516,8 @@ class ScriptedServer:
                 self._dead_reason = f"script {name} hung past {timeout:.0f}s and did not answer a cancel"
                 tail = log_tail(self.log_path, 20)
                 self._kill()
+                if trace_path and os.path.exists(trace_path):
+                    timeline.seal(trace_path)
                 return ScriptResult(script=name, passed=False, duration_s=elapsed,
                                     error=f"HarnessTimeout: {self._dead_reason}; server killed",
                                     traceback=tail)
@@ -526,6 +528,7 @@ class ScriptedServer:
         result.trace_path = trace_path
         if trace_path and os.path.exists(trace_path):
             try:
+                timeline.seal(trace_path)  # the writer died with its map ahead of its text
                 _, records = timeline.load(trace_path)
                 result.timeline = timeline.format_timeline(records, last=20)
                 if records:

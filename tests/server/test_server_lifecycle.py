@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
-from scripted_runtime import ScriptedServer, ServerConfig
+from scripted_runtime import ScriptedServer, ServerConfig, timeline
 from scripted_runtime.user_side import processes
 from scripted_runtime.errors import ServerDeadError
 from tests.helpers import run_ok
@@ -41,6 +42,11 @@ def test_crash_is_reported_fast_and_leaves_nothing(server_pool):
     assert "sabotaged by the test" in result.traceback
     assert result.error.startswith("SchedulerCrashed:")
     assert elapsed < 15, f"crash took {elapsed:.1f}s to report"
+    # the trace up to the step before the crash, cut to its text (no mapped-ahead NUL bytes)
+    raw = Path(result.trace_path).read_bytes()
+    assert raw.endswith(b"\n") and b"\0" not in raw
+    _, records = timeline.load(result.trace_path)
+    assert records and records[-1]["step"] >= 1 and result.steps == records[-1]["step"]
     assert not server.alive
     assert server.pids() == [], "a crashed server must leave no process behind"
     with pytest.raises(ServerDeadError, match="restart"):
