@@ -23,6 +23,7 @@ stats = load_bench("stats")
 proctree = load_bench("proctree")
 compare = load_bench("compare")
 invariants_bench = load_bench("invariants")
+iteration_cost = load_bench("iteration_cost")
 decode_gap = load_bench("decode_gap")
 explore_bench = load_bench("explore")
 novelty_bench = load_bench("novelty")
@@ -258,6 +259,21 @@ def test_invariants_table():
         "|---|---|---|---|---|---|---|",
         "| pp1 | bare | 500 | 400..600 | 1.000x (1.000x..1.000x) | 2000 | +0 |",
         "| pp1 | default | 450 | 380..540 | 0.900x (0.900x..0.925x) | 2222 | +222 |"])
+
+
+def test_iteration_cost_table_orders_pieces_and_leaves_out_what_a_configuration_did_not_run():
+    walls = {"bare": [4000.0, 4100.0, 3900.0], "default": [4150.0, 4200.0, 4100.0]}
+    pieces = {"bare": {"driver: before_iteration (all)": [70.0, 80.0, 75.0], "check: x": [0.0, 0.0, 0.01]},
+              "default": {"check: x": [40.0, 50.0, 45.0], "driver: before_iteration (all)": [230.0, 240.0, 235.0]}}
+    assert iteration_cost.tables({"pp1": (walls, pieces)}) == "\n".join([
+        "| topology | piece | us/iteration median | min..max |",
+        "|---|---|---|---|",
+        "| pp1 | wall: default - bare (within a round) | +150.0 | +100..+200 |",
+        "| pp1 | wall: bare | 4000 | 3900..4100 |",
+        "| pp1 | wall: default | 4150 | 4100..4200 |",
+        "| pp1 | bare: driver: before_iteration (all) | 75.0 | 70.0..80.0 |",
+        "| pp1 | default: driver: before_iteration (all) | 235.0 | 230.0..240.0 |",
+        "| pp1 | default: check: x | 45.0 | 40.0..50.0 |"])
 
 
 def test_explore_table():

@@ -1,6 +1,8 @@
 """One short end-to-end comparison of all four systems on the real SGLang
 with bench/compare.py (slow lane: SGLang's own harness takes 60 s to shut
-down). The benches' own logic: tests/logic/test_bench.py."""
+down), and bench/iteration_cost.py's in-scheduler timers on a short decode
+(slow lane, like every bench run). The benches' own logic:
+tests/logic/test_bench.py."""
 from __future__ import annotations
 
 import re
@@ -32,3 +34,24 @@ def test_compare_runs_all_four_systems_and_prints_the_table():
     assert table["processes left after the process exited"][:4] == ["0", "0", "0", "0"]
     assert float(table["shutdown (s)"][0]) < 5.0
     assert table["shutdown (s)"][-1].startswith("met"), table["shutdown (s)"]
+
+
+@pytest.mark.slow
+def test_iteration_cost_times_every_piece_inside_the_scheduler():
+    """bench/iteration_cost.py's probe wraps the driver's pieces by name: a
+    renamed piece fails here, not silently in a later bench run."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "iteration_cost.py"), "--topologies", "pp1-normal",
+         "--decode", "20", "--repeat", "1"],
+        capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    pieces = {}
+    for line in proc.stdout.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 4 and cells[0] == "pp1-normal":
+            pieces[cells[1]] = float(cells[2])
+    for name in ("default: observer: after_script (all)", "default: check: check_slot_ownership",
+                 "default: after_script: trace append (encode + write)", "default: after_script: StateView (scan)",
+                 "bare: driver: before_iteration (all)", "default: driver: on_run_batch (batch record)"):
+        assert pieces.get(name, 0) > 0, (name, sorted(pieces))
+    assert "bare: check: check_slot_ownership" not in pieces  # bare runs no check

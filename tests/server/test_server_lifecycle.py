@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scripted_runtime import ScriptedServer, ServerConfig, timeline
+from scripted_runtime import ServerConfig, timeline
 from scripted_runtime.user_side import processes
 from scripted_runtime.errors import ServerDeadError
 from tests.helpers import run_ok
