@@ -29,7 +29,8 @@ STARTING_CALLS = {"ScriptedServer.start", "ScriptedServer", "ensure_server", "cl
                   "runpytest_subprocess"}
 # a subprocess running the command line (as a module or the installed command), a bench that starts servers,
 # or Python source run in a subprocess that starts one
-STARTING_WORDS = {"scripted_runtime.user_side.cli", "scripted-runtime", "compare.py", "ScriptedServer.start("}
+STARTING_WORDS = {"scripted_runtime.user_side.cli", "scripted-runtime", "compare.py", "iteration_cost.py",
+                  "ScriptedServer.start("}
 
 
 def _dotted(node: ast.AST) -> str:
