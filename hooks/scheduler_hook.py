@@ -13,6 +13,10 @@ scripted-runtime hook points (older releases have none):
 * ``run_batch``: records every forward launched (driver rank).
 * the event loops: an exception that kills a rank is written to the crash
   directory (and sent to the harness from the driver) before it propagates.
+
+Every other rank gets a ``RankAgent`` at its first iteration: it applies the
+harness's KV operations the driver rank relays with its requests
+(``scheduler_side/rank_ops.py``).
 """
 from __future__ import annotations
 
@@ -36,6 +40,11 @@ def _driver_for(scheduler):
 
             driver = Driver(scheduler)
         else:
+            # Every other rank applies the harness's per-rank KV operations
+            # the driver rank relays with its requests (scheduler_side/rank_ops.py).
+            from scripted_runtime.scheduler_side.rank_ops import RankAgent
+
+            RankAgent(scheduler)
             driver = False
         scheduler.__dict__[_DRIVER_ATTR] = driver
     return driver or None

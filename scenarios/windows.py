@@ -143,7 +143,9 @@ def decode_retracted_waiting(ctx):
     yield from ctx.wait_until(lambda: all(h.status == "running" and h.output_ids for h in reqs), max_steps=40,
                               what="three requests decoding")
     taken = yield from explore.exhaust_kv(ctx, 0)
-    detail = yield from ctx.wait_for_window("decode_retracted_waiting", max_steps=10)
+    # under PP a step is one microbatch slot and each request decodes in its own
+    slots = max(1, len(getattr(ctx.scheduler, "mbs", None) or ()))
+    detail = yield from ctx.wait_for_window("decode_retracted_waiting", max_steps=10 * slots)
     explore.release_kv(ctx)
     checks = yield from explore.end_state_checks(ctx, reqs)
     retracted = sum(1 for h in reqs if getattr(h.last_req, "retraction_count", 0))

@@ -31,7 +31,7 @@ from scripted_runtime.scheduler_side.context.api import ScriptContext
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
 from scripted_runtime.scheduler_side.inbox import TokenizerInbox
-from scripted_runtime.scheduler_side.kv_holds import KvHolds
+from scripted_runtime.scheduler_side.rank_ops import KvPressure, RankKvOp
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters
 from scripted_runtime.scheduler_side.step_observer import StepObserver
@@ -68,7 +68,7 @@ class Driver:
         self.inbox: TokenizerInbox = sglang_compat.swap_tokenizer_socket(scheduler, TokenizerInbox)
         self.inbox.arrival_listeners.append(self.ledger.on_arrival)
         sglang_compat.wrap_request_dispatcher(scheduler, self._recording_dispatcher)
-        self.kv_holds = KvHolds(scheduler)
+        self.kv_holds = KvPressure(scheduler, self.inbox, pipelined=sglang_compat.rank_info(scheduler)[2] > 1)
         self.observer = StepObserver(scheduler=scheduler, counters=counters, tracker=self.tracker,
                                      ledger=self.ledger, kv_holds=self.kv_holds)
         self.ctx = ScriptContext(scheduler=scheduler, counters=counters, ledger=self.ledger, poster=self.poster,
@@ -142,6 +142,9 @@ class Driver:
 
     def _recording_dispatcher(self, dispatcher):
         def recording_dispatcher(recv_req):
+            if isinstance(recv_req, RankKvOp):  # the harness's own, queued by kv_holds: no answer to anyone
+                self.kv_holds.on_dispatch(recv_req)
+                return None
             if self._reset_flushes_queued and sglang_compat.is_reset_flush(recv_req):
                 # The reset's own flush: its answer is the driver's; the
                 # tokenizer never asked, so nothing is sent back to it (also

@@ -20,7 +20,7 @@ from scripted_runtime.scheduler_side.abstract_state import AbstractStates
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.invariants import InvariantChecker, StateView, Violation
-from scripted_runtime.scheduler_side.kv_holds import KvHolds
+from scripted_runtime.scheduler_side.rank_ops import KvPressure
 from scripted_runtime.scheduler_side.run_counters import RunCounters
 from scripted_runtime.scheduler_side import trace_record as trace_record
 from scripted_runtime.timeline import format_timeline
@@ -35,7 +35,7 @@ class StepObserver:
     rather than reaching into them."""
 
     def __init__(self, *, scheduler: Any, counters: RunCounters, tracker: RequestTracker,
-                 ledger: ControlLedger, kv_holds: KvHolds) -> None:
+                 ledger: ControlLedger, kv_holds: KvPressure) -> None:
         self._scheduler = scheduler
         self._counters = counters
         self._tracker = tracker

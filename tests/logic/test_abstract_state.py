@@ -13,7 +13,7 @@ import pytest
 from scripted_runtime.scheduler_side import abstract_state as AS
 from scripted_runtime.scheduler_side.control import ControlLedger, ControlOp
 from scripted_runtime.scheduler_side.http_poster import HttpAnswer
-from scripted_runtime.scheduler_side.kv_holds import KvHolds
+from scripted_runtime.scheduler_side.rank_ops import KvPressure
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.run_counters import RunCounters
 from scripted_runtime.scheduler_side.step_observer import StepObserver
@@ -86,7 +86,7 @@ def _observer(s):
     counters = RunCounters()
     ledger = ControlLedger(lambda: counters.step)
     observer = StepObserver(scheduler=s, counters=counters, tracker=RequestTracker(), ledger=ledger,
-                            kv_holds=KvHolds(s))
+                            kv_holds=KvPressure(s, None, pipelined=False))
     return observer, counters, ledger
 
 

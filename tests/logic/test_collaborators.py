@@ -1,6 +1,6 @@
 """The driver's parts, wired as the driver wires them, on a fake scheduler
 (pure logic): the script context, the request handles and the step
-observer read one RunCounters, one RequestTracker and one KvHolds."""
+observer read one RunCounters, one RequestTracker and one KvPressure."""
 from __future__ import annotations
 
 import torch
@@ -9,7 +9,7 @@ from scripted_runtime.scheduler_side.context.api import ScriptContext
 from scripted_runtime.scheduler_side.context.requests import ReqHandle
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.http_poster import HttpAnswer
-from scripted_runtime.scheduler_side.kv_holds import KvHolds
+from scripted_runtime.scheduler_side.rank_ops import KvPressure
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters
 from scripted_runtime.scheduler_side.step_observer import StepObserver
@@ -33,7 +33,7 @@ def _allocating(s):
 def _wired(s):
     counters, tracker = RunCounters(), RequestTracker()
     ledger = ControlLedger(lambda: counters.step)
-    kv_holds = KvHolds(s)
+    kv_holds = KvPressure(s, None, pipelined=False)
     observer = StepObserver(scheduler=s, counters=counters, tracker=tracker, ledger=ledger, kv_holds=kv_holds)
     ctx = ScriptContext(scheduler=s, counters=counters, ledger=ledger, poster=None, tracker=tracker, inbox=None,
                         kv_holds=kv_holds, observer=observer)
@@ -89,3 +89,60 @@ def test_the_context_asks_the_observer_for_checks_and_windows():
     assert observer.dispatch_contracts is observer.invariants.memory.contracts
     observer.observe_windows()
     assert ctx.window_stats() == observer.windows.report()
+
+
+class _Inbox:
+    """The tokenizer inbox's inject, as the driver rank's input queue."""
+
+    def __init__(self):
+        self.frames = []
+
+    def inject(self, raw, obj):
+        self.frames.append((raw, obj))
+
+
+def test_under_pp_kv_pressure_is_queued_for_every_rank_and_applied_at_dispatch():
+    """Under PP the script's take, evict and release are RankKvOps in the
+    driver rank's input (pickled: rank 0 relays them down the pipeline);
+    nothing changes until a rank dispatches one, and each rank then leaves
+    the same room free."""
+    import pickle
+
+    from scripted_runtime.scheduler_side import rank_ops
+
+    s = _allocating(FakeScheduler(idle=True))
+    inbox = _Inbox()
+    kv = KvPressure(s, inbox, pipelined=True)
+    assert kv.release() == 0 and not inbox.frames  # nothing held: nothing queued
+    assert kv.take(leave_tokens=10) == TOTAL - 10
+    assert kv.holding and kv.tokens == 0 and kv.promised_tokens == TOTAL - 10
+    (raw, op), = inbox.frames
+    assert pickle.loads(raw) == op and op.kind == rank_ops.TAKE and op.leave_tokens == 10
+
+    # another rank, its own pools: applies the op it was relayed, hands everything else on
+    other = _allocating(FakeScheduler(idle=True))
+    other._request_dispatcher = lambda req: ("sglang", req)
+    agent = rank_ops.RankAgent(other)
+    assert other._request_dispatcher(pickle.loads(raw)) is None
+    assert other._request_dispatcher("generate") == ("sglang", "generate")
+    assert agent.holds.tokens == TOTAL - 10 and len(other.token_to_kv_pool_allocator.free_pages) == 10
+
+    assert kv.on_dispatch(op) == TOTAL - 10  # the driver rank's own dispatch
+    assert kv.tokens == kv.promised_tokens == TOTAL - 10 and len(s.token_to_kv_pool_allocator.free_pages) == 10
+
+    assert kv.release() == TOTAL - 10 and kv.promised_tokens == 0 and kv.holding  # queued, still held
+    release = inbox.frames[-1][1]
+    assert kv.on_dispatch(release) == TOTAL - 10 and not kv.holding
+    other._request_dispatcher(pickle.loads(inbox.frames[-1][0]))
+    assert agent.holds.tokens == 0 and len(other.token_to_kv_pool_allocator.free_pages) == TOTAL
+
+
+def test_under_pp_a_take_queued_then_released_in_the_same_step_holds_nothing_after():
+    s = _allocating(FakeScheduler(idle=True))
+    inbox = _Inbox()
+    kv = KvPressure(s, inbox, pipelined=True)
+    kv.take(leave_tokens=0)
+    assert kv.release() == TOTAL and kv.promised_tokens == 0  # the reset's give-back sees the queued take
+    for _, op in inbox.frames:
+        kv.on_dispatch(op)
+    assert not kv.holding and len(s.token_to_kv_pool_allocator.free_pages) == TOTAL

@@ -368,21 +368,14 @@ def test_every_new_field_is_drawn_and_shrinks_to_the_plain_request():
     assert find(strategies.starts(), lambda a: a.stop_at == strategies.MAX_NEW_TOKENS - 1, settings=NO_DB)
 
 
-@pytest.mark.parametrize("topology", ["pp1-overlap", "pp1-normal", "pp1-hicache"])
-def test_resends_and_kv_pressure_are_drawn_off_pp(topology):
+@pytest.mark.parametrize("topology", ["pp1-overlap", "pp1-normal", "pp1-hicache", "pp4"])
+def test_resends_and_kv_pressure_are_drawn_on_every_topology(topology):
+    """Under PP too: the harness's KV operations reach every rank (scheduler_side/rank_ops.py)."""
     draw = strategies.action_strategy(topology)
     assert find(draw, lambda a: isinstance(a, A.Resend) and a.longer > 0, settings=NO_DB) == A.Resend(0, 1, 1)
     assert find(draw, lambda a: isinstance(a, A.ExhaustKv), settings=NO_DB) == A.ExhaustKv(0)
     assert find(draw, lambda a: isinstance(a, A.ExhaustKv) and a.leave_pages == 200, settings=NO_DB)
     assert find(draw, lambda a: isinstance(a, A.ReleaseKv), settings=NO_DB) == A.ReleaseKv()
-
-
-def test_no_kv_pressure_under_pp():
-    """Every PP rank schedules on its own pool; the harness takes the driver rank's only."""
-    assert find(strategies.action_strategy("pp4"), lambda a: isinstance(a, A.Resend), settings=NO_DB)
-    with pytest.raises(Exception):
-        find(strategies.action_strategy("pp4"), lambda a: isinstance(a, (A.ExhaustKv, A.ReleaseKv)),
-             settings=settings(max_examples=400, database=None))
 
 
 def test_requests_of_very_different_lengths_together_still_shrink():
@@ -461,14 +454,14 @@ def test_an_operation_waiting_for_a_phase_is_drawn_and_shrinks_to_a_flush_while_
     assert find(draw, lambda a: isinstance(a, A.OnPhase) and isinstance(a.op, A.AbortOne), settings=NO_DB)
 
 
-def test_pp_in_flight_is_a_phase_target_under_pp_only_and_kv_pressure_off_pp_only():
+def test_pp_in_flight_is_a_phase_target_under_pp_only_and_kv_pressure_on_every_topology():
     pp, normal = strategies.action_strategy("pp4"), strategies.action_strategy("pp1-normal")
     assert find(pp, lambda a: isinstance(a, A.OnPhase) and a.phase == "pp_in_flight", settings=NO_DB)
-    assert find(normal, lambda a: isinstance(a, A.OnPhase) and isinstance(a.op, A.ExhaustKv), settings=NO_DB) == \
-        A.OnPhase("decode", A.ExhaustKv(0), strategies.WINDOW_WAIT_STEPS["pp1-normal"])
+    for draw, topology in ((normal, "pp1-normal"), (pp, "pp4")):
+        assert find(draw, lambda a: isinstance(a, A.OnPhase) and isinstance(a.op, A.ExhaustKv), settings=NO_DB) == \
+            A.OnPhase("decode", A.ExhaustKv(0), strategies.WINDOW_WAIT_STEPS[topology])
     many = settings(max_examples=400, database=None)
-    for draw, wanted in ((normal, lambda a: a.phase == "pp_in_flight"), (pp, lambda a: isinstance(a.op, A.ExhaustKv)),
-                         (normal, lambda a: isinstance(a.op, A.Continue))):
+    for draw, wanted in ((normal, lambda a: a.phase == "pp_in_flight"), (normal, lambda a: isinstance(a.op, A.Continue))):
         with pytest.raises(Exception):
             find(draw, lambda a: isinstance(a, A.OnPhase) and wanted(a), settings=many)
 

@@ -175,6 +175,16 @@ def test_kv_pressure_leaves_a_chunked_prompt_the_room_admission_counted(server_p
     assert value["outputs_compared"] == 2, value
 
 
+@pytest.mark.pp4
+def test_kv_pressure_under_pp_is_taken_on_every_rank_alike(server_pool):
+    """Under PP the harness's take rides SGLang's request relay to every
+    rank (scheduler_side/rank_ops.py): each leaves the same room, so the
+    ranks keep agreeing on what fits; the chunked prompt still gets its
+    later chunks, nothing crashes and both outputs are their references'."""
+    value = run_ok(server_pool.get("pp4"), f"{ROOT}/scenarios/kv_pressure.py:exhaust_kv_while_chunking").value
+    assert value["taken"] > 7000 and value["outputs_compared"] == 2, value
+
+
 # --- switching off, and the trace of a violation ---------------------------------------
 
 def test_an_invariant_can_be_switched_off(overlap_server):

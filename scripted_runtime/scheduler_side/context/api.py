@@ -23,7 +23,7 @@ from scripted_runtime.scheduler_side.context.requests import ReqHandle
 from scripted_runtime.scheduler_side.control import ControlLedger, ControlOp
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
 from scripted_runtime.scheduler_side.inbox import TokenizerInbox
-from scripted_runtime.scheduler_side.kv_holds import KvHolds
+from scripted_runtime.scheduler_side.rank_ops import KvPressure
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters
 from scripted_runtime.scheduler_side.step_observer import StepObserver
@@ -49,7 +49,7 @@ class ScriptContext:
     holds and the step observer (windows and checks)."""
 
     def __init__(self, *, scheduler: Any, counters: RunCounters, ledger: ControlLedger, poster: HttpPoster,
-                 tracker: RequestTracker, inbox: TokenizerInbox, kv_holds: KvHolds,
+                 tracker: RequestTracker, inbox: TokenizerInbox, kv_holds: KvPressure,
                  observer: StepObserver) -> None:
         self._scheduler = scheduler
         self._counters = counters
@@ -325,21 +325,21 @@ class ScriptContext:
 
     def exhaust_kv(self, *, leave_pages: int = 0) -> int:
         """Take KV slots from the allocator until ``leave_pages`` pages remain
-        (given back at the next reset); returns the tokens taken."""
-        allocator = self.scheduler.token_to_kv_pool_allocator
-        need = allocator.available_size() - leave_pages * self.engine_stats()["page_size"]
-        if need <= 0:
-            return 0
-        if not self._kv_holds.take(need):
-            raise RuntimeError(f"exhaust_kv: the allocator refused {need} tokens")
-        return int(need)
+        (given back at the next reset); returns the tokens taken. Under
+        pipeline parallelism every rank takes them from its own pools when
+        the next iteration ingests (``scheduler_side/rank_ops.py``), so the
+        ranks keep agreeing on what fits; the count returned is what this
+        rank will take."""
+        return self._kv_holds.take(leave_pages * self.engine_stats()["page_size"])
 
     def evict_cache(self) -> int:
         """Evict every evictable (unlocked) token of the radix tree back to
         the allocator now, as SGLang's allocation does under memory pressure;
         returns the tokens evicted. With ``exhaust_kv`` after it, decoding
-        runs short at once (there is no cache left to evict instead)."""
-        return sglang_compat.evict_cache(self.scheduler, state.pool_stats(self.scheduler)["evictable"])
+        runs short at once (there is no cache left to evict instead). Under
+        pipeline parallelism every rank evicts its own tree when the next
+        iteration ingests, before an ``exhaust_kv`` called after it."""
+        return self._kv_holds.evict()
 
     def release_exhausted_kv(self) -> int:
         """Give back every KV slot ``exhaust_kv`` took, now instead of at the
@@ -347,15 +347,24 @@ class ScriptContext:
         admit and decode again); returns the tokens given back, 0 when none
         were held. Release before an accepted ``flush_cache``: a flush clears
         the allocator, held slots included, so giving them back after it
-        would free them twice."""
-        tokens = self._kv_holds.tokens
-        self._kv_holds.release()
-        return tokens
+        would free them twice. Under pipeline parallelism every rank gives
+        them back when the next iteration ingests (before a flush posted
+        after this call)."""
+        return self._kv_holds.release()
+
+    @property
+    def kv_pressure_pending(self) -> bool:
+        """Under pipeline parallelism: whether an ``exhaust_kv``,
+        ``evict_cache`` or ``release_exhausted_kv`` is queued for the ranks
+        and not applied yet (the next iteration ingests it); always False
+        off PP, where they apply at once."""
+        return self._kv_holds.pending
 
     @property
     def exhausted_kv_tokens(self) -> int:
-        """KV tokens ``exhaust_kv`` holds now (given back at the next reset)."""
-        return self._kv_holds.tokens
+        """KV tokens ``exhaust_kv`` holds now (given back at the next reset);
+        under pipeline parallelism, once what was asked of the ranks is done."""
+        return self._kv_holds.promised_tokens
 
     # --- queries -------------------------------------------------------------
     def find_req_by_rid(self, rid: str) -> Optional[Any]:

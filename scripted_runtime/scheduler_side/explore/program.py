@@ -103,7 +103,7 @@ def release_before_flush(ctx) -> int:
     time at the next reset. The memory pressure ends with the flush either
     way (a refused flush ends it too: deterministic, whatever the scheduler
     answers). Returns the tokens given back."""
-    return ctx.release_exhausted_kv() if ctx.exhausted_kv_tokens else 0
+    return ctx.release_exhausted_kv() if ctx.exhausted_kv_tokens or ctx.kv_pressure_pending else 0
 
 
 def raise_if_lost(ctx, reqs) -> None:
@@ -161,12 +161,14 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
 
 def _step_until_idle(ctx, budget: int):
     """Step (at most ``budget`` iterations) until the scheduler's idle gate
-    and the harness's scan agree the engine is idle; True when it is."""
+    and the harness's scan agree the engine is idle, and (under PP) every
+    KV operation queued for the ranks was applied (the end-state checks'
+    give-back); True when it is."""
     for _ in range(budget):
-        if ctx.is_fully_idle and ctx.nothing_held:
+        if ctx.is_fully_idle and ctx.nothing_held and not ctx.kv_pressure_pending:
             return True
         yield
-    return ctx.is_fully_idle and ctx.nothing_held
+    return ctx.is_fully_idle and ctx.nothing_held and not ctx.kv_pressure_pending
 
 
 def end_state_checks(ctx, reqs) -> Dict[str, Any]:
@@ -185,7 +187,7 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     program holds could never finish."""
     if tokenizer_paused(ctx):
         ctx.continue_generation()
-    if ctx.exhausted_kv_tokens:
+    if ctx.exhausted_kv_tokens or ctx.kv_pressure_pending:
         ctx.release_exhausted_kv()
     if hicache_state.controller(ctx.scheduler) is not None:
         # held copies are the program's own window; the end needs them done

@@ -98,16 +98,18 @@ def kv_pressure_actions() -> st.SearchStrategy:
 
 
 def kv_pressure_drawn(topology: str) -> bool:
-    """KV pressure only off PP: every PP rank schedules on its own KV pool and
-    the harness can take slots from the driver rank's only, so under PP the
-    ranks would disagree about what fits (a harness artefact, not a bug)."""
-    return LOOP_OF_TOPOLOGY[topology] != "pp"
+    """KV pressure is drawn on every topology. Under PP every rank schedules
+    on its own KV pool, so the harness takes the same room on each: its
+    KV operations ride SGLang's request relay to every rank
+    (``scheduler_side/rank_ops.py``), or the ranks would disagree about what
+    fits (a harness artefact, not a bug)."""
+    return topology in LOOP_OF_TOPOLOGY
 
 
 def phase_ops(topology: str) -> st.SearchStrategy:
     """What an OnPhase does once its phase holds: a control operation (not
-    continue: there is nothing to continue unless the program paused), or,
-    off PP, taking the free KV (memory running out mid-decode)."""
+    continue: there is nothing to continue unless the program paused), or
+    taking the free KV (memory running out mid-decode)."""
     ops = control_ops().filter(lambda op: not isinstance(op, A.Continue))
     if not kv_pressure_drawn(topology):
         return ops
