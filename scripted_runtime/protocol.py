@@ -110,3 +110,6 @@ class SchedulerCrashed:
     script_stack: Optional[Tuple[Tuple[str, int, str], ...]] = None  # where the script stood
     # it died in the reset before the script: what the previous script left behind broke it
     in_reset: bool = False
+    # the control operations the script had posted (ControlLedger.log()), as ScriptDone's:
+    # a crash's cause is read with them (a known bug's needs_ops); None where not known
+    control_log: Optional[Tuple[Any, ...]] = None

@@ -133,9 +133,13 @@ class Driver:
         except OSError:
             pass
         try:
+            try:
+                control_log = None if self._resetting else tuple(self.ledger.log())
+            except Exception:  # noqa: BLE001 - the crash report must leave whatever the ledger holds
+                control_log = None
             self._sock.send_pyobj(protocol.SchedulerCrashed(
-                traceback=tb, script_stack=script_stack(self._script_gen), in_reset=self._resetting),
-                flags=zmq.NOBLOCK)
+                traceback=tb, script_stack=script_stack(self._script_gen), in_reset=self._resetting,
+                control_log=control_log), flags=zmq.NOBLOCK)
             time.sleep(0.2)  # let the frame leave before the process dies
         except zmq.ZMQError:
             pass

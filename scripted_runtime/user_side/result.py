@@ -17,6 +17,8 @@ class ScriptResult:
     crashed: bool = False  # the scheduler died during the script
     crashed_in_reset: bool = False  # ... in the reset before it: what the previous script left broke it
     control_log: List[Dict[str, Any]] = field(default_factory=list)
+    # whether control_log is what the script posted: False for a crash whose driver sent none
+    control_log_known: bool = True
     value: Any = None
     violation: Optional[Dict[str, Any]] = None  # the invariant that failed the script
     windows: Dict[str, Dict[str, int]] = field(default_factory=dict)  # name -> reached/open_steps/entered

@@ -501,6 +501,8 @@ class ScriptedServer:
                     crashed = self._with_trace(self._crashed(name, msg.traceback, t0), trace_path)
                     crashed.script_stack = list(msg.script_stack) if msg.script_stack else None
                     crashed.crashed_in_reset = msg.in_reset
+                    if getattr(msg, "control_log", None) is not None:
+                        crashed.control_log, crashed.control_log_known = list(msg.control_log), True
                     return crashed
             crash = self._first_crash_text()
             if crash is not None or (self._proc is not None and self._proc.poll() is not None):
@@ -554,4 +556,4 @@ class ScriptedServer:
         self._kill()
         return ScriptResult(script=name, passed=False, crashed=True, duration_s=time.monotonic() - t0,
                             error=f"SchedulerCrashed: {crash_line(first)}",
-                            traceback=tb)
+                            traceback=tb, control_log_known=False)

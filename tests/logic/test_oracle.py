@@ -111,6 +111,25 @@ def test_an_entry_that_needs_operations_matches_only_a_program_that_posted_them(
                                message=owners, ops=ops) is expected, ops
 
 
+def test_a_crash_is_judged_by_the_operations_its_report_carries():
+    """The double release's assertion fires for any KV released twice: a
+    crash of a program that posted no retract (the kill table's
+    ``mut_prune_keeps_aborted`` at pp4) is a finding; one whose driver sent
+    no control log is left to the message rules."""
+    from scripted_runtime.user_side.explore.runner import posted_ops
+    from scripted_runtime.user_side.result import ScriptResult
+
+    double = known_bugs.by_name("pp_retract_chunk_double_release")
+    sig = "SchedulerCrashed: AssertionError: Only a mamba-capable tree cache allows freeing before alloc"
+    find = lambda ops: known_bugs.find(sig, topology="pp4", sglang_version="0.5.23", message=sig, ops=ops)
+    reported = ScriptResult("s", passed=False, crashed=True, control_log=[{"op": "abort(r1)"}])
+    assert posted_ops(reported) == ("abort(r1)",) and find(posted_ops(reported)) is None
+    retracted = ScriptResult("s", passed=False, crashed=True, control_log=[{"op": "pause_generation(retract)"}])
+    assert find(posted_ops(retracted)) is double
+    silent = ScriptResult("s", passed=False, crashed=True, control_log_known=False)
+    assert posted_ops(silent) is None and find(posted_ops(silent)) is double
+
+
 def test_every_entry_names_a_scenario_and_a_report_that_exist():
     for bug in known_bugs.REGISTRY:
         path, _, func = bug.scenario.partition(":")

@@ -36,8 +36,9 @@ STANDBY_MODES = ("auto", "on", "off")
 
 def posted_ops(result: ScriptResult) -> Optional[Tuple[str, ...]]:
     """The control operations a script posted, by name (what a known bug's
-    ``needs_ops`` reads); None for a crash, which reports no control log."""
-    if result.crashed:
+    ``needs_ops`` reads); None for a crash whose report carried no control
+    log (a process that died before its driver could send one)."""
+    if not result.control_log_known:
         return None
     return tuple(str(op.get("op", "")) for op in result.control_log or ())
 
