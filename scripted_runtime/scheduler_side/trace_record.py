@@ -10,6 +10,7 @@ the step before it.
 """
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -148,7 +149,7 @@ class TraceWriter:
     def _next_block(self) -> None:
         size = min(2 * (self._size - self._map_start), self.MAX_BLOCK) if self._map is not None else self.FIRST_BLOCK
         start = self._size
-        os.posix_fallocate(self._fd, start, size)
+        _allocate(self._fd, start, size)
         if self._map is not None:
             self._map.close()
             self._map = None
@@ -170,3 +171,17 @@ class TraceWriter:
 
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux; elsewhere pages fault in on first touch
+
+
+def _allocate(fd: int, start: int, size: int) -> None:
+    """Give the file its next block on disk (``posix_fallocate``: a full disk
+    is an ``OSError`` here); where the file system or platform cannot, only
+    extend the file (a full disk would then show at a page fault)."""
+    try:
+        os.posix_fallocate(fd, start, size)
+    except AttributeError:  # no posix_fallocate on this platform
+        os.ftruncate(fd, start + size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.ftruncate(fd, start + size)

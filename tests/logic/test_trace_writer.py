@@ -89,3 +89,33 @@ def test_checker_builds_its_list_of_checks_again_when_one_registers(monkeypatch)
 
     check_registry.register(check_registry.Check("late_check", "extension", "doc", late))
     assert list(checker._runs()) == before + [late]
+
+
+def test_a_file_system_without_fallocate_still_gets_its_blocks(tmp_path, monkeypatch):
+    import errno
+
+    def refuse(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, "not supported")
+
+    monkeypatch.setattr(os, "posix_fallocate", refuse)
+    path = tmp_path / "t.jsonl"
+    w = trace_record.TraceWriter(str(path))
+    w.write_header({"trace_format": 1})
+    w.append({"step": 0})
+    w.close()
+    assert [r["step"] for r in timeline.load(str(path))[1]] == [0] and b"\0" not in path.read_bytes()
+
+
+def test_a_full_disk_is_an_error_at_the_block_not_a_signal_later(tmp_path, monkeypatch):
+    import errno
+
+    import pytest
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    w = trace_record.TraceWriter(str(tmp_path / "t.jsonl"))
+    with pytest.raises(OSError, match="No space"):
+        w.write_header({"trace_format": 1})
+    w.close()
