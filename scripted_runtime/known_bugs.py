@@ -62,8 +62,9 @@ class KnownBug:
         """Whether a failure is this bug. ``ops``: the names of the control
         operations the failing program posted; an entry with ``needs_ops``
         matches only when each is among them. None: not known (a crash
-        reports no operations), and then the message rules alone decide, as
-        for an entry without ``needs_ops``."""
+        whose driver sent no control log, or one in the reset between two
+        programs), and then the message rules alone decide, as for an entry
+        without ``needs_ops``."""
         if not signature or not self.applies(topology, sglang_version):
             return False
         if self.needs_ops and ops is not None and not all(any(op.startswith(need) for op in ops)
@@ -200,7 +201,7 @@ REGISTRY: Tuple[KnownBug, ...] = (
         verified_on=("0.5.23",),
         scenario="scenarios/known_bugs.py:pp_retract_chunk_two_slots",
         report="docs/upstream/pp-retract-chunk-double-release.md",
-        needs_ops=("pause_generation(retract)",),  # its cause: a retract (the crash form reports no operations)
+        needs_ops=("pause_generation(retract)",),  # its cause: a retract
         breaks_server=True,
     ),
     KnownBug(

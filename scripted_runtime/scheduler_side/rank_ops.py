@@ -158,21 +158,21 @@ class KvPressure:
     def evict(self) -> int:
         """Evict the radix tree's evictable KV to the allocator; returns the
         tokens evicted (under PP: to be evicted at the next ingest)."""
-        evictable = state.pool_stats(self.scheduler)["evictable"]
         if not self.pipelined:
-            return sglang_compat.evict_cache(self.scheduler, evictable)
+            return apply(self.scheduler, self.holds, RankKvOp(EVICT))
+        evictable = state.pool_stats(self.scheduler)["evictable"]
         self._queue(RankKvOp(EVICT), evictable)
         return evictable
 
     def release(self) -> int:
-        """Give back everything held; returns the tokens given back (under
-        PP: at the next ingest; 0 and nothing queued when nothing is held)."""
-        if not self.pipelined:
-            tokens = self.holds.tokens
-            self.holds.release()
-            return tokens
+        """Give back everything held, or queued to be taken; returns the
+        tokens given back (under PP: at the next ingest). Nothing held and
+        nothing queued: 0, and nothing is done, so a caller need not ask
+        first."""
         if not self.holding:
             return 0
+        if not self.pipelined:
+            return apply(self.scheduler, self.holds, RankKvOp(RELEASE))
         tokens = self.promised_tokens
         self._queue(RankKvOp(RELEASE), tokens)
         return tokens

@@ -103,7 +103,7 @@ def release_before_flush(ctx) -> int:
     time at the next reset. The memory pressure ends with the flush either
     way (a refused flush ends it too: deterministic, whatever the scheduler
     answers). Returns the tokens given back."""
-    return ctx.release_exhausted_kv() if ctx.exhausted_kv_tokens or ctx.kv_pressure_pending else 0
+    return ctx.release_exhausted_kv()  # 0, doing nothing, when nothing is held or queued
 
 
 def raise_if_lost(ctx, reqs) -> None:
@@ -187,8 +187,7 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     program holds could never finish."""
     if tokenizer_paused(ctx):
         ctx.continue_generation()
-    if ctx.exhausted_kv_tokens or ctx.kv_pressure_pending:
-        ctx.release_exhausted_kv()
+    ctx.release_exhausted_kv()  # nothing held or queued: does nothing
     if hicache_state.controller(ctx.scheduler) is not None:
         # held copies are the program's own window; the end needs them done
         # (a held load also keeps later loads of a full ack ring waiting)

@@ -70,7 +70,7 @@ class Outcome:
     # guidance and the coverage figure count
     states: Tuple[str, ...] = ()
     # the control operations it posted, by name, in order (what a known bug's ``needs_ops``
-    # reads); None when not known (a crash reports no control log)
+    # reads); None when not known (a crash whose driver sent no control log)
     ops: Optional[Tuple[str, ...]] = ()
 
     @property
