@@ -316,6 +316,51 @@ def test_a_program_that_leaves_an_engine_the_reset_cannot_restore_is_the_failing
     assert out.failing_action is None  # after the program's last action: the end
 
 
+def test_a_failed_program_that_leaves_an_engine_the_reset_crashes_on_is_judged_by_the_crash():
+    """After a failure that left the scheduler alive (a registered bug's
+    symptom, say) the reset is probed too: a crash there is that program's
+    failure, with its operations (else the next program would be retried on
+    a fresh server and the crash counted nowhere); a probe that passes, or a
+    program that crashed itself, keeps the program's own failure."""
+    from scripted_runtime.user_side.result import ScriptResult
+
+    violation = {"invariant": "pause_holds", "kind": "ContractViolation", "step": 4}
+
+    class Server:
+        alive, info = True, {"sglang_version": "0.0.test"}
+
+        def __init__(self, settle_crashes, program_crashes=False):
+            self.settle_crashes, self.program_crashes, self.targets = settle_crashes, program_crashes, []
+
+        def run(self, target, *args, **kwargs):
+            self.targets.append(target)
+            if target == runner.SETTLE:
+                if self.settle_crashes:
+                    return ScriptResult(script="nothing", passed=False, crashed=True, crashed_in_reset=True,
+                                        error="SchedulerCrashed: AssertionError: freed twice", traceback="tb")
+                return ScriptResult(script="nothing", passed=True)
+            if self.program_crashes:
+                self.alive = False
+                return ScriptResult(script="program", passed=False, crashed=True, steps=3,
+                                    error="SchedulerCrashed: ValueError: bad row",
+                                    control_log=[{"op": "flush_cache"}])
+            return ScriptResult(script="program", passed=False, steps=5, violation=violation,
+                                error="ContractViolation: pause_holds", traceback="program tb",
+                                control_log=[{"op": "pause_generation(in_place)"}])
+
+    config = ServerConfig("pp1-normal", checks=False)
+    broken = Server(settle_crashes=True)
+    out = runner.ExampleRunner(config, server=broken).run([A.Start(8, 1, 2)])
+    assert out.signature == "SchedulerCrashed: AssertionError: freed twice"
+    assert out.ops == ("pause_generation(in_place)",) and broken.targets[:2] == [runner.INTERPRETER, runner.SETTLE]
+    sound = Server(settle_crashes=False)
+    out = runner.ExampleRunner(config, server=sound).run([A.Start(8, 1, 2)])
+    assert out.signature == "ContractViolation[pause_holds]" and sound.targets[:2] == [runner.INTERPRETER, runner.SETTLE]
+    crashed = Server(settle_crashes=True, program_crashes=True)
+    out = runner.ExampleRunner(config, server=crashed).run([A.Start(8, 1, 2)])
+    assert out.signature == "SchedulerCrashed: ValueError: bad row" and runner.SETTLE not in crashed.targets
+
+
 def test_a_hicache_program_can_open_with_three_distinct_prefixes():
     from hypothesis import find
 

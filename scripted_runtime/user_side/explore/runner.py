@@ -366,16 +366,36 @@ class ExampleRunner:
         return scenario_history.run_in_order(path, function, run)
 
     def _settled(self, result: ScriptResult) -> ScriptResult:
-        """A program that passed must leave an engine the reset can restore:
-        the reset is run right away (before an empty script), and if it dies
-        or fails, that is this program's failure, not the next one's (which
-        would otherwise be blamed, and then pass on a fresh server: the
-        failure lost)."""
-        if not result.passed:
+        """A program must leave an engine the reset can restore: the reset is
+        run right away (before an empty script), and if it dies or fails,
+        that is this program's failure, not the next one's (which would
+        otherwise be blamed, retried on a fresh server and pass there: the
+        failure lost).
+
+        After a program that failed without killing the scheduler (a check,
+        a registered bug's symptom), the reset is probed too: when the
+        scheduler dies in it, the crash is this program's failure (its
+        signature; the program's own failure leads the traceback), judged
+        with this program's operations, because what the program left behind
+        killed SGLang. A reset that fails there without a crash keeps the
+        program's own failure (the next program's retry on a fresh server
+        handles the engine)."""
+        if not result.passed and (result.crashed or not self.server.alive):
             return result
         probe = self.server.run(SETTLE, timeout=self.example_timeout_s, trace=False, invariants=self.invariants)
         if probe.passed:
             return result
+        if not result.passed:
+            if not probe.crashed:
+                return result
+            self.progress(f"a program failed ({(result.error or '')[:80]}), then the scheduler died in the engine "
+                          f"reset after it ({(probe.error or '')[:120]}): counted as that program's failure")
+            return dataclasses.replace(
+                result, error=probe.error, crashed=True, crashed_in_reset=False, violation=None,
+                traceback=("The program failed; then the scheduler died in the engine reset right after it, so "
+                           "the program left an engine SGLang could not reset.\nThe program's own failure:\n"
+                           + (result.error or "") + "\n" + (result.traceback or "")
+                           + "\nThe crash in the reset:\n" + (probe.traceback or "")))
         self.progress(f"a program passed, then the engine reset after it failed ({(probe.error or '')[:120]}): "
                       "counted as that program's failure")
         return dataclasses.replace(
