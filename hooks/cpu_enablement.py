@@ -16,6 +16,19 @@ Measured on 0.5.23 and 0.5.12.post1 / 0.5.8.post1 (docs/sglang-facts.md,
 
 4. HiCache (``enable_hierarchical_cache``): ``hooks/hicache_cpu.py``.
 
+5. ``release_memory_occupation`` ends with ``torch.get_device_module().
+   synchronize()`` (0.5.23 ``scheduler_components/weight_updater.py``): with
+   no argument torch names the accelerator it was *built* for, so on a CPU
+   server with a CUDA build of torch (this box's cu130 wheel) it calls
+   ``torch.cuda.synchronize()`` and the scheduler dies ("Found no NVIDIA
+   driver"; in a forked server "Cannot re-initialize CUDA in forked
+   subprocess"). The rest of the scheduler asks for the served device
+   (``torch.get_device_module(self.device)``); the harness makes this call do
+   the same: that module's ``torch`` global becomes a view of torch whose
+   argument-less ``get_device_module()`` is the CPU's. The bug is registered
+   (``known_bugs``: ``release_memory_syncs_build_device``); its scenario turns
+   the workaround off for its run (``without_release_sync_workaround``).
+
 ``SGLANG_CPU_OMP_THREADS_BIND`` is set by the launcher, not here: its format
 depends on the release (``sglang_compat.omp_bind_rule``).
 """
@@ -94,6 +107,51 @@ class _SglKernelFinder(importlib.abc.MetaPathFinder):
         return None
 
 
+WEIGHT_UPDATER_MODULE = "sglang.srt.managers.scheduler_components.weight_updater"
+
+
+class _ServedDeviceTorch:
+    """``torch`` as SGLang's weight updater sees it on a CPU server: the same
+    module, except that ``get_device_module()`` with no argument is the CPU's
+    (with one, torch's own answer)."""
+
+    def __init__(self, real) -> None:
+        self.__dict__["_real"] = real
+
+    def get_device_module(self, device=None):
+        if device is None:
+            return self._real.cpu
+        return self._real.get_device_module(device)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+def _release_syncs_served_device(module) -> None:
+    real = getattr(module, "torch", None)
+    if real is None or isinstance(real, _ServedDeviceTorch):
+        return
+    module.torch = _ServedDeviceTorch(real)
+
+
+class without_release_sync_workaround:
+    """``with cpu_enablement.without_release_sync_workaround(): ...``: the
+    weight updater's plain ``torch`` back for the block (in this process), so
+    a scenario can show the bug item 5 works around."""
+
+    def __enter__(self):
+        self._module = sys.modules.get(WEIGHT_UPDATER_MODULE)
+        self._view = getattr(self._module, "torch", None)
+        if isinstance(self._view, _ServedDeviceTorch):
+            self._module.torch = self._view._real
+        return self
+
+    def __exit__(self, *exc):
+        if isinstance(self._view, _ServedDeviceTorch):
+            self._module.torch = self._view
+        return False
+
+
 def install() -> None:
     from scripted_runtime.hooks import hicache_cpu
 
@@ -101,6 +159,7 @@ def install() -> None:
     for name in sglang_compat.ROTARY_CPU_FLAG_MODULES:
         post_import.when_imported(name, _force_rotary_cpu_path)
     post_import.when_imported(sglang_compat.PYNCCL_MODULE, _no_pynccl_on_cpu)
+    post_import.when_imported(WEIGHT_UPDATER_MODULE, _release_syncs_served_device)
     if sglang_compat.needs_sgl_kernel_stub() and not any(
             isinstance(f, _SglKernelFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _SglKernelFinder())

@@ -479,3 +479,80 @@ def flush_ignores_waiting_while_paused(scheduler: Any) -> bool:
         return "ignore_waiting" in inspect.signature(gate).parameters
     except (TypeError, ValueError):
         return False
+
+
+# --- release/resume_memory_occupation (the RL weight-sync cycle) --------------
+# The tags SGLang's release/resume take (sglang.srt.constants; the same three
+# names since 0.4.x's multi-stage awake, PR 7099): no tags means all of them.
+MEMORY_TAGS = ("kv_cache", "weights", "cuda_graph")
+
+
+def weight_updater(scheduler: Any) -> Any:
+    """The object that handles release/resume: 0.5.2x's
+    ``scheduler.weight_updater`` (``scheduler_components/weight_updater.py``);
+    older releases handle them on the scheduler itself (a mixin)."""
+    return getattr(scheduler, "weight_updater", None) or scheduler
+
+
+def released_memory_tags(scheduler: Any) -> Tuple[str, ...]:
+    """The memory tags released and not resumed yet, as SGLang tracks them
+    (``offload_tags``, a set: release adds, resume removes), sorted."""
+    tags = getattr(weight_updater(scheduler), "offload_tags", None)
+    if tags is None:
+        tags = getattr(scheduler, "offload_tags", None)
+    return tuple(sorted(tags or ()))
+
+
+def memory_release_allowed(scheduler: Any) -> bool:
+    """SGLang's precondition of ``release_memory_occupation`` (0.5.23
+    ``weight_updater.py``: ``assert self.is_fully_idle(ignore_waiting=
+    scheduler._engine_paused)``; older releases assert plain idleness),
+    evaluated now. False means the scheduler would die on the assert."""
+    gate = getattr(scheduler, "is_fully_idle", None)
+    if gate is None:
+        return is_fully_idle(scheduler)
+    if flush_ignores_waiting_while_paused(scheduler):
+        return bool(gate(ignore_waiting=is_paused(scheduler)))
+    return bool(gate())
+
+
+def memory_saver_is_real(scheduler: Any) -> bool:
+    """Whether release/resume really unmaps memory (torch_memory_saver, with
+    ``--enable-memory-saver`` on a GPU) rather than doing nothing (SGLang's
+    ``_TorchMemorySaverAdapterNoop``, the CPU default): only then is the
+    content of a released region lost by SGLang itself."""
+    adapter = getattr(weight_updater(scheduler), "memory_saver_adapter", None)
+    if adapter is None:
+        adapter = getattr(scheduler, "memory_saver_adapter", None)
+    return adapter is not None and "Noop" not in type(adapter).__name__
+
+
+def weights_cpu_backup(scheduler: Any) -> bool:
+    """Whether released weights keep their content (``--enable-weights-cpu-backup``:
+    torch_memory_saver copies the weights region to the host on release)."""
+    args = getattr(scheduler, "server_args", None)
+    return bool(getattr(args, "enable_weights_cpu_backup", False))
+
+
+def kv_data_buffers(scheduler: Any) -> List[Any]:
+    """The KV pool's data tensors (per-layer K and V, or MLA's fused
+    buffers) of this rank: what SGLang allocates in the ``kv_cache`` memory
+    region, besides ``req_to_token``."""
+    pool = getattr(getattr(scheduler, "token_to_kv_pool_allocator", None), "_kvcache", None)
+    if pool is None:
+        pool = getattr(getattr(scheduler, "tp_worker", None), "model_runner", None)
+        pool = getattr(pool, "token_to_kv_pool", None)
+    buffers: List[Any] = []
+    for name in ("k_buffer", "v_buffer", "kv_buffer"):
+        got = getattr(pool, name, None)
+        if got is None:
+            continue
+        buffers.extend(got if isinstance(got, (list, tuple)) else [got])
+    return buffers
+
+
+def served_model(scheduler: Any) -> Any:
+    """The model this rank serves (its parameters and buffers)."""
+    worker = getattr(scheduler, "tp_worker", None)
+    runner = getattr(worker, "model_runner", None) or getattr(getattr(worker, "worker", None), "model_runner", None)
+    return getattr(runner, "model", None)

@@ -360,3 +360,33 @@ def expert_distribution_route_without_recorder(ctx):
     req = ctx.start_req(prompt_len=8, max_new_tokens=2, ignore_eos=True)
     yield from ctx.wait_finished(req, max_steps=50)
 
+
+
+def release_memory_syncs_build_device(ctx):
+    """``release_memory_occupation`` at idle must work on the server's
+    device: on a CPU server it is answered and the next request is served.
+
+    On 0.5.23 the handler ends with ``torch.get_device_module().synchronize()``
+    (``managers/scheduler_components/weight_updater.py``); without an
+    argument torch names the accelerator it was *built* for, so on a CPU
+    server with a CUDA build of torch it calls ``torch.cuda.synchronize()``
+    and the scheduler dies ("Found no NVIDIA driver", or "Cannot
+    re-initialize CUDA in forked subprocess" in a forked rank); the rest of
+    the scheduler asks for ``torch.get_device_module(self.device)``
+    (docs/upstream/release-memory-syncs-build-device.md). The harness works
+    around it on CPU (``hooks/cpu_enablement.py``, item 5); this scenario
+    turns that off for its release.
+    """
+    import torch
+
+    from scripted_runtime.hooks import cpu_enablement
+
+    if not torch.backends.cuda.is_built():
+        raise AssertionError("torch has no CUDA build here: the bug cannot show (its XPASS would mislead)")
+    with cpu_enablement.without_release_sync_workaround():
+        release = ctx.release_memory_occupation(["kv_cache"])
+        yield from release.wait(max_steps=10)
+    resume = ctx.resume_memory_occupation()
+    yield from resume.wait(max_steps=10)
+    req = ctx.start_req(prompt_len=8, max_new_tokens=2, ignore_eos=True)
+    yield from ctx.wait_finished(req, max_steps=50)

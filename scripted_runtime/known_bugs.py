@@ -263,6 +263,21 @@ REGISTRY: Tuple[KnownBug, ...] = (
         breaks_server=True,
         slow_topologies=("pp1-normal", "pp4"),
     ),
+    KnownBug(
+        name="release_memory_syncs_build_device",
+        title="release_memory_occupation synchronizes torch's build accelerator, not the served device: on a CPU "
+              "server with a CUDA build of torch it calls torch.cuda.synchronize() and the scheduler dies",
+        signature=r"SchedulerCrashed: RuntimeError: (Found no NVIDIA driver|Cannot re-initialize CUDA)",
+        message=r"",
+        topologies=("pp1-overlap", "pp1-normal", "pp4"),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:release_memory_syncs_build_device",
+        report="docs/upstream/release-memory-syncs-build-device.md",
+        breaks_server=True,
+        slow_topologies=("pp1-normal", "pp4"),
+        needs_ops=("release_memory_occupation",),
+    ),
 )
 
 

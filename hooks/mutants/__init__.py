@@ -27,8 +27,10 @@ patches before anyone read them: two new families, ``aborts`` (which
 batches an abort scans, the answer of an aborted queued request) and
 ``chunked_prefill`` (a chunked prompt's cached-token count, the PP merge
 after its last chunk), and one each added to ``batches``, ``requests``,
-``idle_gate`` and ``radix_locks``. ``MUTANTS`` is the table, in the kill
-table's row order (``ORDER`` below).
+``idle_gate`` and ``radix_locks``. ``memory_occupation`` holds the
+release/resume handlers' (issue 35, the RL weight-sync cycle), written
+with the operations before the explorer drew them. ``MUTANTS`` is the
+table, in the kill table's row order (``ORDER`` below).
 
 Every mutant lets the server's warm-up request (one short prompt, run to
 its length, no abort, pause, flush or chunking) through, so the server
@@ -55,8 +57,8 @@ from typing import Dict
 
 # Each family module declares its mutants when imported.
 from scripted_runtime.hooks.mutants import (aborts, batches, chunked_prefill, hicache, idle_gate,  # noqa: F401
-                                            kv_content, kv_pressure, loops, pools, prefix_cache, radix_locks,
-                                            requests, stream_output)
+                                            kv_content, kv_pressure, loops, memory_occupation, pools,
+                                            prefix_cache, radix_locks, requests, stream_output)
 from scripted_runtime.hooks.mutants.aborts import COLLECT_INFLIGHT_BATCHES_DIGEST  # noqa: F401
 from scripted_runtime.hooks.mutants.base import (ALL, BATCH_RESULT_PROCESSOR, FULL_COMPONENT, HICACHE,  # noqa: F401
                                                  MEM_CACHE_COMMON, MEMORY_POOL, OUTPUT_STREAMER, PATCHED_MODULES,
@@ -92,6 +94,8 @@ ORDER = (
     "mut_hicache_write_through_skips_lock",
     "mut_hicache_host_evict_leaks",
     "mut_length_cap_one_early",
+    "mut_release_keeps_cache_while_paused",
+    "mut_resume_skips_static_state",
     # written blind (issue 34, item 5)
     "mut_merge_batch_rows_other_first",
     "mut_checkpoint_row_keeps_duplicate_slots",

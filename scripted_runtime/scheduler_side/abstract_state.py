@@ -140,6 +140,8 @@ def op_label(name: str, answer: Any) -> str:
         name = "continue"
     elif name == "update_weights_from_disk":
         name = "update_weights"
+    elif name.startswith(("release_memory_occupation", "resume_memory_occupation")):
+        name = name.partition("_")[0]  # release / resume
     if answer is not None and getattr(answer, "success", True) is False:
         name += ":refused"
     return name

@@ -57,6 +57,18 @@ loop does otherwise, the contract reports it (a finding), it does not bend.
   answers failure (the flush was refused: 0.5.22+) changed no pool. 0.5.23
   processes a weight update in any scheduler state, so no state is
   forbidden.
+* ``memory_occupation``: a ``release_memory_occupation`` naming
+  ``kv_cache`` (or no tag: all) leaves the pools as an accepted flush does
+  right after it (SGLang flushes because the region's content is gone);
+  after a release SGLang's ``offload_tags`` holds every tag it named, after
+  a resume none of them; a resume of ``weights`` leaves the model's buffers
+  (its static state: rotary caches) as they were when the release came
+  (SGLang stashes them at the release and imports them at the resume; on
+  the CPU default the harness overwrites them in between, as a GPU loses
+  them); and while ``kv_cache`` or ``weights`` is released
+  no forward is launched (on a GPU it would run over unmapped memory; the
+  client's part is to pause first, which the harness's ``ctx`` enforces,
+  so a forward there is the scheduler running work it holds).
 
 Bookkeeping (``ContractMemory.on_dispatch``) runs only when a control
 request is dispatched; the per-iteration checks are a few comparisons
@@ -74,13 +86,15 @@ from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import check_registry, hicache_state, state
 from scripted_runtime.scheduler_side.check_registry import Violation
 
-NAMES = ("pause", "continue", "abort", "flush", "update_weights")
+NAMES = ("pause", "continue", "abort", "flush", "update_weights", "memory_occupation")
 DOCS = {
     "pause": "from a processed pause_generation until continue, no forward is launched and no request gains a token",
     "continue": "after continue_generation, live work moves again within a few iterations",
     "abort": "an aborted request finishes (FINISH_ABORT) within a bound, is never launched again and keeps no row",
     "flush": "flush_cache is accepted only with no live KV, and then empties the pools; a refused one changes nothing",
     "update_weights": "update_weights_from_disk(flush_cache=True) leaves the pools as the flush it answers says",
+    "memory_occupation": "release(kv_cache) leaves the pools flushed; offload_tags follows release/resume; no "
+                         "forward while KV or weights are released",
 }
 
 # Decode forwards an aborted request may still take part in: the one
@@ -98,7 +112,11 @@ CONTINUE_TYPE = "ContinueGenerationReqInput"
 ABORT_TYPE = "AbortReq"
 FLUSH_TYPE = "FlushCacheReqInput"
 UPDATE_TYPE = "UpdateWeightFromDiskReqInput"
-OBSERVED_TYPES = frozenset({PAUSE_TYPE, CONTINUE_TYPE, ABORT_TYPE, FLUSH_TYPE, UPDATE_TYPE})
+RELEASE_TYPE = "ReleaseMemoryOccupationReqInput"
+RESUME_TYPE = "ResumeMemoryOccupationReqInput"
+OBSERVED_TYPES = frozenset({PAUSE_TYPE, CONTINUE_TYPE, ABORT_TYPE, FLUSH_TYPE, UPDATE_TYPE, RELEASE_TYPE, RESUME_TYPE})
+# the released tags during which a forward would run over unmapped memory on a GPU
+FORWARD_FORBIDDING_TAGS = ("kv_cache", "weights")
 
 
 def pools(s: Any) -> Dict[str, Any]:
@@ -171,6 +189,7 @@ class ContractMemory:
     continue_step: Optional[int] = None  # last continue processed (while work was live)
     aborts: Dict[str, AbortWatch] = field(default_factory=dict)
     batch_cursor: int = 0  # batch_log entries already looked at
+    stashed_buffers: Optional[Dict[str, Any]] = None  # the model's buffers when a release of weights came
 
     # --- at dispatch (called by the driver's recording dispatcher) -----------
     def before_dispatch(self, s: Any, recv_req: Any) -> Any:
@@ -182,6 +201,8 @@ class ContractMemory:
             return pools(s)
         if name == ABORT_TYPE:
             return _abort_targets(s, recv_req)
+        if name == RELEASE_TYPE and "weights" in tuple(getattr(recv_req, "tags", None) or sglang_compat.MEMORY_TAGS):
+            self.stashed_buffers = _model_buffers(s)  # what SGLang stashes now, and its resume must put back
         return None
 
     def on_dispatch(self, s: Any, recv_req: Any, output: Any, step: int, before: Any) -> None:
@@ -195,6 +216,8 @@ class ContractMemory:
             self._on_abort(before, step)
         elif name in (FLUSH_TYPE, UPDATE_TYPE) and before is not None:
             self._on_flush(s, name, output, before)
+        elif name in (RELEASE_TYPE, RESUME_TYPE):
+            self._on_memory(s, recv_req, release=name == RELEASE_TYPE, step=step)
 
     def _on_pause(self, s: Any, recv_req: Any, step: int) -> None:
         mode = getattr(recv_req, "mode", None)
@@ -215,6 +238,42 @@ class ContractMemory:
         elif rowed and sglang_compat.loop_kind(s) != "pp":
             self.problems.append(("pause", f"pause_generation(retract) left waiting requests holding a "
                                            f"req_to_token row: {', '.join(rowed[:6])}"))
+
+    def _on_memory(self, s: Any, recv_req: Any, *, release: bool, step: int) -> None:
+        tags = tuple(getattr(recv_req, "tags", None) or sglang_compat.MEMORY_TAGS)
+        held = set(sglang_compat.released_memory_tags(s))
+        what = f"{'release' if release else 'resume'}_memory_occupation({', '.join(tags)})"
+        if release:
+            missing = [t for t in tags if t not in held]
+            if missing:
+                self.problems.append(("memory_occupation", f"{what} processed at step {step}, yet SGLang's "
+                                                           f"offload_tags lacks {', '.join(missing)}"))
+            if "kv_cache" in tags:
+                after = pools(s)
+                wrong = []
+                if after["tree_tokens"]:
+                    wrong.append(f"{after['tree_tokens']} tokens still in the tree")
+                if after["rows_free"] != after["rows_total"]:
+                    wrong.append(f"rows free {after['rows_free']}/{after['rows_total']}")
+                if after["kv_free"] != after["kv_total"]:
+                    wrong.append(f"KV free {after['kv_free']}/{after['kv_total']}")
+                if wrong:
+                    self.problems.append(("memory_occupation", f"{what} released the KV cache, yet right after "
+                                                               "it " + "; ".join(wrong)))
+        else:
+            left = [t for t in tags if t in held]
+            if left:
+                self.problems.append(("memory_occupation", f"{what} processed at step {step}, yet SGLang's "
+                                                           f"offload_tags still holds {', '.join(left)}"))
+            if "weights" in tags and self.stashed_buffers is not None:
+                stashed, self.stashed_buffers = self.stashed_buffers, None
+                now = _model_buffers(s) or {}
+                changed = [n for n, t in stashed.items() if n not in now or not _same_tensor(now[n], t)]
+                if changed:
+                    self.problems.append(("memory_occupation", f"{what} did not put the model's buffers back as "
+                                                               f"they were at the release: {', '.join(changed[:4])} "
+                                                               "differ (SGLang stashes them at the release and "
+                                                               "imports them at the resume)"))
 
     def _on_abort(self, targets: List[Tuple[Any, bool]], step: int) -> None:
         for req, waiting_only in targets:
@@ -252,6 +311,21 @@ class ContractMemory:
             self.problems.append((contract, f"{what} refused, yet the pools changed: {changed}"))
         elif before.get("must_accept"):
             self.problems.append((contract, f"{what} refused, though {before['must_accept']}"))
+
+
+def _model_buffers(s: Any) -> Optional[Dict[str, Any]]:
+    """Copies of this rank's model buffers (its "static state": rotary
+    caches and the like, small), or None without a model."""
+    model = sglang_compat.served_model(s)
+    if model is None:
+        return None
+    return {name: b.detach().clone() for name, b in model.named_buffers()}
+
+
+def _same_tensor(a: Any, b: Any) -> bool:
+    import torch
+
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
 
 
 def _abort_targets(s: Any, recv_req: Any) -> List[Tuple[Any, bool]]:
@@ -297,6 +371,14 @@ def check(view: Any, memory: Any) -> Optional[Violation]:
             mem.problems.clear()
             return _broken(view, contract, message, [])
     slots = max(1, state.mbs_slots(view.s))
+    if launched and enabled("memory_occupation"):
+        released = [t for t in sglang_compat.released_memory_tags(view.s) if t in FORWARD_FORBIDDING_TAGS]
+        if released:
+            b = launched[0]
+            return _broken(view, "memory_occupation",
+                           f"a {b.mode} forward of [{', '.join(b.rids[:6])}] was launched at step {b.step} while "
+                           f"{' and '.join(released)} memory was released (a GPU would run it over unmapped memory)",
+                           [r for r in view.reqs if r.rid in b.rids])
     paused = mem.pause_step is not None
     if paused and enabled("pause"):
         during = [b for b in launched if b.step >= mem.pause_step]

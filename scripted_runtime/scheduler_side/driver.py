@@ -26,7 +26,8 @@ import zmq
 
 from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime import extensions, protocol
-from scripted_runtime.scheduler_side import contracts, control, reset_fingerprint, script_loader, state
+from scripted_runtime.scheduler_side import (contracts, control, memory_occupation, reset_fingerprint, script_loader,
+                                             state)
 from scripted_runtime.scheduler_side.context.api import ScriptContext
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
@@ -167,6 +168,7 @@ class Driver:
                 except Exception:  # noqa: BLE001 - a harness bug must not kill the scheduler
                     memory.harness_error, observed = traceback.format_exc(limit=4), False
             output = dispatcher(recv_req)
+            memory_occupation.after_dispatch(self.scheduler, recv_req, output)
             if observed:
                 try:
                     memory.on_dispatch(self.scheduler, recv_req, output, self.counters.step, before)
@@ -246,6 +248,18 @@ class Driver:
         steps = 0
         hicache_gate.gate().reset()  # nothing held into the next script (copies the held ones now)
         if self._needs_drain() or tokenizer_paused:
+            released = ctx.released_memory
+            if released:
+                # the RL order: memory back before generation continues (a continue
+                # over released memory is refused: a GPU would fault)
+                resume = ctx.resume_memory_occupation(list(released))
+                while not resume.processed:
+                    if steps >= RESET_MAX_STEPS:
+                        raise ResetError(f"the reset's resume_memory_occupation({', '.join(released)}) was not "
+                                         f"processed within {RESET_MAX_STEPS} iterations; "
+                                         f"state: {state.describe(s)}")
+                    yield
+                    steps += 1
             if sglang_compat.is_paused(s) or tokenizer_paused:
                 ctx.continue_generation()
             self.kv_holds.release()
@@ -349,6 +363,7 @@ class Driver:
         """Whether the reset must abort and wait: anything paused, held,
         queued, taken by ``exhaust_kv`` or posted and not yet settled."""
         return (sglang_compat.is_paused(self.scheduler) or self.kv_holds.holding
+                or bool(sglang_compat.released_memory_tags(self.scheduler))
                 or bool(self.ledger.unsettled()) or not self._engine_idle())
 
     def _run(self, cmd: protocol.RunScript) -> Generator[None, None, protocol.ScriptDone]:

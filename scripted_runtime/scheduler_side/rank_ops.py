@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
 from scripted_runtime.hooks import sglang_compat
-from scripted_runtime.scheduler_side import state
+from scripted_runtime.scheduler_side import memory_occupation, state
 from scripted_runtime.scheduler_side.kv_holds import KvHolds
 
 TAKE, RELEASE, EVICT = "take", "release", "evict"
@@ -89,7 +89,9 @@ class RankAgent:
             if isinstance(recv_req, RankKvOp):
                 apply(self.scheduler, self.holds, recv_req)
                 return None
-            return dispatcher(recv_req)
+            output = dispatcher(recv_req)
+            memory_occupation.after_dispatch(self.scheduler, recv_req, output)
+            return output
 
         dispatch.__wrapped__ = dispatcher
         return dispatch

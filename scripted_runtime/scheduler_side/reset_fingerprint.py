@@ -23,7 +23,11 @@ The parts, read off 0.5.23's scheduler (``event_loop_*``,
 * the admission estimate ``new_token_ratio_tracker.current`` (retraction
   raises it, decode steps lower it; the idle check resets it), which decides
   how many waiting requests a prefill admits;
-* open sessions (``session_controller``), whose requests outlive a flush.
+* open sessions (``session_controller``), whose requests outlive a flush;
+* released memory (``offload_tags``; the reset resumes it) and weights a
+  release lost that no update loaded again (``memory_occupation``: a script
+  that resumed weights without an update leaves the server serving garbage,
+  which only a weight update or a fresh server repairs).
 
 Counters that only grow and decide nothing here (``forward_ct``, metrics) are
 left out. A part a release does not have reads as None on both sides.
@@ -32,7 +36,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from scripted_runtime.scheduler_side import state
+from scripted_runtime.hooks import sglang_compat
+from scripted_runtime.scheduler_side import memory_occupation, state
 
 FREE_LIST_HEAD = 16  # KV indices compared at the head of the allocator's free list
 
@@ -96,6 +101,9 @@ def take(s: Any) -> Dict[str, Any]:
         "requests deferred while paused": _len(getattr(s, "_deferred_input_requests", None)),
         "new_token_ratio": round(float(tracker.current), 9) if tracker is not None else None,
         "open sessions": _len(sessions) if sessions is not None else None,
+        "released memory (offload_tags)": sglang_compat.released_memory_tags(s),
+        # a release overwrote the weights (memory_occupation) and no update loaded them
+        "weights lost to a release and not loaded again": memory_occupation.weights_lost(s),
     }
 
 

@@ -237,6 +237,11 @@ def test_each_contract_can_be_switched_off(name):
         run.dispatch(CONTINUE)
     elif name == "abort":
         run.dispatch(abort("a"))
+    elif name == "memory_occupation":
+        s.tree_cache._evictable = 5
+        run.dispatch(req_input("ReleaseMemoryOccupationReqInput", tags=["kv_cache"]))  # tags not recorded either
+        s.offload_tags = {"kv_cache"}
+        run.launch(a)
     else:
         s.tree_cache._evictable = 5
         op = (req_input("FlushCacheReqInput") if name == "flush"
@@ -331,3 +336,47 @@ def test_a_flush_may_be_refused_while_anything_sits_in_a_batch_or_the_engine_is_
     pp = FakeScheduler(reqs=[])
     pp.__dict__["_scripted_runtime_loop_kind"] = "pp"
     assert _refused_flush(pp) is None
+
+
+# --- memory_occupation: release/resume_memory_occupation --------------------------------------------
+
+
+def _release(tags=None):
+    return req_input("ReleaseMemoryOccupationReqInput", tags=tags)
+
+
+def _resume(tags=None):
+    return req_input("ResumeMemoryOccupationReqInput", tags=tags)
+
+
+def test_a_release_of_the_kv_cache_must_leave_the_pools_flushed_and_the_tags_recorded():
+    s = FakeScheduler(reqs=[])
+    s.offload_tags = {"kv_cache"}  # SGLang's record (0.5.2x keeps it on weight_updater; older on the scheduler)
+    run = Run(s)
+    run.dispatch(_release(["kv_cache"]))
+    assert run.check() is None, "flushed pools and the tag recorded: nothing to report"
+    s.tree_cache._evictable = 7  # the release left the tree over released KV
+    run.dispatch(_release(["kv_cache"]))
+    v = run.check()
+    assert v.invariant == "memory_occupation" and "7 tokens still in the tree" in v.message
+    s.tree_cache._evictable = 0
+    s.offload_tags = set()
+    run.dispatch(_release(["weights"]))  # no flush asked; the tag missing from SGLang's record
+    v = run.check()
+    assert v.invariant == "memory_occupation" and "offload_tags lacks weights" in v.message
+
+
+def test_a_resume_must_drop_its_tags_and_no_forward_runs_while_kv_or_weights_are_released():
+    a = FakeReq("a", row=1, allocated=10)
+    s = FakeScheduler(reqs=[a])
+    s.offload_tags = {"kv_cache", "cuda_graph"}
+    run = Run(s)
+    run.dispatch(_resume(["kv_cache"]))  # processed, yet SGLang still records it
+    v = run.check()
+    assert v.invariant == "memory_occupation" and "still holds kv_cache" in v.message
+    run.launch(a)
+    v = run.check()
+    assert v.invariant == "memory_occupation" and "while kv_cache memory was released" in v.message
+    s.offload_tags = {"cuda_graph"}  # graphs alone: a CPU forward does not use them
+    run.launch(a)
+    assert run.check() is None

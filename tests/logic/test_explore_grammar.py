@@ -329,7 +329,7 @@ def test_the_source_names_prompts_by_family_and_resolves_stops_before_the_first_
     assert ("ctx.start_req(input_ids=explore.prompt_ids(1, 100), max_new_tokens=4, ignore_eos=False, "
             "stop_token_ids=[stops[1, 100, 3]], temperature=0.0)") in first
     resent = "\n".join(lines[source.action_lines[2][0] - 1:source.action_lines[2][1]])
-    assert "if not explore.tokenizer_paused(ctx):" in resent and "explore.prompt_ids(1, 127)" in resent
+    assert "if explore.can_start(ctx):" in resent and "explore.prompt_ids(1, 127)" in resent
     assert "yield from explore.exhaust_kv(ctx, 4)" in text and "explore.release_kv(ctx)" in text
     assert "stops" not in A.to_source([A.Start(8, 0, 1)]).text, "no prologue without a stop token"
 
@@ -423,7 +423,7 @@ def test_new_actions_round_trip_through_the_failure_database():
                A.OnPhase("queued", A.ExhaustKv(0, evict_cache=True), 24),
                A.FuzzRequest(("top_p_zero", "rid_reused"), 1, 63, 3), A.AbortUnknown()]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 5
+    assert A.GRAMMAR_VERSION == 6
 
 
 def test_the_corpus_keeps_its_meaning_with_families():

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHECK_WORDS = ("invariant idle_gate", "invariant slot_ownership", "invariant radix_locks",
                "invariant pool_accounting", "invariant hicache_load_before_read", "invariant hicache_transfer_slots",
                "invariant hicache_host_accounting", "contract pause", "contract abort", "contract flush",
-               "contract update_weights", "contract continue", "output oracle", "end-state", "crash", "request contract", "none today",
+               "contract update_weights", "contract continue", "contract memory_occupation", "output oracle", "end-state", "crash", "request contract", "none today",
                "unknown (written blind)")
 
 # The mutants written blind for issue 34 (item 5), without reading the
@@ -169,6 +169,13 @@ PINNED = [
     # added after the split (issue 34's request-semantics family)
     ('mut_length_cap_one_early', ('pp1-overlap', 'pp1-normal', 'pp4'),
      'output oracle (a length finish short of its reference); request contract where the oracle compares nothing'),
+    # issue 35: the RL weight-sync cycle's memory steps
+    ('mut_release_keeps_cache_while_paused', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'contract memory_occupation (the tree still holds tokens right after the release), output oracle (a prefix '
+     'hit reads KV the release lost)'),
+    ('mut_resume_skips_static_state', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'contract memory_occupation (the buffers differ from the release\'s after the resume), output oracle (the '
+     'rotary cache stays what the release left)'),
     # written blind (issue 34, item 5)
     ('mut_merge_batch_rows_other_first', ('pp1-overlap', 'pp1-normal', 'pp4'),
      "unknown (written blind); should show as wrong outputs (requests decode in each other's rows), then a "
@@ -234,7 +241,8 @@ def test_the_table_is_pinned_name_topologies_expected_and_order():
 
 def test_each_mutant_is_declared_in_a_family_module_by_its_install_function():
     families = {"idle_gate", "loops", "pools", "radix_locks", "batches", "hicache", "requests",
-                "kv_content", "prefix_cache", "kv_pressure", "stream_output", "aborts", "chunked_prefill"}
+                "kv_content", "prefix_cache", "kv_pressure", "stream_output", "aborts", "chunked_prefill",
+                "memory_occupation"}
     for patch in mutants.MUTANTS.values():
         module = patch.install.__module__
         assert module.startswith("scripted_runtime.hooks.mutants."), (patch.name, module)

@@ -145,7 +145,7 @@ def test_a_fuzzed_request_compiles_to_the_helper_and_is_held_back_in_a_pause():
     text = A.to_source(program).text
     assert ("explore.fuzz_request(ctx, reqs, ('top_p_zero', 'new_one'), family=1, prompt_len=63, "
             "max_new_tokens=3)") in text
-    assert "    if not explore.tokenizer_paused(ctx):\n        explore.fuzz_request" in text
+    assert "    if explore.can_start(ctx):\n        explore.fuzz_request" in text
     assert "explore.abort_unknown(ctx)" in text
 
 

@@ -149,6 +149,7 @@ class ScriptContext:
         return self._poster.post(path, payload)
 
     def _post_generate(self, payload: Dict[str, Any], *, await_arrival: bool, raw: bool) -> ReqHandle:
+        self._refuse_while_released("a generate request", paused_ok=True)
         rid = payload["rid"]
         work_types = sglang_compat.work_request_type_names()
         arrived: List[Any] = []
@@ -237,14 +238,38 @@ class ScriptContext:
         return self._control("flush_cache", "/flush_cache", None, "FlushCacheReqInput")
 
     def pause_generation(self, mode: str = "retract") -> ControlOp:
+        """Post ``/pause_generation``. ``in_place`` and ``retract`` reach the
+        scheduler (processed in the next iteration). ``abort`` never does:
+        SGLang's tokenizer flags itself paused (holding new requests until
+        continue) and sends ``abort_all`` until no request holds its lock,
+        every second, answering only then; this returns once its first
+        ``abort_all`` reached the scheduler (processed in the next
+        iteration), and ``op.http`` answers after the requests ended
+        (``yield`` until they are, then ``op.http.wait(s)``)."""
         if mode not in ("retract", "in_place", "abort"):
             raise ValueError(f"pause_generation mode must be retract|in_place|abort, got {mode!r}")
-        return self._control(
-            f"pause_generation({mode})", "/pause_generation", {"mode": mode},
-            "PauseGenerationReqInput", await_arrival=mode != "abort",
-        )
+        if mode != "abort":
+            return self._control(f"pause_generation({mode})", "/pause_generation", {"mode": mode},
+                                 "PauseGenerationReqInput")
+        aborts: List[Any] = []
+
+        def on_frame(obj: Any) -> None:
+            if type(obj).__name__ == "AbortReq" and getattr(obj, "abort_all", False):
+                aborts.append(obj)
+
+        self._inbox.arrival_listeners.append(on_frame)
+        try:
+            op = self._control("pause_generation(abort)", "/pause_generation", {"mode": mode},
+                               "PauseGenerationReqInput", await_arrival=False)
+            self._inbox.wait_for(None, timeout_s=ARRIVAL_TIMEOUT_S,
+                                 what="the abort_all SGLang's tokenizer sends for pause_generation(abort)",
+                                 already_arrived=lambda: bool(aborts))
+        finally:
+            self._inbox.arrival_listeners.remove(on_frame)
+        return op
 
     def continue_generation(self, *, torch_empty_cache: bool = False) -> ControlOp:
+        self._refuse_while_released("continue_generation", paused_ok=False)
         return self._control(
             "continue_generation", "/continue_generation",
             {"torch_empty_cache": torch_empty_cache}, "ContinueGenerationReqInput",
@@ -290,6 +315,12 @@ class ScriptContext:
         path = model_path or os.environ.get(ENV_CHECKPOINT)
         if not path:
             raise ValueError("update_weights_from_disk needs model_path (no harness checkpoint is set)")
+        if "weights" in self.released_memory:
+            raise RuntimeError(
+                "update_weights_from_disk: the weights memory is released (release_memory_occupation); on a GPU "
+                "with the memory saver its pages are unmapped and loading into them faults. Resume it first: "
+                "ctx.resume_memory_occupation(['weights']) (the RL order: resume weights, update, resume the "
+                "KV cache, continue)")
         if await_arrival:
             self._refuse_update_behind_lock()
         payload: Dict[str, Any] = {
@@ -305,6 +336,106 @@ class ScriptContext:
             "update_weights_from_disk", "/update_weights_from_disk", payload,
             "UpdateWeightFromDiskReqInput", await_arrival=await_arrival,
         )
+
+    # --- release/resume_memory_occupation (the RL weight-sync cycle) --------------
+    @property
+    def released_memory(self) -> tuple:
+        """The memory tags released and not resumed, as SGLang records them
+        (``offload_tags``; this rank's): ``kv_cache``, ``weights``, ``cuda_graph``."""
+        return sglang_compat.released_memory_tags(self._scheduler)
+
+    @property
+    def memory_release_allowed(self) -> bool:
+        """Whether SGLang's precondition of ``release_memory_occupation``
+        holds now (``is_fully_idle``, waiting requests allowed while paused)
+        and nothing is queued ahead of it: False means the release would
+        kill the scheduler on its assert."""
+        s = self._scheduler
+        return sglang_compat.memory_release_allowed(s) and (sglang_compat.is_paused(s) or not self._work_queued())
+
+    def _work_queued(self) -> List[str]:
+        """Generate (or embedding) requests that reached the scheduler's
+        socket and are not ingested yet: they join the waiting queue in the
+        iteration that processes an operation posted now, ahead of it."""
+        work = sglang_compat.work_request_type_names()
+        return [getattr(f, "rid", "?") for f in self._inbox.pending() if type(f).__name__ in work]
+
+    def release_memory_occupation(self, tags: Optional[List[str]] = None) -> ControlOp:
+        """Post ``/release_memory_occupation`` (``tags``: any of ``kv_cache``,
+        ``weights``, ``cuda_graph``; None: all); processed in the next
+        iteration. SGLang **asserts** the engine idle there (waiting requests
+        allowed while paused): a release sent busy kills the scheduler, which
+        SGLang documents as the caller's precondition ("should be called only
+        when server is idle"), so this raises instead when it does not hold
+        now (``memory_release_allowed``): pause with ``retract`` or wait for
+        idle first. Releasing a tag already released raises too. KV this
+        script took with ``exhaust_kv`` is given back first (the release
+        flushes the allocator, as ``flush_cache`` does). On the CPU default
+        the harness overwrites what was released (``memory_occupation``), as
+        a GPU loses it: weights must be loaded again (an update) before
+        generation continues."""
+        names = self._memory_tags(tags, "release_memory_occupation")
+        again = [t for t in names if t in self.released_memory]
+        if again:
+            raise RuntimeError(f"release_memory_occupation: {', '.join(again)} already released (SGLang's "
+                               f"offload_tags: {', '.join(self.released_memory)}); resume it first")
+        if not self.memory_release_allowed:
+            queued = self._work_queued()
+            why = (f"request(s) {', '.join(queued[:4])} reached the scheduler and join the queue ahead of it"
+                   if queued else f"the engine is not idle ({self.describe()})")
+            raise RuntimeError(
+                f"release_memory_occupation: SGLang asserts the engine idle (waiting requests allowed while "
+                f"paused) and would kill the scheduler: {why}. Pause with mode='retract' (or let the requests "
+                "finish) first")
+        self.release_exhausted_kv()
+        return self._control(f"release_memory_occupation({','.join(names)})", "/release_memory_occupation",
+                             {"tags": list(tags) if tags else None}, "ReleaseMemoryOccupationReqInput")
+
+    def resume_memory_occupation(self, tags: Optional[List[str]] = None) -> ControlOp:
+        """Post ``/resume_memory_occupation`` for ``tags`` (None: every tag
+        released now, named; SGLang's own "no tags" means all three);
+        processed in the next iteration. Raises when a tag is not released:
+        SGLang's handler removes each from ``offload_tags`` with
+        ``set.remove`` (a KeyError in the scheduler). After resuming
+        ``weights`` on the CPU default, the parameters are the garbage the
+        release left until a weight update loads them (as on a GPU)."""
+        if not tags:  # everything released now, named (SGLang's "no tags" means all three)
+            tags = list(self.released_memory)
+            if not tags:
+                raise RuntimeError("resume_memory_occupation: nothing is released (SGLang's offload_tags is empty)")
+        names = self._memory_tags(tags, "resume_memory_occupation")
+        missing = [t for t in names if t not in self.released_memory]
+        if missing:
+            raise RuntimeError(f"resume_memory_occupation: {', '.join(missing)} not released (released now: "
+                               f"{', '.join(self.released_memory) or 'nothing'}); SGLang's handler would raise "
+                               "KeyError on it")
+        return self._control(f"resume_memory_occupation({','.join(names)})", "/resume_memory_occupation",
+                             {"tags": list(names)}, "ResumeMemoryOccupationReqInput")
+
+    @staticmethod
+    def _memory_tags(tags: Optional[List[str]], what: str) -> tuple:
+        if tags is None or len(tags) == 0:
+            return sglang_compat.MEMORY_TAGS
+        if isinstance(tags, str):
+            raise TypeError(f"{what}: tags is a list of tag names, got the string {tags!r}")
+        unknown = [t for t in tags if t not in sglang_compat.MEMORY_TAGS]
+        if unknown:
+            raise ValueError(f"{what}: unknown tag(s) {', '.join(map(repr, unknown))}; SGLang's tags are "
+                             + ", ".join(sglang_compat.MEMORY_TAGS))
+        return tuple(tags)
+
+    def _refuse_while_released(self, what: str, *, paused_ok: bool) -> None:
+        """Refuse what would run a forward over released KV or weights (a
+        fault on a GPU, where the memory saver unmapped them): a generate
+        request while generation is not paused (a paused tokenizer holds it
+        until continue), or continue_generation."""
+        released = [t for t in self.released_memory if t in ("kv_cache", "weights")]
+        if not released or (paused_ok and control.pause_posted_last(self.control_ops)):
+            return
+        raise RuntimeError(
+            f"{what}: {' and '.join(released)} memory is released (release_memory_occupation) and generation is "
+            "not held, so SGLang would run a forward over it (on a GPU: unmapped memory). Resume it first "
+            "(ctx.resume_memory_occupation(...); after resuming weights, load them with an update)")
 
     def _refuse_update_behind_lock(self) -> None:
         """An awaited weight update the tokenizer would hold behind its

@@ -74,4 +74,14 @@ def op_kind(name: str, payload: Any) -> str:
     if name == "update_weights_from_disk":
         flush = bool((payload or {}).get("flush_cache", True))
         return f"update_weights({'flush' if flush else 'no_flush'})"
+    if name.startswith(("release_memory_occupation", "resume_memory_occupation")):
+        # release(all) / release(kv_cache) / resume(weights): KV and weights together are "all";
+        # cuda_graph (nothing on CPU) is named only alone
+        verb, _, tags = name.partition("(")
+        named = set(tags.rstrip(")").split(","))
+        if {"kv_cache", "weights"} <= named:
+            short = "all"
+        else:
+            short = ",".join(sorted(named - {"cuda_graph"})) or "cuda_graph"
+        return f"{verb.partition('_')[0]}({short})"
     return name

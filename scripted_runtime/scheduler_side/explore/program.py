@@ -159,6 +159,103 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
     return op
 
 
+# --- the RL weight-sync cycle (issue 35): release/resume_memory_occupation -----------------
+# Iterations a pause(abort) waits for the requests it aborts to end, per PP slot.
+ABORT_PAUSE_STEPS = 60
+# Seconds to wait for pause(abort)'s HTTP answer once its requests ended: SGLang's tokenizer
+# re-checks its lock once a second.
+ABORT_PAUSE_ANSWER_S = 10.0
+
+
+class PauseAnswerTimeout(AssertionError):
+    """pause_generation(abort) was not answered after every request ended."""
+
+
+def can_start(ctx) -> bool:
+    """Whether a request may be sent now: the tokenizer does not hold new
+    requests (no pause posted last), and no KV or weights memory is released
+    (a forward over it faults on a GPU; ``ctx`` refuses)."""
+    if tokenizer_paused(ctx):
+        return False
+    return not any(t in ("kv_cache", "weights") for t in ctx.released_memory)
+
+
+def pause(ctx, reqs, mode: str):
+    """``yield from pause(ctx, reqs, mode)``: ``ctx.pause_generation(mode)``.
+    For ``abort`` (which SGLang's tokenizer turns into aborts) step until
+    every request of the program ended, then wait (no step) for its answer,
+    which comes once they did: nothing of it is left in flight for later
+    steps. Returns the op."""
+    op = ctx.pause_generation(mode)
+    if mode != "abort":
+        return op
+    for _ in range(ABORT_PAUSE_STEPS * _slots(ctx)):
+        if not live(reqs):
+            break
+        yield
+    if not op.http.wait(ABORT_PAUSE_ANSWER_S):
+        raise PauseAnswerTimeout(f"pause_generation(abort) got no HTTP answer within {ABORT_PAUSE_ANSWER_S:.0f}s "
+                                 f"(live requests: {', '.join(h.rid for h in live(reqs)) or 'none'}); "
+                                 f"state: {ctx.describe()}")
+    return op
+
+
+def release_memory(ctx, tags: str):
+    """``yield from release_memory(ctx, tags)``: release ``tags`` (``"all"``
+    or one tag) and step until it was processed, when SGLang's precondition
+    holds and none of them is released already; else nothing (None). KV
+    taken with ``exhaust_kv`` is given back first (``ctx`` does)."""
+    names = None if tags == "all" else [tags]
+    wanted = ("kv_cache", "weights", "cuda_graph") if names is None else tuple(names)
+    if any(t in ctx.released_memory for t in wanted) or not ctx.memory_release_allowed:
+        return None
+    op = ctx.release_memory_occupation(names)
+    yield from op.wait(max_steps=2 * _slots(ctx))
+    return op
+
+
+def resume_memory(ctx, reqs):
+    """``yield from resume_memory(ctx, reqs)``: resume everything released,
+    in the RL order: weights first, then a weight update (a release lost
+    them: the harness's emulation, a GPU's memory saver), then the rest;
+    each stepped until processed. Nothing when nothing is released."""
+    released = ctx.released_memory
+    if not released:
+        return None
+    if "weights" in released:
+        op = ctx.resume_memory_occupation(["weights"])
+        yield from op.wait(max_steps=2 * _slots(ctx))
+        yield from update_weights(ctx, reqs, flush_cache=True)
+    if ctx.released_memory:
+        op = ctx.resume_memory_occupation()
+        yield from op.wait(max_steps=2 * _slots(ctx))
+    return True
+
+
+def continue_generation(ctx, reqs):
+    """``yield from continue_generation(ctx, reqs)``: resume released memory
+    (``resume_memory``), then ``ctx.continue_generation()``."""
+    yield from resume_memory(ctx, reqs)
+    return ctx.continue_generation()
+
+
+def rl_cycle(ctx, reqs, *, pause_mode: str, tags: str, gap: int):
+    """``yield from rl_cycle(ctx, reqs, ...)``: an RL framework's weight
+    sync, each step processed before the next: pause (``pause_mode``),
+    ``gap`` iterations, release ``tags`` where SGLang allows it (an
+    ``in_place`` pause with a batch still running does not: the cycle then
+    updates without releasing), resume and update (``resume_memory``; the
+    update alone when the weights stayed), ``gap`` iterations, continue."""
+    yield from pause(ctx, reqs, pause_mode)
+    yield from ctx.steps(gap)
+    released = yield from release_memory(ctx, tags)
+    if released is None or "weights" not in ctx.released_memory:
+        yield from update_weights(ctx, reqs, flush_cache=True)
+    yield from resume_memory(ctx, reqs)
+    yield from ctx.steps(gap)
+    return ctx.continue_generation()
+
+
 def _step_until_idle(ctx, budget: int):
     """Step (at most ``budget`` iterations) until the scheduler's idle gate
     and the harness's scan agree the engine is idle, and (under PP) every
@@ -185,6 +282,7 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     off with ``answer_delivery``). HiCache copies the program held and KV it took
     (``exhaust_kv``) are given back first: a request waiting for memory the
     program holds could never finish."""
+    yield from resume_memory(ctx, reqs)  # nothing released: does nothing
     if tokenizer_paused(ctx):
         ctx.continue_generation()
     ctx.release_exhausted_kv()  # nothing held or queued: does nothing

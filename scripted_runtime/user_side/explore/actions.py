@@ -27,7 +27,9 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # holds (not a fixed 256 tokens) and may evict the radix cache first (``evict_cache``).
 # 4: OnPhase (an operation once a scheduler phase holds: decoding, queued, ...).
 # 5: FuzzRequest and AbortUnknown (request-field fuzzing, drawn with --fuzz-requests).
-GRAMMAR_VERSION = 5
+# 6: the RL weight-sync cycle: Pause mode "abort", ReleaseMemory, ResumeMemory, RlCycle;
+# Continue resumes released memory first; Starts are skipped while memory is released.
+GRAMMAR_VERSION = 6
 # The prompt lengths programs use: around the 64-token chunk boundaries (1, 2 and 3
 # chunks), simplest first for shrinking. Part of the grammar: a Resend's "longer" steps up
 # this ladder, and the output oracle's warm-up computes every (family, length) of it.
@@ -146,7 +148,7 @@ class UpdateWeights:
 
 @dataclass(frozen=True)
 class Pause:
-    mode: str  # "in_place" | "retract"
+    mode: str  # "in_place" | "retract" | "abort" (the tokenizer aborts every request; program.pause)
 
     def describe(self) -> str:
         return f"pause_generation({self.mode})"
@@ -155,7 +157,44 @@ class Pause:
 @dataclass(frozen=True)
 class Continue:
     def describe(self) -> str:
-        return "continue_generation"
+        return "continue_generation (memory released before it resumed first)"
+
+
+@dataclass(frozen=True)
+class ReleaseMemory:
+    """``release_memory_occupation`` of ``tags`` (``"all"``, ``"kv_cache"``,
+    ``"weights"``) where SGLang's precondition holds (idle, or paused with
+    only waiting requests), else nothing (``program.release_memory``)."""
+
+    tags: str
+
+    def describe(self) -> str:
+        return f"release_memory_occupation({self.tags}) if SGLang allows it now"
+
+
+@dataclass(frozen=True)
+class ResumeMemory:
+    """Resume everything released, the RL order: weights, a weight update
+    (the release lost them), the rest (``program.resume_memory``)."""
+
+    def describe(self) -> str:
+        return "resume_memory_occupation of what is released (weights first, then a weight update)"
+
+
+@dataclass(frozen=True)
+class RlCycle:
+    """An RL framework's weight sync (``program.rl_cycle``): pause
+    (``pause_mode``), ``gap`` steps, release ``tags`` where SGLang allows
+    it, resume weights + update (or the update alone), resume the rest,
+    ``gap`` steps, continue."""
+
+    pause_mode: str
+    tags: str
+    gap: int = 0
+
+    def describe(self) -> str:
+        return (f"RL weight sync: pause({self.pause_mode}), release({self.tags}) if allowed, update, resume, "
+                f"continue ({self.gap} steps between)")
 
 
 @dataclass(frozen=True)
@@ -172,7 +211,7 @@ class AbortAll:
         return "abort_all"
 
 
-Op = Union[Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll]
+Op = Union[Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, ReleaseMemory, ResumeMemory, RlCycle]
 
 
 @dataclass(frozen=True)
@@ -262,7 +301,8 @@ class ReleaseTransfers:
 
 
 Action = Union[Steps, Start, Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, OnWindow, OnPhase, Extension,
-               HoldTransfers, ReleaseTransfers, Resend, ExhaustKv, ReleaseKv, FuzzRequest, AbortUnknown]
+               HoldTransfers, ReleaseTransfers, Resend, ExhaustKv, ReleaseKv, FuzzRequest, AbortUnknown,
+               ReleaseMemory, ResumeMemory, RlCycle]
 
 
 def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
@@ -273,9 +313,18 @@ def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
     if isinstance(op, UpdateWeights):
         return [f"yield from explore.update_weights(ctx, reqs, flush_cache={op.flush})"]
     if isinstance(op, Pause):
+        if op.mode == "abort":
+            return [f"yield from explore.pause(ctx, reqs, {op.mode!r})"]
         return [f"ctx.pause_generation({op.mode!r})"]
     if isinstance(op, Continue):
-        return ["ctx.continue_generation()"]
+        return ["yield from explore.continue_generation(ctx, reqs)"]
+    if isinstance(op, ReleaseMemory):
+        return [f"yield from explore.release_memory(ctx, {op.tags!r})"]
+    if isinstance(op, ResumeMemory):
+        return ["yield from explore.resume_memory(ctx, reqs)"]
+    if isinstance(op, RlCycle):
+        return [f"yield from explore.rl_cycle(ctx, reqs, pause_mode={op.pause_mode!r}, tags={op.tags!r}, "
+                f"gap={op.gap})"]
     if isinstance(op, AbortOne):
         return [f"explore.abort_one(ctx, reqs, {op.pick})"]
     if isinstance(op, AbortAll):
@@ -351,8 +400,10 @@ def _stops_wanted(actions: Sequence[Action],
 
 
 def _pauses(action: Action) -> bool:
+    """Whether the action may leave new requests refused: a pause (the
+    tokenizer holds them) or released memory (``ctx`` refuses them)."""
     op = action.op if isinstance(action, (OnWindow, OnPhase)) else action
-    return isinstance(op, Pause)
+    return isinstance(op, (Pause, ReleaseMemory))
 
 
 @dataclass
@@ -402,14 +453,14 @@ def to_source(actions: Sequence[Action], *, docstring: str = "", mark: Optional[
             body = ["pass"]
         elif isinstance(action, (Start, Resend)):
             call = _start_call(*prompts[i], action)
-            # The tokenizer holds new requests for the whole pause.
-            body = ["if not explore.tokenizer_paused(ctx):", "    " + call] if may_be_paused else [call]
+            # The tokenizer holds new requests for the whole pause; ctx refuses them while memory is released.
+            body = ["if explore.can_start(ctx):", "    " + call] if may_be_paused else [call]
         elif isinstance(action, ExhaustKv):
             body = _op_lines(action)
         elif isinstance(action, FuzzRequest):
             call = (f"explore.fuzz_request(ctx, reqs, {tuple(action.cases)!r}, family={action.family}, "
                     f"prompt_len={action.prompt_len}, max_new_tokens={action.max_new_tokens})")
-            body = ["if not explore.tokenizer_paused(ctx):", "    " + call] if may_be_paused else [call]
+            body = ["if explore.can_start(ctx):", "    " + call] if may_be_paused else [call]
         elif isinstance(action, AbortUnknown):
             body = ["explore.abort_unknown(ctx)"]
         elif isinstance(action, ReleaseKv):

@@ -60,6 +60,12 @@ OPERATIONS: Dict[str, List[A.Action]] = {
     "pause_retract": [A.Pause("retract"), A.Steps(2), A.Continue()],
     "update_in_place_pause": [A.Pause("in_place"), A.UpdateWeights(flush=True), A.Continue()],
     "update_retract_pause": [A.Pause("retract"), A.UpdateWeights(flush=True), A.Continue()],
+    # issue 35: the third pause mode and the RL weight-sync cycle's memory steps
+    "pause_abort": [A.Pause("abort"), A.Steps(2), A.Continue()],
+    "release_resume": [A.ReleaseMemory("all"), A.Steps(1), A.ResumeMemory()],
+    "rl_cycle_retract_all": [A.RlCycle("retract", "all", 1)],
+    "rl_cycle_abort_kv": [A.RlCycle("abort", "kv_cache", 0)],
+    "rl_cycle_in_place_weights": [A.RlCycle("in_place", "weights", 1)],
 }
 
 

@@ -11,7 +11,8 @@ from typing import Dict, Iterable, List, Optional
 from scripted_runtime.scheduler_side.explore.phases import FEATURE_PHASES, PHASES
 
 OPS = ("flush_cache", "update_weights(flush)", "update_weights(no_flush)", "pause(in_place)",
-       "pause(retract)", "continue", "abort", "abort_all")
+       "pause(retract)", "pause(abort)", "continue", "abort", "abort_all", "release(all)", "release(kv_cache)",
+       "release(weights)", "resume(weights)", "resume(kv_cache)", "resume(all)")
 
 
 @dataclass

@@ -59,15 +59,36 @@ TARGET_PHASES = {"normal": ("decode", "queued", "prefill_chunk", "finished_unpru
                  "pp": ("decode", "queued", "prefill_chunk", "finished_unpruned", "pp_in_flight")}
 
 
+# What ReleaseMemory and RlCycle release: everything (SGLang's default), or one of the two
+# tags whose loss the harness emulates on CPU (cuda_graph alone changes nothing here).
+MEMORY_TAG_CHOICES = ("all", "kv_cache", "weights")
+PAUSE_MODES = ("in_place", "retract", "abort")
+RL_CYCLE_GAPS = (0, 1, 3)
+
+
+def rl_cycles() -> st.SearchStrategy:
+    return st.builds(A.RlCycle, pause_mode=st.sampled_from(("retract", "in_place", "abort")),
+                     tags=st.sampled_from(MEMORY_TAG_CHOICES), gap=st.sampled_from(RL_CYCLE_GAPS))
+
+
 def control_ops() -> st.SearchStrategy:
     return st.one_of(
         st.just(A.Flush()),
         st.builds(A.AbortOne, pick=st.integers(0, 3)),
         st.just(A.AbortAll()),
         st.builds(A.UpdateWeights, flush=st.booleans()),
-        st.builds(A.Pause, mode=st.sampled_from(("in_place", "retract"))),
+        st.builds(A.Pause, mode=st.sampled_from(PAUSE_MODES)),
         st.just(A.Continue()),
+        st.builds(A.ReleaseMemory, tags=st.sampled_from(MEMORY_TAG_CHOICES)),
+        st.just(A.ResumeMemory()),
+        rl_cycles(),
     )
+
+
+def _placed(op: A.Action) -> bool:
+    """Ops an OnWindow / OnPhase may place: not those that only undo an
+    earlier op of the program (continue, resume)."""
+    return not isinstance(op, (A.Continue, A.ResumeMemory))
 
 
 def _request_semantics() -> dict:
@@ -110,7 +131,7 @@ def phase_ops(topology: str) -> st.SearchStrategy:
     """What an OnPhase does once its phase holds: a control operation (not
     continue: there is nothing to continue unless the program paused), or
     taking the free KV (memory running out mid-decode)."""
-    ops = control_ops().filter(lambda op: not isinstance(op, A.Continue))
+    ops = control_ops().filter(_placed)
     if not kv_pressure_drawn(topology):
         return ops
     return st.one_of(ops, st.builds(A.ExhaustKv, leave_pages=st.sampled_from(KV_LEAVE_PAGES),
@@ -162,7 +183,7 @@ def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None,
         starts(HICACHE_PROMPT_LENGTHS if "hicache" in features else PROMPT_LENGTHS),
         control_ops(),
         st.builds(A.OnWindow, window=st.sampled_from(names),
-                  op=control_ops().filter(lambda op: not isinstance(op, A.Continue)),
+                  op=control_ops().filter(_placed),
                   max_steps=st.just(WINDOW_WAIT_STEPS[topology])),
         resends(),
         st.builds(A.OnPhase, phase=st.sampled_from(TARGET_PHASES[LOOP_OF_TOPOLOGY[topology]]),
