@@ -129,7 +129,13 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
     did not finish in time. Raises EndStateError as soon as a request is
     lost (``raise_if_lost``), and the answer-delivery check's error when an
     ended request's answer does not come: the update would wait behind
-    either forever."""
+    either forever. Weights a release gave up are resumed first (the RL
+    order)."""
+    if "weights" in ctx.released_memory:
+        # the RL order: weights memory back before it is loaded (``ctx`` refuses an update into
+        # released weights: on a GPU they are unmapped)
+        resume = ctx.resume_memory_occupation(["weights"])
+        yield from resume.wait(max_steps=2 * _slots(ctx))
     if flush_cache:
         release_before_flush(ctx)  # the update's flush clears the allocator as flush_cache does
     # A lost request would hold the update in the tokenizer until a wall-clock timeout: say
