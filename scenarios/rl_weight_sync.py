@@ -90,3 +90,20 @@ def resume_without_update_serves_lost_weights(ctx):
     assert update.http.wait(30) and update.success, update
     assert not memory_occupation.weights_lost(ctx.scheduler), "a weight update did not count as loading them"
     return {"update": update.processed_step}
+
+
+def release_behind_a_continue(ctx):
+    """A continue posted but not processed changes what the release's assert
+    sees (the pause lets waiting requests be; the continue ends it): a release
+    posted behind it would kill the scheduler, so ``ctx`` does not allow it
+    (the explorer's first finding with the cycle, a harness fault, fixed)."""
+    reqs = [ctx.start_req(input_ids=explore.prompt_ids(2, 100), max_new_tokens=12, ignore_eos=True,
+                          temperature=0.0)]
+    yield from ctx.steps(2)
+    pause = ctx.pause_generation("retract")
+    yield from pause.wait()
+    assert ctx.memory_release_allowed, f"paused with only waiting requests: allowed; {ctx.describe()}"
+    ctx.continue_generation()
+    assert not ctx.memory_release_allowed, "a release behind the continue was allowed"
+    assert (yield from explore.release_memory(ctx, "weights")) is None
+    return (yield from explore.end_state_checks(ctx, reqs))

@@ -83,3 +83,7 @@ def test_a_script_that_leaves_lost_weights_is_named_by_the_next_reset(tmp_path):
         assert "weights lost to a release and not loaded again" in after.error, after.error
     finally:
         server.shutdown()
+
+
+def test_a_release_behind_an_unprocessed_continue_is_not_allowed(server_pool):
+    run_ok(server_pool.get("pp1-overlap"), f"{CYCLE}:release_behind_a_continue")

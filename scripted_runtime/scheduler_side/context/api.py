@@ -348,17 +348,21 @@ class ScriptContext:
     def memory_release_allowed(self) -> bool:
         """Whether SGLang's precondition of ``release_memory_occupation``
         holds now (``is_fully_idle``, waiting requests allowed while paused)
-        and nothing is queued ahead of it: False means the release would
+        and nothing that changes it is queued ahead (a request, a pause, a
+        continue, an abort not processed yet): False means the release could
         kill the scheduler on its assert."""
-        s = self._scheduler
-        return sglang_compat.memory_release_allowed(s) and (sglang_compat.is_paused(s) or not self._work_queued())
+        return sglang_compat.memory_release_allowed(self._scheduler) and not self._queued_ahead()
 
-    def _work_queued(self) -> List[str]:
-        """Generate (or embedding) requests that reached the scheduler's
-        socket and are not ingested yet: they join the waiting queue in the
-        iteration that processes an operation posted now, ahead of it."""
+    def _queued_ahead(self) -> List[str]:
+        """What reached the scheduler's socket, is not ingested yet and
+        changes what SGLang's idle assert sees when it processes an operation
+        posted now, ahead of it: a generate (or embedding) request (it joins
+        the waiting queue), a pause or a continue (the assert lets waiting
+        requests be only while paused), an abort."""
         work = sglang_compat.work_request_type_names()
-        return [getattr(f, "rid", "?") for f in self._inbox.pending() if type(f).__name__ in work]
+        moving = ("PauseGenerationReqInput", "ContinueGenerationReqInput", "AbortReq")
+        return [type(f).__name__ + (f" {f.rid}" if type(f).__name__ in work else "")
+                for f in self._inbox.pending() if type(f).__name__ in work or type(f).__name__ in moving]
 
     def release_memory_occupation(self, tags: Optional[List[str]] = None) -> ControlOp:
         """Post ``/release_memory_occupation`` (``tags``: any of ``kv_cache``,
@@ -380,9 +384,9 @@ class ScriptContext:
             raise RuntimeError(f"release_memory_occupation: {', '.join(again)} already released (SGLang's "
                                f"offload_tags: {', '.join(self.released_memory)}); resume it first")
         if not self.memory_release_allowed:
-            queued = self._work_queued()
-            why = (f"request(s) {', '.join(queued[:4])} reached the scheduler and join the queue ahead of it"
-                   if queued else f"the engine is not idle ({self.describe()})")
+            queued = self._queued_ahead()
+            why = (f"{', '.join(queued[:4])} reached the scheduler ahead of it and change what the assert sees "
+                   "(yield until they are processed)" if queued else f"the engine is not idle ({self.describe()})")
             raise RuntimeError(
                 f"release_memory_occupation: SGLang asserts the engine idle (waiting requests allowed while "
                 f"paused) and would kill the scheduler: {why}. Pause with mode='retract' (or let the requests "
