@@ -380,3 +380,25 @@ def test_a_resume_must_drop_its_tags_and_no_forward_runs_while_kv_or_weights_are
     s.offload_tags = {"cuda_graph"}  # graphs alone: a CPU forward does not use them
     run.launch(a)
     assert run.check() is None
+
+
+def test_a_resume_of_weights_must_put_back_the_buffers_the_release_found():
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Module()
+    model.register_buffer("cos_sin_cache", torch.arange(6.0))
+    s = FakeScheduler(reqs=[])
+    s.tp_worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
+    s.offload_tags = {"weights"}
+    run = Run(s)
+    run.dispatch(_release(["weights"]))  # the contract copies the buffers before SGLang's handler runs
+    model.cos_sin_cache.fill_(7.0)  # what the release lost
+    assert run.check() is None
+    s.offload_tags = set()
+    run.dispatch(_resume(["weights"]))  # SGLang's import did not run
+    v = run.check()
+    assert v.invariant == "memory_occupation" and "cos_sin_cache differ" in v.message
+    s.offload_tags = {"weights"}
+    run.dispatch(_release(["weights"]))
+    s.offload_tags = set()
+    run.dispatch(_resume(["weights"]))  # nothing changed in between: quiet
+    assert run.check() is None
