@@ -390,3 +390,50 @@ def release_memory_syncs_build_device(ctx):
     yield from resume.wait(max_steps=10)
     req = ctx.start_req(prompt_len=8, max_new_tokens=2, ignore_eos=True)
     yield from ctx.wait_finished(req, max_steps=50)
+
+
+def resume_memory_not_released(ctx):
+    """A ``resume_memory_occupation`` of a tag that is not released (a
+    retried or repeated resume: RL frameworks resume weights and the KV
+    cache in separate calls) is answered and the server keeps serving.
+
+    On 0.5.23 the handler removes each tag from ``offload_tags`` with
+    ``set.remove`` (``managers/scheduler_components/weight_updater.py``):
+    a tag not released raises ``KeyError`` in the scheduler, nothing catches
+    it, and the server goes down (docs/upstream/resume-memory-not-released.md).
+    ``ctx.resume_memory_occupation`` refuses such a call, so this posts it
+    with ``ctx.post_http``.
+    """
+    answer = ctx.post_http("/resume_memory_occupation", {"tags": ["kv_cache"]})
+    answer.wait(1.0)  # the scheduler is frozen: this only lets the request reach its socket
+    yield from ctx.steps(10)
+    answer.wait(10)
+    req = ctx.start_req(prompt_len=8, max_new_tokens=2, ignore_eos=True)
+    yield from ctx.wait_finished(req, max_steps=50)
+
+
+def abort_pause_during_in_place_pause(ctx):
+    """``pause_generation(abort)`` while an ``in_place`` pause holds a
+    running request must end: the request is aborted, the call answers, and
+    a ``continue_generation`` afterwards reaches the scheduler.
+
+    On 0.5.23 the tokenizer's abort pause loops, holding ``is_pause_cond``,
+    sending ``abort_all`` every second until no request holds its
+    ``model_update_lock``; the in-place pause keeps the scheduler from
+    finishing the running request (its abort waits for the next decode), so
+    the loop never ends, and ``continue_generation``, which needs the same
+    condition lock, can never be sent: generation stays paused for good
+    (docs/upstream/abort-pause-during-in-place-pause.md).
+    """
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    r = ctx.start_req(prompt_len=8, max_new_tokens=40, ignore_eos=True, temperature=0.0)
+    yield from ctx.wait_until(lambda: len(r.output_ids) >= 2, max_steps=100, what="two output tokens")
+    pause = ctx.pause_generation("in_place")
+    yield from pause.wait()
+    # steps until the request ended, then waits for the answer: PauseAnswerTimeout when none comes,
+    # as in an explored program
+    yield from explore.pause(ctx, [r], "abort")
+    ctx.continue_generation()
+    yield from ctx.wait_finished(r, max_steps=100)
+    assert r.status == "aborted", r

@@ -278,6 +278,37 @@ REGISTRY: Tuple[KnownBug, ...] = (
         slow_topologies=("pp1-normal", "pp4"),
         needs_ops=("release_memory_occupation",),
     ),
+    KnownBug(
+        name="resume_memory_not_released",
+        title="resume_memory_occupation of a tag that is not released (a repeated or retried resume) raises KeyError "
+              "in offload_tags.remove and kills the scheduler",
+        signature=r"SchedulerCrashed: KeyError: '(kv_cache|weights|cuda_graph)'",
+        message=r"",
+        topologies=("pp1-overlap", "pp1-normal", "pp4"),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:resume_memory_not_released",
+        report="docs/upstream/resume-memory-not-released.md",
+        breaks_server=True,
+        slow_topologies=("pp1-normal", "pp4"),
+    ),
+    KnownBug(
+        name="abort_pause_during_in_place_pause",
+        title="pause_generation(abort) while an in_place pause holds a running request never returns (the request "
+              "cannot finish while paused) and holds the tokenizer's pause lock, so continue_generation can never "
+              "be sent: the server stays paused for good",
+        signature=r"PauseAnswerTimeout: pause_generation",
+        message=r"pause_generation\(abort\) got no HTTP answer",
+        # under PP the scheduler ignores the in_place pause (pp_pause_ignored), so the request ends
+        topologies=("pp1-overlap", "pp1-normal"),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:abort_pause_during_in_place_pause",
+        report="docs/upstream/abort-pause-during-in-place-pause.md",
+        breaks_server=True,
+        slow_topologies=("pp1-normal",),
+        needs_ops=("pause_generation(in_place)", "pause_generation(abort)"),
+    ),
 )
 
 

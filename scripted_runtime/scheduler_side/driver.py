@@ -31,7 +31,7 @@ from scripted_runtime.scheduler_side import (contracts, control, memory_occupati
 from scripted_runtime.scheduler_side.context.api import ScriptContext
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
-from scripted_runtime.scheduler_side.inbox import TokenizerInbox
+from scripted_runtime.scheduler_side.inbox import ArrivalTimeout, TokenizerInbox
 from scripted_runtime.scheduler_side.rank_ops import KvPressure, RankKvOp
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters
@@ -403,7 +403,9 @@ class Driver:
         self._resetting = True
         try:
             reset_steps = yield from self._reset(started + cmd.timeout_s, tokenizer_paused=tokenizer_paused)
-        except ResetError as exc:
+        except (ResetError, ArrivalTimeout) as exc:
+            # an operation of the reset that never reached the scheduler (a tokenizer wedged by the
+            # previous script) is the reset failing, not the scheduler: this script is not run
             return done(False, f"ResetError: {exc}", traceback.format_exc())
         finally:
             self._resetting = False
