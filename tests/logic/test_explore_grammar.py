@@ -132,6 +132,8 @@ class _FakeCtx:
         self.sglang_held = 0  # KV tokens SGLang's requests and tree hold
         self.active = []  # the live requests SGLang holds
 
+    released_memory = ()  # nothing released (release_memory_occupation)
+
     def list_active_reqs(self):
         return list(self.active)
 
