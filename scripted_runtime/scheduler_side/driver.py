@@ -39,6 +39,9 @@ from scripted_runtime.scheduler_side.step_observer import StepObserver
 
 WARMUP_TIMEOUT_S = 180.0
 RESET_MAX_STEPS = 400
+# Seconds the reset gives an unanswered pause_generation(abort) (SGLang's tokenizer re-checks
+# its lock once a second) before it calls the tokenizer wedged.
+ABORT_PAUSE_GRACE_S = 3.0
 LEFTOVER_OP_WAIT_S = 60.0  # for ops the previous script posted and did not wait for
 CANCEL_POLL_S = 0.01  # how often a running script looks for the harness's Cancel
 ENV_EXPECT_WARMUP = "SCRIPTED_RUNTIME_EXPECT_WARMUP"
@@ -248,6 +251,7 @@ class Driver:
         steps = 0
         hicache_gate.gate().reset()  # nothing held into the next script (copies the held ones now)
         if self._needs_drain() or tokenizer_paused:
+            self._raise_if_tokenizer_wedged()
             released = ctx.released_memory
             if released:
                 # the RL order: memory back before generation continues (a continue
@@ -338,6 +342,25 @@ class Driver:
             turned += 1
         self._check_fingerprint()
         return steps
+
+    def _raise_if_tokenizer_wedged(self) -> None:
+        """A ``pause_generation(abort)`` of the previous script still
+        unanswered holds SGLang's tokenizer in its drain loop, with the pause
+        lock every ``continue_generation`` needs: the reset's continue could
+        not be sent. Give it ``ABORT_PAUSE_GRACE_S`` to answer, then fail
+        the reset at once, naming it, instead of after a continue's arrival
+        timeout."""
+        waiting = [op for op in self.ledger.unsettled() if op.name == "pause_generation(abort)"]
+        if not waiting:
+            return
+        if all(op.http.wait(ABORT_PAUSE_GRACE_S) for op in waiting):
+            return
+        raise ResetError(
+            "a pause_generation(abort) of the previous script is still unanswered: SGLang's tokenizer sends "
+            "abort_all until no request holds its lock, holding the pause lock continue_generation needs, so the "
+            "reset cannot continue generation (requests an in_place pause keeps from ending never release it: "
+            f"known bug abort_pause_during_in_place_pause); the server must be restarted; state: "
+            f"{state.describe(self.scheduler)}")
 
     def _check_fingerprint(self) -> None:
         """The first reset of this server's life records what a fresh engine

@@ -170,7 +170,7 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
 ABORT_PAUSE_STEPS = 60
 # Seconds to wait for pause(abort)'s HTTP answer once its requests ended: SGLang's tokenizer
 # re-checks its lock once a second.
-ABORT_PAUSE_ANSWER_S = 10.0
+ABORT_PAUSE_ANSWER_S = 5.0
 
 
 class PauseAnswerTimeout(AssertionError):

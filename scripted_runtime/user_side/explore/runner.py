@@ -378,8 +378,8 @@ class ExampleRunner:
         signature; the program's own failure leads the traceback), judged
         with this program's operations, because what the program left behind
         killed SGLang. A reset that fails there without a crash keeps the
-        program's own failure (the next program's retry on a fresh server
-        handles the engine)."""
+        program's own failure, and a server this runner owns is restarted at
+        once (every later reset would fail the same way)."""
         if not result.passed and (result.crashed or not self.server.alive):
             return result
         probe = self.server.run(SETTLE, timeout=self.example_timeout_s, trace=False, invariants=self.invariants)
@@ -387,6 +387,10 @@ class ExampleRunner:
             return result
         if not result.passed:
             if not probe.crashed:
+                if self._own_server and (probe.error or "").startswith("ResetError"):
+                    # the engine cannot be reset (a wedged tokenizer, say): every later reset would
+                    # wait for it again; start afresh now
+                    self._restart(f"the engine reset after a failed program failed ({probe.error[:120]})")
                 return result
             self.progress(f"a program failed ({(result.error or '')[:80]}), then the scheduler died in the engine "
                           f"reset after it ({(probe.error or '')[:120]}): counted as that program's failure")
