@@ -309,7 +309,7 @@ REGISTRY: Tuple[KnownBug, ...] = (
         scenario="scenarios/known_bugs.py:abort_pause_during_in_place_pause",
         report="docs/upstream/abort-pause-during-in-place-pause.md",
         breaks_server=True,
-        slow_topologies=("pp1-normal",),
+        slow_topologies=("pp1-normal", "pp4"),
         needs_ops=("pause_generation(in_place)", "pause_generation(abort)"),
         masked_by=(("pp4", "pp_pause_ignored"),),
     ),
