@@ -489,3 +489,27 @@ def test_explore_takes_one_config_one_settings_value_and_at_most_six_parameters(
     params = inspect.signature(explorer.explore).parameters
     assert len(params) <= 6, list(params)
     assert list(params)[:2] == ["config", "settings"]
+
+
+def test_a_reset_that_fails_after_a_failed_program_restarts_an_owned_server_at_once():
+    """A wedged engine (an abort pause that never answers) fails every later
+    reset the same way: the runner restarts the server it owns right away,
+    keeping the program's own failure."""
+    from scripted_runtime.user_side.result import ScriptResult
+
+    class Server:
+        alive, info = True, {"sglang_version": "0.0.test"}
+
+        def run(self, target, *args, **kwargs):
+            if target == runner.SETTLE:
+                return ScriptResult(script="nothing", passed=False, error="ResetError: a pause_generation(abort) ...")
+            return ScriptResult(script="program", passed=False, steps=5, error="PauseAnswerTimeout: pause_generation(abort)")
+
+    r = runner.ExampleRunner(ServerConfig("pp1-normal", checks=False), server=Server())
+    restarts = []
+    r._restart = restarts.append
+    out = r.run([A.Start(8, 1, 2)])
+    assert out.signature.startswith("PauseAnswerTimeout") and restarts == [], "a server it does not own is left"
+    r._own_server = True
+    out = r.run([A.Start(8, 1, 2)])
+    assert out.signature.startswith("PauseAnswerTimeout") and len(restarts) == 1 and "reset" in restarts[0]
