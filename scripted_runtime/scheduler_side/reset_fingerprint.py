@@ -24,10 +24,12 @@ The parts, read off 0.5.23's scheduler (``event_loop_*``,
   raises it, decode steps lower it; the idle check resets it), which decides
   how many waiting requests a prefill admits;
 * open sessions (``session_controller``), whose requests outlive a flush;
-* released memory (``offload_tags``; the reset resumes it) and weights a
+* released memory (``offload_tags``; the reset resumes it), weights a
   release lost that no update loaded again (``memory_occupation``: a script
   that resumed weights without an update leaves the server serving garbage,
-  which only a weight update or a fresh server repairs).
+  which only a weight update or a fresh server repairs), and the sums of
+  the model's buffers (a resume that did not put them back leaves a model
+  no checkpoint gives: every later output would differ).
 
 Counters that only grow and decide nothing here (``forward_ct``, metrics) are
 left out. A part a release does not have reads as None on both sides.
@@ -104,7 +106,21 @@ def take(s: Any) -> Dict[str, Any]:
         "released memory (offload_tags)": sglang_compat.released_memory_tags(s),
         # a release overwrote the weights (memory_occupation) and no update loaded them
         "weights lost to a release and not loaded again": memory_occupation.weights_lost(s),
+        "model buffers (sums)": _buffer_sums(s),
     }
+
+
+def _buffer_sums(s: Any) -> Optional[tuple]:
+    """Per model buffer (the static state a weight update does not load:
+    rotary caches), its name and sum: a resume that did not put them back
+    leaves every later script a model no checkpoint gives."""
+    model = sglang_compat.served_model(s)
+    if model is None:
+        return None
+    try:
+        return tuple((name, round(float(b.detach().double().sum()), 6)) for name, b in model.named_buffers())
+    except Exception:  # noqa: BLE001 - another layout: not compared
+        return None
 
 
 def diff(fresh: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
