@@ -46,10 +46,12 @@ def test_ci_profile_exploration_passes(server, tmp_path, capsys):
         assert report.known["pp_pause_ignored"]["signature"] == "ContractViolation[pause]", out
     assert stats.examples >= 10, stats.summary()
     assert stats.steps > stats.examples, stats.summary()
-    assert stats.failures == {} and stats.restarts == 0
+    # a restart only after a registered bug that leaves the server unusable (the abort-pause wedge)
+    breaking = sum(n for name, n in stats.known.items() if known_bugs.by_name(name).breaks_server)
+    assert stats.failures == {} and stats.restarts <= breaking, (stats.restarts, stats.known)
     assert report.determinism_ok, report.determinism_verdict
     assert "combinations exercised" in out and "programs in" in out
-    exercised = int(re.search(r"(\d+) of 56 combinations exercised", out).group(1))
+    exercised = int(re.search(r"(\d+) of \d+ combinations exercised", out).group(1))
     assert exercised >= 5, out
     assert server.alive
 
