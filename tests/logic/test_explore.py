@@ -513,3 +513,16 @@ def test_a_reset_that_fails_after_a_failed_program_restarts_an_owned_server_at_o
     r._own_server = True
     out = r.run([A.Start(8, 1, 2)])
     assert out.signature.startswith("PauseAnswerTimeout") and len(restarts) == 1 and "reset" in restarts[0]
+
+
+def test_memory_operations_have_their_coverage_rows():
+    from scripted_runtime.scheduler_side.explore import phases
+
+    kind = lambda name: phases.op_kind(name, {})
+    assert kind("release_memory_occupation(kv_cache,weights,cuda_graph)") == "release(all)"
+    assert kind("release_memory_occupation(weights)") == "release(weights)"
+    assert kind("resume_memory_occupation(cuda_graph,kv_cache)") == "resume(kv_cache)"  # graphs: nothing on CPU
+    assert kind("pause_generation(abort)") == "pause(abort)"
+    rows = {kind(n) for n in ("release_memory_occupation(kv_cache)", "resume_memory_occupation(weights)",
+                              "resume_memory_occupation(kv_cache,weights)")}
+    assert rows <= set(stats_mod.OPS)

@@ -423,9 +423,26 @@ def test_new_actions_round_trip_through_the_failure_database():
     program = [A.Start(64, 2, 3, ignore_eos=False, stop_at=4, stream=True), A.Resend(1, 2, 3, stream=True),
                A.ExhaustKv(64, evict_cache=True), A.ReleaseKv(), A.OnPhase("decode", A.AbortOne(1), 24),
                A.OnPhase("queued", A.ExhaustKv(0, evict_cache=True), 24),
-               A.FuzzRequest(("top_p_zero", "rid_reused"), 1, 63, 3), A.AbortUnknown()]
+               A.FuzzRequest(("top_p_zero", "rid_reused"), 1, 63, 3), A.AbortUnknown(),
+               A.Pause("abort"), A.ReleaseMemory("kv_cache"), A.ResumeMemory(), A.RlCycle("in_place", "all", 3),
+               A.OnPhase("decode", A.RlCycle("abort", "weights", 1), 24), A.OnWindow("x", A.ReleaseMemory("all"), 24)]
     assert failure_db.decode(failure_db.encode(program)) == program
     assert A.GRAMMAR_VERSION == 6
+
+
+def test_the_rl_grammar_compiles_to_its_helpers_and_holds_requests_back_while_memory_is_released():
+    source = A.to_source([A.Start(8, 0, 4), A.ReleaseMemory("weights"), A.Start(8, 1, 4), A.Pause("abort"),
+                          A.Continue(), A.OnPhase("queued", A.RlCycle("retract", "kv_cache", 1), 24),
+                          A.ResumeMemory()]).text
+    compile(source, "<program>", "exec")
+    assert "yield from explore.release_memory(ctx, 'weights')" in source
+    assert "    if explore.can_start(ctx):\n        reqs.append(ctx.start_req(input_ids=explore.prompt_ids(1, 8)" in source
+    assert "yield from explore.pause(ctx, reqs, 'abort')" in source
+    assert "yield from explore.continue_generation(ctx, reqs)" in source
+    assert "yield from explore.rl_cycle(ctx, reqs, pause_mode='retract', tags='kv_cache', gap=1)" in source
+    assert "yield from explore.resume_memory(ctx, reqs)" in source
+    # the first request is sent before anything could hold it back: no guard
+    assert "    reqs.append(ctx.start_req(input_ids=explore.prompt_ids(0, 8)" in source
 
 
 def test_the_corpus_keeps_its_meaning_with_families():
