@@ -63,6 +63,12 @@ def release_needs_idle(ctx):
     stats = ctx.engine_stats()
     assert stats["tree_tokens"] == 0 and stats["kv_pool_free"] == stats["kv_pool_total"], stats
     resume = ctx.resume_memory_occupation()
+    try:  # posted, not processed yet: a second resume of the tag would raise KeyError in SGLang
+        ctx.resume_memory_occupation(["kv_cache"])
+    except RuntimeError as exc:
+        assert "resume posted already" in str(exc), exc
+    else:
+        raise AssertionError("a second resume of kv_cache was posted behind the first")
     yield from resume.wait()
     ctx.continue_generation()
     yield from ctx.wait_finished(r, max_steps=400)

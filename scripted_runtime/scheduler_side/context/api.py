@@ -353,6 +353,20 @@ class ScriptContext:
         kill the scheduler on its assert."""
         return sglang_compat.memory_release_allowed(self._scheduler) and not self._queued_ahead()
 
+    def _released_once_processed(self) -> set:
+        """SGLang's released tags once the releases and resumes this script
+        posted, not processed yet, are (in posting order)."""
+        tags = set(self.released_memory)
+        for op in self._ledger.ops:
+            if op.processed or not op.name.startswith(("release_memory_occupation", "resume_memory_occupation")):
+                continue
+            named = op.name[op.name.index("(") + 1:-1].split(",")
+            if op.name.startswith("release"):
+                tags.update(named)
+            else:
+                tags.difference_update(named)
+        return tags
+
     def _queued_ahead(self) -> List[str]:
         """What reached the scheduler's socket, is not ingested yet and
         changes what SGLang's idle assert sees when it processes an operation
@@ -379,10 +393,11 @@ class ScriptContext:
         a GPU loses it: weights must be loaded again (an update) before
         generation continues."""
         names = self._memory_tags(tags, "release_memory_occupation")
-        again = [t for t in names if t in self.released_memory]
+        again = [t for t in names if t in self._released_once_processed()]
         if again:
-            raise RuntimeError(f"release_memory_occupation: {', '.join(again)} already released (SGLang's "
-                               f"offload_tags: {', '.join(self.released_memory)}); resume it first")
+            raise RuntimeError(f"release_memory_occupation: {', '.join(again)} already released, or its release "
+                               f"posted (SGLang's offload_tags: {', '.join(self.released_memory) or 'empty'}); "
+                               "resume it first")
         if not self.memory_release_allowed:
             queued = self._queued_ahead()
             why = (f"{', '.join(queued[:4])} reached the scheduler ahead of it and change what the assert sees "
@@ -397,22 +412,27 @@ class ScriptContext:
 
     def resume_memory_occupation(self, tags: Optional[List[str]] = None) -> ControlOp:
         """Post ``/resume_memory_occupation`` for ``tags`` (None: every tag
-        released now, named; SGLang's own "no tags" means all three);
-        processed in the next iteration. Raises when a tag is not released:
+        released, named; SGLang's own "no tags" means all three); processed
+        in the next iteration. Raises when a tag is not released, counting
+        the releases and resumes this script posted and SGLang has not
+        processed yet:
         SGLang's handler removes each from ``offload_tags`` with
         ``set.remove`` (a KeyError in the scheduler). After resuming
         ``weights`` on the CPU default, the parameters are the garbage the
         release left until a weight update loads them (as on a GPU)."""
-        if not tags:  # everything released now, named (SGLang's "no tags" means all three)
-            tags = list(self.released_memory)
+        released = self._released_once_processed()
+        if not tags:  # everything released, named (SGLang's "no tags" means all three)
+            tags = sorted(released)
             if not tags:
-                raise RuntimeError("resume_memory_occupation: nothing is released (SGLang's offload_tags is empty)")
+                raise RuntimeError("resume_memory_occupation: nothing is released (SGLang's offload_tags is empty "
+                                   "once the operations posted are processed)")
         names = self._memory_tags(tags, "resume_memory_occupation")
-        missing = [t for t in names if t not in self.released_memory]
+        missing = [t for t in names if t not in released]
         if missing:
-            raise RuntimeError(f"resume_memory_occupation: {', '.join(missing)} not released (released now: "
-                               f"{', '.join(self.released_memory) or 'nothing'}); SGLang's handler would raise "
-                               "KeyError on it")
+            raise RuntimeError(f"resume_memory_occupation: {', '.join(missing)} not released, or its resume posted "
+                               f"already (released once the posted operations are processed: "
+                               f"{', '.join(sorted(released)) or 'nothing'}); SGLang's handler would raise KeyError "
+                               "on it")
         return self._control(f"resume_memory_occupation({','.join(names)})", "/resume_memory_occupation",
                              {"tags": list(names)}, "ResumeMemoryOccupationReqInput")
 
