@@ -293,7 +293,8 @@ REGISTRY: Tuple[KnownBug, ...] = (
         scenario="scenarios/known_bugs.py:resume_memory_not_released",
         report="docs/upstream/resume-memory-not-released.md",
         breaks_server=True,
-        slow_topologies=("pp1-normal", "pp4"),
+        # the default lane's budget: a crash and a restart per topology; the slow lane runs all three
+        slow_topologies=("pp1-overlap", "pp1-normal", "pp4"),
     ),
     KnownBug(
         name="abort_pause_during_in_place_pause",

@@ -178,6 +178,7 @@ def test_the_time_budget_ends_the_search_whatever_the_program_count(novelty):
     result = search.search(fake, ExploreSettings(profile="dev", seed=3, max_examples=10 ** 9, max_time_s=1.0,
                                                  corpus=False, known_bugs=(), novelty=novelty))
     took = time.monotonic() - t0
-    assert result.program is None and result.stats.examples == len(fake.ran) > 10
+    # how many run in the 1 s depends on the box's load (5 to 80 measured): the point is the end
+    assert result.program is None and result.stats.examples == len(fake.ran) >= 2
     assert took < 30, f"the search ran {took:.0f}s on a 1 s budget"
     assert result.stats.skipped == 1  # the one program drawn after the budget, not run

@@ -15,7 +15,11 @@ from tests.helpers import run_ok
 CYCLE = f"{Path(__file__).resolve().parents[2] / 'scenarios' / 'rl_weight_sync.py'}"
 
 
-@pytest.mark.parametrize("pause_mode,tags", [("retract", "all"), ("abort", "kv_cache"), ("in_place", "weights")])
+@pytest.mark.parametrize("pause_mode,tags", [
+    ("retract", "all"),
+    # the other two modes in the slow lane (the explorer's ci search draws them in the default lane)
+    pytest.param("abort", "kv_cache", marks=pytest.mark.slow),
+    pytest.param("in_place", "weights", marks=pytest.mark.slow)])
 def test_the_cycle_serves_the_new_weights_after_it(server_pool, pause_mode, tags):
     """Requests decoding and mid-chunk when the cycle starts end (finished,
     or aborted by an abort pause); the same prompts sent after it get their
@@ -33,6 +37,7 @@ def test_the_cycle_serves_the_new_weights_after_it(server_pool, pause_mode, tags
         assert result.value["outputs_compared"] >= 2 and result.value["finished"] >= 2, result.value
 
 
+@pytest.mark.slow
 def test_the_cycle_on_the_normal_loop(server_pool):
     result = run_ok(server_pool.get("pp1-normal"), f"{CYCLE}:cycle_with_requests")
     assert result.value["outputs_compared"] >= 2, result.value
