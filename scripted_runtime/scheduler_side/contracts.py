@@ -83,7 +83,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from scripted_runtime.hooks import sglang_compat
-from scripted_runtime.scheduler_side import check_registry, hicache_state, state
+from scripted_runtime.scheduler_side import check_registry, hicache_state, memory_occupation, state
 from scripted_runtime.scheduler_side.check_registry import Violation
 
 NAMES = ("pause", "continue", "abort", "flush", "update_weights", "memory_occupation")
@@ -154,6 +154,19 @@ def must_accept_flush(s: Any) -> Optional[str]:
     return None
 
 
+def not_flushed(after: Dict[str, Any]) -> List[str]:
+    """What ``pools`` shows left over where a flush just ran: tree tokens,
+    rows or KV not free (empty when the pools are as a flush leaves them)."""
+    wrong = []
+    if after["tree_tokens"]:
+        wrong.append(f"{after['tree_tokens']} tokens still in the tree")
+    if after["rows_free"] != after["rows_total"]:
+        wrong.append(f"rows free {after['rows_free']}/{after['rows_total']}")
+    if after["kv_free"] != after["kv_total"]:
+        wrong.append(f"KV free {after['kv_free']}/{after['kv_total']}")
+    return wrong
+
+
 FINGERPRINT = ("tree_tokens", "rows_free", "kv_free")  # what a refused flush must leave as it was
 
 
@@ -201,7 +214,7 @@ class ContractMemory:
             return pools(s)
         if name == ABORT_TYPE:
             return _abort_targets(s, recv_req)
-        if name == RELEASE_TYPE and "weights" in tuple(getattr(recv_req, "tags", None) or sglang_compat.MEMORY_TAGS):
+        if name == RELEASE_TYPE and "weights" in memory_occupation.tags_of(recv_req):
             self.stashed_buffers = _model_buffers(s)  # what SGLang stashes now, and its resume must put back
         return None
 
@@ -240,7 +253,7 @@ class ContractMemory:
                                            f"req_to_token row: {', '.join(rowed[:6])}"))
 
     def _on_memory(self, s: Any, recv_req: Any, *, release: bool, step: int) -> None:
-        tags = tuple(getattr(recv_req, "tags", None) or sglang_compat.MEMORY_TAGS)
+        tags = memory_occupation.tags_of(recv_req)
         held = set(sglang_compat.released_memory_tags(s))
         what = f"{'release' if release else 'resume'}_memory_occupation({', '.join(tags)})"
         if release:
@@ -250,13 +263,7 @@ class ContractMemory:
                                                            f"offload_tags lacks {', '.join(missing)}"))
             if "kv_cache" in tags:
                 after = pools(s)
-                wrong = []
-                if after["tree_tokens"]:
-                    wrong.append(f"{after['tree_tokens']} tokens still in the tree")
-                if after["rows_free"] != after["rows_total"]:
-                    wrong.append(f"rows free {after['rows_free']}/{after['rows_total']}")
-                if after["kv_free"] != after["kv_total"]:
-                    wrong.append(f"KV free {after['kv_free']}/{after['kv_total']}")
+                wrong = not_flushed(after)
                 if wrong:
                     self.problems.append(("memory_occupation", f"{what} released the KV cache, yet right after "
                                                                "it " + "; ".join(wrong)))
@@ -296,14 +303,7 @@ class ContractMemory:
             self.problems.append((contract, f"{what} accepted while live requests held KV: "
                                             f"{', '.join(before['busy'][:6])} (SGLang's idle gate must refuse it)"))
         elif success:
-            total_rows, total_kv = after["rows_total"], after["kv_total"]
-            wrong = []
-            if after["tree_tokens"]:
-                wrong.append(f"{after['tree_tokens']} tokens still in the tree")
-            if after["rows_free"] != total_rows:
-                wrong.append(f"rows free {after['rows_free']}/{total_rows}")
-            if after["kv_free"] != total_kv:
-                wrong.append(f"KV free {after['kv_free']}/{total_kv}")
+            wrong = not_flushed(after)
             if wrong:
                 self.problems.append((contract, f"{what} accepted, yet right after it " + "; ".join(wrong)))
         elif any(before[k] != after[k] for k in FINGERPRINT):

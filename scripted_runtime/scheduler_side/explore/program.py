@@ -12,6 +12,7 @@ import time
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import (answer_delivery, control, hicache_state, output_oracle, request_contract,
                                              request_fuzz, state)
 from scripted_runtime.scheduler_side.explore import phases
@@ -212,7 +213,7 @@ def release_memory(ctx, tags: str):
     holds and none of them is released already; else nothing (None). KV
     taken with ``exhaust_kv`` is given back first (``ctx`` does)."""
     names = None if tags == "all" else [tags]
-    wanted = ("kv_cache", "weights", "cuda_graph") if names is None else tuple(names)
+    wanted = sglang_compat.MEMORY_TAGS if names is None else tuple(names)
     if any(t in ctx.released_memory for t in wanted) or not ctx.memory_release_allowed:
         return None
     op = ctx.release_memory_occupation(names)
