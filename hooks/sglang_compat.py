@@ -556,3 +556,99 @@ def served_model(scheduler: Any) -> Any:
     worker = getattr(scheduler, "tp_worker", None)
     runner = getattr(worker, "model_runner", None) or getattr(getattr(worker, "worker", None), "model_runner", None)
     return getattr(runner, "model", None)
+
+
+# --- runtime knobs and weight queries (set_internal_state, slow_down, update_weight_version,
+# get_weights_by_name, weights_checker) -----------------------------------------------------
+# The one set_internal_state key the CPU default can change (0.5.23 internal_state.py
+# _update_handlers: the others need speculative decoding or a DSpark draft worker).
+MICRO_BATCH_KNOB = "pp_max_micro_batch_size"
+
+
+def _runtime_context() -> Any:
+    try:
+        import sglang.srt.runtime_context as rc  # 0.5.2x: config lives in the runtime context
+    except ImportError:
+        return None
+    return rc
+
+
+def micro_batch_limit(scheduler: Any) -> Optional[int]:
+    """The requests one (PP micro)batch may hold, as admission reads it now
+    (0.5.23 ``get_num_allocatable_reqs``: ``get_parallel().pp_max_micro_batch_size
+    - running_bs``; also at pp_size 1). None on a release without it."""
+    rc = _runtime_context()
+    if rc is not None:
+        try:
+            value = rc.get_parallel().pp_max_micro_batch_size
+            return None if value is None else int(value)
+        except Exception:  # noqa: BLE001 - an older layout
+            pass
+    value = getattr(getattr(scheduler, "server_args", None), MICRO_BATCH_KNOB, None)
+    return None if value is None else int(value)
+
+
+def micro_batch_limit_range(scheduler: Any) -> Tuple[int, int]:
+    """The values set_internal_state accepts for the limit (0.5.23
+    ``_validate_pp_micro_batch_size``: ``[1, max_running_requests // pp_size]``)."""
+    pp_size = rank_info(scheduler)[2] or 1
+    return 1, int(getattr(scheduler, "max_running_requests", 0)) // pp_size
+
+
+def forward_sleep_time(scheduler: Any) -> Optional[float]:
+    """What ``slow_down`` set: seconds ``run_batch`` sleeps before each
+    forward, or None (0.5.23 ``Scheduler.slow_down``: a value <= 0 clears it)."""
+    return getattr(scheduler, "forward_sleep_time", None)
+
+
+def served_weight_version() -> Optional[str]:
+    """The weight-version label the scheduler serves (``update_weight_version``)."""
+    rc = _runtime_context()
+    if rc is None:
+        return None
+    try:
+        return rc.get_serving().weight_version
+    except Exception:  # noqa: BLE001 - an older layout
+        return None
+
+
+def weight_checker_snapshot(scheduler: Any) -> Optional[bool]:
+    """Whether the model runner's weight checker holds a snapshot
+    (``check_weights(action="snapshot")``; a ``compare`` consumes it), or
+    None where this release has no weight checker."""
+    worker = getattr(scheduler, "tp_worker", None)
+    runner = getattr(worker, "model_runner", None) or getattr(getattr(worker, "worker", None), "model_runner", None)
+    checker = getattr(runner, "_weight_checker", None)
+    if checker is None:
+        return None
+    return getattr(checker, "_snapshot_tensors", None) is not None
+
+
+def weight_check_skips(name: str, tensor: Any) -> bool:
+    """Whether SGLang's weight checker leaves tensor ``name`` out of its
+    checksums and compares (0.5.23 ``utils/weight_checker.py``
+    ``_is_skip_weight_check``: non-persistent buffers, tensors flagged
+    ``_skip_weight_check``); False where this release has no checker."""
+    try:
+        from sglang.srt.utils import weight_checker
+    except ImportError:
+        return False
+    skip = getattr(weight_checker, "_is_skip_weight_check", None)
+    return bool(skip(name, tensor)) if skip is not None else False
+
+
+def model_device_type(scheduler: Any) -> Optional[str]:
+    """``"cpu"``, ``"cuda"``, ... : where this rank's model lives."""
+    model = served_model(scheduler)
+    if model is None:
+        return None
+    for p in model.parameters():
+        return p.device.type
+    return None
+
+
+# check_weights actions that run only on a CUDA device in 0.5.23: the comparator moves every
+# chunk with ``.cuda()`` (utils/weight_checker_comparator.py RawComparable.iter_chunks), so on
+# the CPU default ``compare`` answers success=False ("Cannot re-initialize CUDA in forked
+# subprocess" with a CUDA build of torch, measured 2026-11-26).
+CHECK_WEIGHTS_CUDA_ONLY = ("compare",)

@@ -194,6 +194,8 @@ class AbortWatch:
 class ContractMemory:
     """What the contracts remember across the iterations of one run."""
 
+    TYPES = OBSERVED_TYPES  # the control requests its dispatch bookkeeping looks at
+
     problems: List[Tuple[str, str]] = field(default_factory=list)  # found at dispatch: (contract, message)
     harness_error: Optional[str] = None  # the bookkeeping itself raised at dispatch (reported as HarnessError)
     pause_step: Optional[int] = None  # step the current pause was processed

@@ -40,10 +40,13 @@ class ControlOp:
 
     @property
     def success(self) -> Optional[bool]:
-        """The scheduler's verdict where it gives one (flush, weight updates);
-        else the HTTP status once it arrived; None while unknown."""
+        """The scheduler's verdict where it gives one (flush, weight updates:
+        ``success``; set_internal_state: ``updated``); else the HTTP status
+        once it arrived; None while unknown."""
         if self.answer is not None and hasattr(self.answer, "success"):
             return bool(self.answer.success)
+        if self.answer is not None and hasattr(self.answer, "updated"):
+            return bool(self.answer.updated)
         if self.http.status is not None:
             if isinstance(self.http.body, dict) and "success" in self.http.body:
                 return bool(self.http.body["success"])
@@ -56,7 +59,12 @@ class ControlOp:
         """success and message from the scheduler's own reply only (fixed the
         moment the op is processed, unlike the HTTP answer): for the trace."""
         answer = self.answer
-        success = bool(answer.success) if answer is not None and hasattr(answer, "success") else True
+        if answer is not None and hasattr(answer, "success"):
+            success = bool(answer.success)
+        elif answer is not None and hasattr(answer, "updated"):
+            success = bool(answer.updated)
+        else:
+            success = True
         message = getattr(answer, "message", None) if answer is not None else None
         return {"success": success, "message": message or None}
 
@@ -143,6 +151,11 @@ class ControlLedger:
     def unprocessed(self, name: str) -> List[ControlOp]:
         """Ops called ``name`` posted but not processed yet."""
         return [op for op in self.ops if op.name == name and not op.processed]
+
+    def unprocessed_of_type(self, request_type: str) -> List[ControlOp]:
+        """Ops of scheduler request type ``request_type`` posted but neither
+        processed nor answered."""
+        return [op for op in self.ops if op.request_type == request_type and not op.processed and not op.http.done]
 
     def on_arrival(self, obj: Any) -> None:
         op = self._first_open(obj, lambda o: not o.arrived)

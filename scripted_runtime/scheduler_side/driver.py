@@ -26,8 +26,8 @@ import zmq
 
 from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime import extensions, protocol
-from scripted_runtime.scheduler_side import (contracts, control, memory_occupation, reset_fingerprint, script_loader,
-                                             state)
+from scripted_runtime.scheduler_side import (contracts, control, memory_occupation, reset_fingerprint, runtime_knobs,
+                                             script_loader, state)
 from scripted_runtime.scheduler_side.context.api import ScriptContext
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
@@ -112,6 +112,7 @@ class Driver:
                 tuple([state.req_pool_idx(r) for r in reqs]),
                 self._in_flight_rows(),
                 tuple([id(r) for r in reqs]),
+                len(getattr(getattr(self.scheduler, "running_batch", None), "reqs", None) or ()) if extend else -1,
             )
         )
 
@@ -161,18 +162,17 @@ class Driver:
                 self._reset_flush_answer = dispatcher(recv_req)
                 return None
             kind = type(recv_req).__name__
-            observed = kind in contracts.OBSERVED_TYPES and self.observer.contracts_enabled
             if kind == contracts.ABORT_TYPE:
                 self.tracker.on_abort(recv_req, self.scheduler)
-            if observed:
-                memory = self.observer.dispatch_contracts
+            observers = []
+            for memory in self.observer.dispatch_observers(kind):
                 try:
-                    before = memory.before_dispatch(self.scheduler, recv_req)
+                    observers.append((memory, memory.before_dispatch(self.scheduler, recv_req)))
                 except Exception:  # noqa: BLE001 - a harness bug must not kill the scheduler
-                    memory.harness_error, observed = traceback.format_exc(limit=4), False
+                    memory.harness_error = traceback.format_exc(limit=4)
             output = dispatcher(recv_req)
             memory_occupation.after_dispatch(self.scheduler, recv_req, output)
-            if observed:
+            for memory, before in observers:
                 try:
                     memory.on_dispatch(self.scheduler, recv_req, output, self.counters.step, before)
                 except Exception:  # noqa: BLE001
@@ -308,6 +308,15 @@ class Driver:
         # without the 2-4 ms round trip through the HTTP server and the
         # tokenizer (its answer is kept from the tokenizer, see
         # _recording_dispatcher). Scripts' own ctx.flush_cache() still posts.
+        if self._fresh_fingerprint is not None:
+            knobs = runtime_knobs.restore(ctx, self._fresh_fingerprint)
+            while not all(op.processed for op in knobs):
+                if steps >= RESET_MAX_STEPS:
+                    raise ResetError(f"the reset's {', '.join(op.name for op in knobs if not op.processed)} "
+                                     f"was not processed within {RESET_MAX_STEPS} iterations; "
+                                     f"state: {state.describe(s)}")
+                yield
+                steps += 1
         raw, req = sglang_compat.reset_flush_frame()
         self._reset_flush_answer = None
         self._reset_flushes_queued += 1

@@ -85,22 +85,26 @@ class HttpPoster:
         self._port = parts.port or 80
         self._prefix = parts.path.rstrip("/")
 
-    def post(self, path: str, payload: Optional[dict]) -> HttpAnswer:
+    def post(self, path: str, payload: Optional[dict], *, method: str = "POST") -> HttpAnswer:
+        """Send ``payload`` (JSON; None: no body) to ``path`` on a thread; the
+        answer fills in when it comes. ``method``: POST, or GET for a query
+        route that has only GET (``/server_info``)."""
         answer = HttpAnswer()
         thread = threading.Thread(
-            target=self._post, args=(path, payload, answer),
+            target=self._post, args=(path, payload, answer, method),
             name=f"scripted-runtime-post{path}", daemon=True,
         )
         thread.start()
         return answer
 
-    def _post(self, path: str, payload: Optional[dict], answer: HttpAnswer) -> None:
+    def _post(self, path: str, payload: Optional[dict], answer: HttpAnswer, method: str = "POST") -> None:
         conn = http.client.HTTPConnection(self._host, self._port, timeout=POST_TIMEOUT_S)
         try:
             if payload is None:  # as requests.post(json=None): no body, no content type
-                conn.request("POST", self._prefix + path, body=b"", headers=dict(self._auth))
+                conn.request(method, self._prefix + path, body=b"" if method == "POST" else None,
+                             headers=dict(self._auth))
             else:
-                conn.request("POST", self._prefix + path, body=json.dumps(payload).encode(),
+                conn.request(method, self._prefix + path, body=json.dumps(payload).encode(),
                              headers={"Content-Type": "application/json", **self._auth})
             resp = conn.getresponse()
             if (resp.getheader("Content-Type") or "").startswith("text/event-stream"):

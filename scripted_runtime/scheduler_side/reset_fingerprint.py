@@ -24,6 +24,8 @@ The parts, read off 0.5.23's scheduler (``event_loop_*``,
   raises it, decode steps lower it; the idle check resets it), which decides
   how many waiting requests a prefill admits;
 * open sessions (``session_controller``), whose requests outlive a flush;
+* the runtime knobs (``runtime_knobs``: the micro-batch limit, slow_down's
+  sleep, the weight version label; the reset turns them back);
 * released memory (``offload_tags``; the reset resumes it), weights a
   release lost that no update loaded again (``memory_occupation``: a script
   that resumed weights without an update leaves the server serving garbage,
@@ -39,7 +41,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from scripted_runtime.hooks import sglang_compat
-from scripted_runtime.scheduler_side import memory_occupation, state
+from scripted_runtime.scheduler_side import memory_occupation, runtime_knobs, state
 
 FREE_LIST_HEAD = 16  # KV indices compared at the head of the allocator's free list
 
@@ -107,6 +109,7 @@ def take(s: Any) -> Dict[str, Any]:
         # a release overwrote the weights (memory_occupation) and no update loaded them
         "weights lost to a release and not loaded again": memory_occupation.weights_lost(s),
         "model buffers (sums)": _buffer_sums(s),
+        **runtime_knobs.take(s),
     }
 
 

@@ -26,6 +26,9 @@ class BatchRecord(NamedTuple):
     # id() of each launched Req, as launched: tells a request from an earlier one of the same rid
     # (a reused rid); () where a record was built without them (a test's)
     req_ids: Tuple[int, ...] = ()
+    # requests the (micro)batch's running batch held as this prefill launched (what admission
+    # counted against the micro-batch limit); -1 for other forwards and records without it
+    running: int = -1
 
     def rows_taken_in_flight(self) -> List[Tuple[str, str, int]]:
         """(new rid, in-flight rid, row): a row this batch uses that a

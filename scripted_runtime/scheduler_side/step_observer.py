@@ -103,6 +103,16 @@ class StepObserver:
         """The contracts' bookkeeping of this script, fed by the dispatcher."""
         return self.invariants.memory.contracts
 
+    def dispatch_observers(self, kind: str) -> List[Any]:
+        """The contract bookkeepers (``contracts.ContractMemory``,
+        ``runtime_contracts.RuntimeMemory``) that look at a control request
+        of type ``kind`` when the dispatcher hands it to SGLang; none when
+        every contract is off."""
+        if not self.contracts_enabled:
+            return []
+        memory = self.invariants.memory
+        return [m for m in (memory.contracts, memory.runtime) if kind in m.TYPES]
+
     def after_script(self) -> Optional[Violation]:
         """After the script advanced, before the scheduler ingests: scan once,
         check the invariants on the state the iteration is about to see

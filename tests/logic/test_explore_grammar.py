@@ -386,7 +386,8 @@ def test_requests_of_very_different_lengths_together_still_shrink():
     depends on the request it resends, so Hypothesis need not find the pair
     of Starts)."""
     program = find(strategies.programs("pp1-normal"),
-                   lambda p: {n for _, n in filter(None, A.resolve_prompts(p))} >= {1, 192}, settings=NO_DB)
+                   lambda p: {n for _, n in filter(None, A.resolve_prompts(p))} >= {1, 192},
+                   settings=settings(NO_DB, max_examples=6000))
     assert 2 <= len(program) <= 3 and all(isinstance(a, (A.Start, A.Resend)) for a in program)
     assert all(a.max_new_tokens == 1 and a.ignore_eos and a.stop_at is None for a in program)
     assert {f for f, _ in filter(None, A.resolve_prompts(program))} == {0}
@@ -425,9 +426,11 @@ def test_new_actions_round_trip_through_the_failure_database():
                A.OnPhase("queued", A.ExhaustKv(0, evict_cache=True), 24),
                A.FuzzRequest(("top_p_zero", "rid_reused"), 1, 63, 3), A.AbortUnknown(),
                A.Pause("abort"), A.ReleaseMemory("kv_cache"), A.ResumeMemory(), A.RlCycle("in_place", "all", 3),
-               A.OnPhase("decode", A.RlCycle("abort", "weights", 1), 24), A.OnWindow("x", A.ReleaseMemory("all"), 24)]
+               A.OnPhase("decode", A.RlCycle("abort", "weights", 1), 24), A.OnWindow("x", A.ReleaseMemory("all"), 24),
+               A.SetLimit("above"), A.SlowDown(1), A.WeightQuery("checksum"),
+               A.OnPhase("decode", A.SetLimit("1"), 24), A.OnWindow("x", A.WeightQuery("version"), 24)]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 6
+    assert A.GRAMMAR_VERSION == 7
 
 
 def test_the_rl_grammar_compiles_to_its_helpers_and_holds_requests_back_while_memory_is_released():

@@ -20,6 +20,7 @@ from scripted_runtime.protocol import ENV_CHECKPOINT
 from scripted_runtime.scheduler_side import control, hicache_state, state, windows
 from scripted_runtime.scheduler_side.context import radix, waits
 from scripted_runtime.scheduler_side.context.requests import ReqHandle
+from scripted_runtime.scheduler_side.context.runtime_ops import RuntimeOps
 from scripted_runtime.scheduler_side.control import ControlLedger, ControlOp
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
 from scripted_runtime.scheduler_side.inbox import TokenizerInbox
@@ -42,7 +43,7 @@ def _new_rid() -> str:
     return f"r{next(_rid_counter)}-{os.getpid()}-{time.monotonic_ns() % 10**6}"
 
 
-class ScriptContext:
+class ScriptContext(RuntimeOps):
     """Built by the driver, which hands it the parts of the run it works
     with: the scheduler, the run's counters, the control ledger, the HTTP
     poster, the request tracker, the tokenizer inbox, the KV the script
@@ -189,9 +190,10 @@ class ScriptContext:
         *,
         rid: Optional[str] = None,
         await_arrival: bool = True,
+        method: str = "POST",
     ) -> ControlOp:
         t0 = time.monotonic()
-        answer = self._poster.post(path, payload)
+        answer = self._poster.post(path, payload, method=method)
         op = self._ledger.register(
             ControlOp(name=name, request_type=request_type, rid=rid,
                       posted_step=self.step, http=answer, payload=dict(payload or {}))

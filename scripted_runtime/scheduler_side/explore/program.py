@@ -263,6 +263,74 @@ def rl_cycle(ctx, reqs, *, pause_mode: str, tags: str, gap: int):
     return ctx.continue_generation()
 
 
+# The request type of each runtime op a helper posts (SGLang's tokenizer sends one of a type at a time).
+_RUNTIME_TYPES = {"set_internal_state": "SetInternalStateReq", "slow_down": "SlowDownReqInput",
+                  "check_weights": "CheckWeightsReqInput", "get_weights_by_name": "GetWeightsByNameReqInput",
+                  "update_weight_version": "UpdateWeightVersionReqInput", "server_info": "GetInternalStateReq"}
+
+
+def _after_earlier(ctx, request_type: str):
+    """Step (bounded) until no op of ``request_type`` waits to be processed."""
+    for _ in range(4 * _slots(ctx)):
+        if not any(op.request_type == request_type and not op.processed and not op.http.done
+                   for op in ctx.control_ops):
+            return
+        yield
+
+
+def slow_down(ctx, seconds: float):
+    """``yield from slow_down(ctx, s)``: ``ctx.slow_down(s)`` once an earlier one was processed."""
+    yield from _after_earlier(ctx, _RUNTIME_TYPES["slow_down"])
+    return ctx.slow_down(seconds)
+
+
+def set_micro_batch_limit(ctx, value: str):
+    """``yield from set_micro_batch_limit(ctx, value)``:
+    ``set_internal_state(pp_max_micro_batch_size=...)`` for a ``SetLimit``
+    value: ``"1"``, ``"2"``, ``"default"`` (the top of SGLang's range,
+    ``max_running_requests // pp_size``: the value it starts with when the
+    server is not given one), ``"zero"`` and ``"above"`` (the top + 1),
+    which SGLang must refuse."""
+    lo, hi = ctx.micro_batch_limit_range
+    limit = {"1": 1, "2": 2, "default": hi, "zero": lo - 1, "above": hi + 1}[value]
+    yield from _after_earlier(ctx, _RUNTIME_TYPES["set_internal_state"])
+    return ctx.set_internal_state(pp_max_micro_batch_size=limit)
+
+
+def weight_query(ctx, kind: str):
+    """``yield from weight_query(ctx, kind)``: one weight or state query
+    (``WeightQuery``), once an earlier one of its type was processed; None when the weights are
+    released (reading them would fault on a GPU). ``compare`` compares
+    against a snapshot this program took, on a device where SGLang's
+    comparator runs (CUDA); otherwise it is a ``checksum``."""
+    if kind == "compare":
+        took = any(op.name == "check_weights(snapshot)" and op.success for op in ctx.control_ops)
+        cuda = sglang_compat.model_device_type(ctx.scheduler) == "cuda"
+        kind = "compare" if took and cuda else "checksum"
+    if kind == "freeze_gc":  # sent without waiting for an answer: never queued behind another
+        return ctx.freeze_gc()
+    op_name = {"checksum": "check_weights", "snapshot": "check_weights", "compare": "check_weights",
+               "get_weights": "get_weights_by_name", "version": "update_weight_version",
+               "server_info": "server_info"}.get(kind)
+    if op_name is None:
+        raise ValueError(f"unknown weight query {kind!r}")
+    yield from _after_earlier(ctx, _RUNTIME_TYPES[op_name])
+    if "weights" in ctx.released_memory and kind in ("checksum", "snapshot", "compare", "get_weights"):
+        return None
+    if op_name == "check_weights":
+        return ctx.check_weights(kind)
+    if kind == "get_weights":
+        return ctx.get_weights_by_name(WEIGHT_QUERY_PARAMETER, 2)
+    if kind == "version":
+        n = sum(1 for op in ctx.control_ops if op.name.startswith("update_weight_version("))
+        return ctx.update_weight_version(f"explored-{n + 1}")
+    return ctx.server_info()
+
+
+# A parameter that every Llama/Qwen2-shaped checkpoint holds under its own name (not a stacked one).
+WEIGHT_QUERY_PARAMETER = "model.layers.0.mlp.down_proj.weight"
+
+
 def _step_until_idle(ctx, budget: int):
     """Step (at most ``budget`` iterations) until the scheduler's idle gate
     and the harness's scan agree the engine is idle, and (under PP) every

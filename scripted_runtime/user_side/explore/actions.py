@@ -29,7 +29,8 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # 5: FuzzRequest and AbortUnknown (request-field fuzzing, drawn with --fuzz-requests).
 # 6: the RL weight-sync cycle: Pause mode "abort", ReleaseMemory, ResumeMemory, RlCycle;
 # Continue resumes released memory first; Starts are skipped while memory is released.
-GRAMMAR_VERSION = 6
+# 7: runtime knobs and weight queries: SetLimit, SlowDown, WeightQuery.
+GRAMMAR_VERSION = 7
 # The prompt lengths programs use: around the 64-token chunk boundaries (1, 2 and 3
 # chunks), simplest first for shrinking. Part of the grammar: a Resend's "longer" steps up
 # this ladder, and the output oracle's warm-up computes every (family, length) of it.
@@ -198,6 +199,43 @@ class RlCycle:
 
 
 @dataclass(frozen=True)
+class SetLimit:
+    """``set_internal_state(pp_max_micro_batch_size=...)``: ``value`` is
+    ``"1"``, ``"2"``, ``"default"`` (the value the server came up with), or
+    one SGLang must refuse: ``"zero"``, ``"above"`` (its range's top + 1)
+    (``program.set_micro_batch_limit``)."""
+
+    value: str
+
+    def describe(self) -> str:
+        return f"set the micro-batch limit to {self.value} (set_internal_state)"
+
+
+@dataclass(frozen=True)
+class SlowDown:
+    """``slow_down``: every forward sleeps ``ms`` milliseconds (0: no more)."""
+
+    ms: int
+
+    def describe(self) -> str:
+        return f"slow_down({self.ms} ms)" if self.ms else "slow_down cleared"
+
+
+@dataclass(frozen=True)
+class WeightQuery:
+    """A weight or state query (``program.weight_query``): ``checksum``,
+    ``snapshot``, ``compare`` (against the program's own snapshot, else a
+    checksum), ``get_weights`` (a few rows of a parameter), ``version``
+    (a new weight-version label), ``server_info``, ``freeze_gc``. Nothing
+    while the weights are released."""
+
+    kind: str
+
+    def describe(self) -> str:
+        return f"weight/state query: {self.kind}"
+
+
+@dataclass(frozen=True)
 class AbortOne:
     pick: int  # index into the live requests, modulo their number
 
@@ -211,7 +249,8 @@ class AbortAll:
         return "abort_all"
 
 
-Op = Union[Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, ReleaseMemory, ResumeMemory, RlCycle]
+Op = Union[Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, ReleaseMemory, ResumeMemory, RlCycle, SetLimit,
+           SlowDown, WeightQuery]
 
 
 @dataclass(frozen=True)
@@ -302,7 +341,7 @@ class ReleaseTransfers:
 
 Action = Union[Steps, Start, Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, OnWindow, OnPhase, Extension,
                HoldTransfers, ReleaseTransfers, Resend, ExhaustKv, ReleaseKv, FuzzRequest, AbortUnknown,
-               ReleaseMemory, ResumeMemory, RlCycle]
+               ReleaseMemory, ResumeMemory, RlCycle, SetLimit, SlowDown, WeightQuery]
 
 
 def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
@@ -325,6 +364,12 @@ def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
     if isinstance(op, RlCycle):
         return [f"yield from explore.rl_cycle(ctx, reqs, pause_mode={op.pause_mode!r}, tags={op.tags!r}, "
                 f"gap={op.gap})"]
+    if isinstance(op, SetLimit):
+        return [f"yield from explore.set_micro_batch_limit(ctx, {op.value!r})"]
+    if isinstance(op, SlowDown):
+        return [f"yield from explore.slow_down(ctx, {op.ms / 1000!r})"]
+    if isinstance(op, WeightQuery):
+        return [f"yield from explore.weight_query(ctx, {op.kind!r})"]
     if isinstance(op, AbortOne):
         return [f"explore.abort_one(ctx, reqs, {op.pick})"]
     if isinstance(op, AbortAll):

@@ -71,6 +71,18 @@ def rl_cycles() -> st.SearchStrategy:
                      tags=st.sampled_from(MEMORY_TAG_CHOICES), gap=st.sampled_from(RL_CYCLE_GAPS))
 
 
+# The runtime knobs and weight queries (grammar 7): limits SGLang accepts first, then refused ones.
+LIMIT_VALUES = ("1", "2", "default", "zero", "above")
+SLOW_DOWN_MS = (1, 0)
+WEIGHT_QUERIES = ("checksum", "snapshot", "compare", "get_weights", "version", "server_info", "freeze_gc")
+
+
+def runtime_ops() -> st.SearchStrategy:
+    return st.one_of(st.builds(A.SetLimit, value=st.sampled_from(LIMIT_VALUES)),
+                     st.builds(A.WeightQuery, kind=st.sampled_from(WEIGHT_QUERIES)),
+                     st.builds(A.SlowDown, ms=st.sampled_from(SLOW_DOWN_MS)))
+
+
 def control_ops() -> st.SearchStrategy:
     return st.one_of(
         st.just(A.Flush()),
@@ -82,6 +94,7 @@ def control_ops() -> st.SearchStrategy:
         st.builds(A.ReleaseMemory, tags=st.sampled_from(MEMORY_TAG_CHOICES)),
         st.just(A.ResumeMemory()),
         rl_cycles(),
+        runtime_ops(),
     )
 
 

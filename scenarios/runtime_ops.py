@@ -1,0 +1,127 @@
+"""Runtime knobs and weight queries against the real scheduler
+(docs/control-requests.md rows 22, 23, 26, 27, 30, 32, 33; contracts
+``runtime_limits`` and ``weight_queries`` in docs/checks.md).
+
+    .venv/bin/scripted-runtime run scenarios/runtime_ops.py:micro_batch_limit_serialises_admission
+    .venv/bin/scripted-runtime run scenarios/runtime_ops.py:weight_queries_follow_the_weights
+"""
+from scripted_runtime.scheduler_side.explore import program as explore
+
+
+def micro_batch_limit_serialises_admission(ctx, limit=1):
+    """``set_internal_state(pp_max_micro_batch_size=limit)`` with requests
+    queued: from the next prefill on, a (micro)batch admits no more than
+    ``limit`` requests (checked every iteration by ``runtime_limits``);
+    values outside SGLang's range are refused and change nothing. Every
+    request still finishes with its reference output."""
+    lo, hi = ctx.micro_batch_limit_range
+    default = ctx.micro_batch_limit
+    refused = []
+    for bad in (lo - 1, hi + 1):
+        op = ctx.set_internal_state(pp_max_micro_batch_size=bad)
+        yield from op.wait()
+        refused.append(op.answer.updated)
+    assert refused == [False, False], refused
+    assert ctx.micro_batch_limit == default, (ctx.micro_batch_limit, default)
+    op = ctx.set_internal_state(pp_max_micro_batch_size=limit)
+    yield from op.wait()
+    assert op.answer.updated is True and ctx.micro_batch_limit == limit, (op.answer, ctx.micro_batch_limit)
+    reqs = [ctx.start_req(input_ids=explore.prompt_ids(i % 3, 8 + 20 * i), max_new_tokens=6, ignore_eos=True,
+                          temperature=0.0) for i in range(4)]
+    most = 0
+    for _ in range(400):
+        if all(r.finished for r in reqs):
+            break
+        yield
+        most = max(most, max((len(getattr(b, "reqs", ()) or ()) for b in _running_batches(ctx)), default=0))
+    end = yield from explore.end_state_checks(ctx, reqs)
+    assert most <= limit, f"a running batch held {most} requests under the limit {limit}"
+    return {"default": default, "range": [lo, hi], "most_running": most, "finished": end["finished"],
+            "outputs_compared": end["outputs_compared"]}
+
+
+def _running_batches(ctx):
+    s = ctx.scheduler
+    batches = [getattr(s, "running_batch", None)]
+    batches += list(getattr(s, "running_mbs", None) or ())
+    return [b for b in batches if b is not None]
+
+
+def weight_queries_follow_the_weights(ctx):
+    """``check_weights``: two checksums of unchanged weights agree; after an
+    update to another checkpoint the checksum changes; on a CUDA device a
+    snapshot compares equal, and a compare against it after the update fails
+    (on CPU ``compare`` is refused: SGLang's comparator is CUDA-only).
+    ``get_weights_by_name`` answers the checkpoint's values before and after
+    (judged by ``weight_queries``) on a model that has it (0.5.23's Qwen2,
+    the tiny CPU model, has none: SGLang answers None).
+    ``update_weight_version`` labels them."""
+    first = ctx.check_weights("checksum")
+    yield from first.wait()
+    again = ctx.check_weights("checksum")
+    yield from again.wait()
+    cuda = ctx.scheduler.server_args.device == "cuda"
+    snap = ctx.check_weights("snapshot")
+    yield from snap.wait()
+    same = None
+    if cuda:
+        same = ctx.check_weights("compare")
+        yield from same.wait()
+        snap = ctx.check_weights("snapshot")
+        yield from snap.wait()
+    else:
+        try:
+            ctx.check_weights("compare")
+        except RuntimeError as exc:
+            assert "runs only on a CUDA device" in str(exc), exc
+        else:
+            raise AssertionError("check_weights(compare) was posted on a CPU server")
+    before = ctx.get_weights_by_name("model.layers.0.mlp.down_proj.weight", 2)
+    yield from before.wait()
+    update = ctx.update_weights_from_disk(await_arrival=True)
+    yield from update.wait()
+    after = ctx.get_weights_by_name("model.layers.0.mlp.down_proj.weight", 2)
+    yield from after.wait()
+    changed = ctx.check_weights("checksum")
+    yield from changed.wait()
+    differs = None
+    if cuda:
+        differs = ctx.check_weights("compare")
+        yield from differs.wait()
+    version = ctx.update_weight_version("after-update")
+    yield from version.wait()
+    info = ctx.server_info()
+    yield from info.wait()
+    checksum = [op.answer.payload[0].per_gpu_checksum for op in (first, again, changed)]
+    result = {
+        "checksums_equal_unchanged": checksum[0] == checksum[1],
+        "checksum_changed_after_update": checksum[2] != checksum[0],
+        "compare_unchanged": same.success if same else None,
+        "compare_after_update": differs.success if differs else None,
+        "update": update.success,
+        "get_weights_answered": before.answer.parameter is not None,
+        "rows_changed": before.answer.parameter != after.answer.parameter,
+        "version": ctx.weight_version,
+        "snapshot_held": ctx.weight_snapshot_held(),
+    }
+    assert result["checksums_equal_unchanged"] and result["compare_unchanged"] in (True, None), result
+    assert result["checksum_changed_after_update"], result
+    assert result["rows_changed"] or not result["get_weights_answered"], result
+    assert result["compare_after_update"] in (False, None) and result["version"] == "after-update", result
+    return result
+
+
+def slow_down_then_serve(ctx, seconds=0.01):
+    """``slow_down``: forwards sleep, iterations stay the unit; a request
+    decodes to its reference output; ``slow_down(0)`` clears it."""
+    op = ctx.slow_down(seconds)
+    yield from op.wait()
+    assert ctx.scheduler.forward_sleep_time == seconds, ctx.scheduler.forward_sleep_time
+    gc = ctx.freeze_gc()
+    r = ctx.start_req(input_ids=explore.prompt_ids(0, 65), max_new_tokens=5, ignore_eos=True, temperature=0.0)
+    yield from gc.wait()
+    yield from ctx.wait_finished(r, max_steps=100)
+    clear = ctx.slow_down(0)
+    yield from clear.wait()
+    end = yield from explore.end_state_checks(ctx, [r])
+    return {"cleared": ctx.scheduler.forward_sleep_time is None, "outputs_compared": end["outputs_compared"]}

@@ -1,0 +1,138 @@
+"""The runtime knobs and weight queries a script can post (part of ``ctx``):
+``set_internal_state``, ``slow_down``, ``freeze_gc``, ``update_weight_version``,
+``get_weights_by_name``, ``check_weights`` and the ``server_info`` query.
+
+Each posts SGLang's own HTTP route and returns a ``ControlOp`` once the
+request reached the scheduler's socket (processed in the next iteration;
+``op.answer`` is the scheduler's reply). What each does, its preconditions
+and its contract: docs/control-requests.md, docs/checks.md
+(``runtime_limits``, ``weight_queries``).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from scripted_runtime.hooks import sglang_compat
+from scripted_runtime.scheduler_side.control import ControlOp
+
+CHECK_WEIGHTS_ACTIONS = ("checksum", "snapshot", "compare", "reset_tensors")
+
+
+class RuntimeOps:
+    """Mixed into ``ScriptContext`` (which provides ``_control``, ``_ledger``,
+    ``released_memory`` and ``_scheduler``).
+
+    SGLang's tokenizer sends each of these through a communicator that waits
+    for the scheduler's answer before it sends the next of the same kind, so
+    a second one posted before the first was processed could not reach the
+    frozen scheduler: that raises at once (yield first; the explorer's
+    helpers step until it was processed)."""
+
+    def _runtime_op(self, name: str, path: str, payload: Optional[dict], request_type: str,
+                    method: str = "POST") -> ControlOp:
+        pending = self._ledger.unprocessed_of_type(request_type)
+        if pending:
+            raise RuntimeError(
+                f"{name}: {pending[0].name} posted at step {pending[0].posted_step} has not been processed yet, and "
+                f"SGLang's tokenizer sends one {request_type} at a time (it waits for each answer), so this one "
+                "could not reach the scheduler; yield (or `yield from op.wait()`) first")
+        return self._control(name, path, payload, request_type, method=method)
+
+    def set_internal_state(self, **server_args: Any) -> ControlOp:
+        """POST ``/set_internal_state {"server_args": {...}}``. On the CPU
+        default the key that applies is ``pp_max_micro_batch_size`` (the
+        requests one (micro)batch may hold; also at pp 1): SGLang accepts
+        ``1 <= k <= max_running_requests // pp_size`` and answers
+        ``op.answer.updated``. The harness's reset puts the limit back."""
+        if not server_args:
+            raise ValueError("set_internal_state needs at least one key, e.g. "
+                             f"set_internal_state({sglang_compat.MICRO_BATCH_KNOB}=2)")
+        return self._runtime_op(f"set_internal_state({', '.join(f'{k}={v!r}' for k, v in server_args.items())})",
+                             "/set_internal_state", {"server_args": dict(server_args)}, "SetInternalStateReq")
+
+    @property
+    def micro_batch_limit(self) -> Optional[int]:
+        """The requests one (micro)batch may hold, as admission reads it now."""
+        return sglang_compat.micro_batch_limit(self._scheduler)
+
+    @property
+    def micro_batch_limit_range(self) -> tuple:
+        """(lowest, highest) value ``set_internal_state`` accepts for the limit."""
+        return sglang_compat.micro_batch_limit_range(self._scheduler)
+
+    def slow_down(self, forward_sleep_time: Optional[float]) -> ControlOp:
+        """POST ``/slow_down``: every forward sleeps ``forward_sleep_time``
+        seconds first (None or <= 0: no more). Iterations stay the unit of a
+        script; only their wall-clock time grows. The reset clears it."""
+        return self._runtime_op(f"slow_down({forward_sleep_time!r})", "/slow_down",
+                             {"forward_sleep_time": forward_sleep_time}, "SlowDownReqInput")
+
+    def freeze_gc(self) -> ControlOp:
+        """POST ``/freeze_gc``: the scheduler (and the detokenizer, and the
+        tokenizer) move every tracked object to the GC's permanent
+        generation. Nothing the scheduler decides depends on it; not undone
+        by the reset (SGLang has no route to unfreeze)."""
+        return self._control("freeze_gc", "/freeze_gc", None, "FreezeGCReq")
+
+    def update_weight_version(self, version: str) -> ControlOp:
+        """POST ``/update_weight_version`` (``abort_all_requests=False``: the
+        route's default aborts every request first). Labels the served
+        weights; live requests record the change. The reset puts it back."""
+        return self._runtime_op(f"update_weight_version({version!r})", "/update_weight_version",
+                             {"new_version": version, "abort_all_requests": False}, "UpdateWeightVersionReqInput")
+
+    @property
+    def weight_version(self) -> Optional[str]:
+        return sglang_compat.served_weight_version()
+
+    def get_weights_by_name(self, name: str, truncate_size: int = 100) -> ControlOp:
+        """POST ``/get_weights_by_name``: the first ``truncate_size`` rows of
+        parameter ``name`` (``op.answer.parameter``). Refused while the
+        weights are released (on a GPU their pages are unmapped)."""
+        self._refuse_weight_read("get_weights_by_name")
+        return self._runtime_op(f"get_weights_by_name({name!r})", "/get_weights_by_name",
+                             {"name": name, "truncate_size": truncate_size}, "GetWeightsByNameReqInput")
+
+    def check_weights(self, action: str = "checksum") -> ControlOp:
+        """POST ``/weights_checker {"action": ...}``: ``checksum`` (per rank,
+        ``op.answer.payload``), ``snapshot`` (a copy of the weights, kept by
+        SGLang until a successful ``compare``), ``compare`` (success exactly
+        when the weights equal the snapshot's; CUDA only, refused elsewhere
+        with the reason), ``reset_tensors`` (overwrite
+        every weight with random values: the weights are lost until an update
+        loads them). Refused while the weights are released."""
+        if action not in CHECK_WEIGHTS_ACTIONS:
+            raise ValueError(f"check_weights action must be one of {', '.join(CHECK_WEIGHTS_ACTIONS)}, got {action!r} "
+                             "(SGLang raises on another and answers success=False)")
+        self._refuse_weight_read(f"check_weights({action})")
+        device = sglang_compat.model_device_type(self._scheduler)
+        if action in sglang_compat.CHECK_WEIGHTS_CUDA_ONLY and device not in (None, "cuda"):
+            raise RuntimeError(
+                f"check_weights({action}) runs only on a CUDA device: SGLang's comparator moves every tensor with "
+                f".cuda() (utils/weight_checker_comparator.py), so on this {device} server it answers success=False "
+                "whatever the weights; compare checksums instead (ctx.check_weights('checksum'))")
+        return self._runtime_op(f"check_weights({action})", "/weights_checker", {"action": action},
+                             "CheckWeightsReqInput")
+
+    def server_info(self) -> ControlOp:
+        """GET ``/server_info``: the scheduler's internal state (a pure query)."""
+        return self._runtime_op("server_info", "/server_info", None, "GetInternalStateReq", method="GET")
+
+    def weight_snapshot_held(self) -> Optional[bool]:
+        """Whether SGLang's weight checker holds a snapshot on this rank."""
+        return sglang_compat.weight_checker_snapshot(self._scheduler)
+
+    def _refuse_weight_read(self, what: str) -> None:
+        if "weights" in self.released_memory:
+            raise RuntimeError(
+                f"{what}: the weights memory is released (release_memory_occupation); on a GPU with the memory "
+                "saver its pages are unmapped and reading them faults. Resume it first: "
+                "ctx.resume_memory_occupation(['weights'])")
+
+
+def answer_fields(op: ControlOp) -> Dict[str, Any]:
+    """The scheduler's reply of ``op`` as a dict (for a scenario's return value)."""
+    answer = op.answer
+    if answer is None:
+        return {}
+    return {k: getattr(answer, k) for k in getattr(answer, "__struct_fields__", ()) if hasattr(answer, k)}

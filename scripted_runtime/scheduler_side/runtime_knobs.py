@@ -1,0 +1,40 @@
+"""The runtime knobs a script may turn (``ctx.set_internal_state``,
+``ctx.slow_down``, ``ctx.update_weight_version``) and how the reset turns
+them back (scheduler process, driver rank).
+
+A knob changes what every later script sees (how many requests a batch
+admits, the served version label), so the reset fingerprint holds them
+(``reset_fingerprint``) and the reset puts back the values of the engine as
+it came up, through SGLang's own routes: each is relayed to every PP rank
+like the script's was.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from scripted_runtime.hooks import sglang_compat
+
+LIMIT = "micro-batch limit (set_internal_state)"
+SLEEP = "forward_sleep_time (slow_down)"
+VERSION = "weight version (update_weight_version)"
+
+
+def take(s: Any) -> Dict[str, Any]:
+    """The knobs' values now (part of the reset fingerprint)."""
+    return {LIMIT: sglang_compat.micro_batch_limit(s), SLEEP: sglang_compat.forward_sleep_time(s),
+            VERSION: sglang_compat.served_weight_version()}
+
+
+def restore(ctx: Any, fresh: Dict[str, Any]) -> List[Any]:
+    """Post what turns every knob that differs from ``fresh`` (a fingerprint
+    of the engine as it came up) back; returns the ops posted (processed in
+    the next iteration)."""
+    now = take(ctx.scheduler)
+    ops = []
+    if LIMIT in fresh and now[LIMIT] != fresh[LIMIT] and fresh[LIMIT] is not None:
+        ops.append(ctx.set_internal_state(**{sglang_compat.MICRO_BATCH_KNOB: fresh[LIMIT]}))
+    if SLEEP in fresh and now[SLEEP] != fresh[SLEEP]:
+        ops.append(ctx.slow_down(fresh[SLEEP]))
+    if VERSION in fresh and now[VERSION] != fresh[VERSION] and fresh[VERSION] is not None:
+        ops.append(ctx.update_weight_version(fresh[VERSION]))
+    return ops
