@@ -58,7 +58,7 @@ from typing import Dict
 # Each family module declares its mutants when imported.
 from scripted_runtime.hooks.mutants import (aborts, batches, chunked_prefill, hicache, idle_gate,  # noqa: F401
                                             kv_content, kv_pressure, loops, memory_occupation, pools,
-                                            prefix_cache, radix_locks, requests, stream_output)
+                                            prefix_cache, radix_locks, requests, runtime_ops, stream_output)
 from scripted_runtime.hooks.mutants.aborts import COLLECT_INFLIGHT_BATCHES_DIGEST  # noqa: F401
 from scripted_runtime.hooks.mutants.base import (ALL, BATCH_RESULT_PROCESSOR, FULL_COMPONENT, HICACHE,  # noqa: F401
                                                  MEM_CACHE_COMMON, MEMORY_POOL, OUTPUT_STREAMER, PATCHED_MODULES,
@@ -96,6 +96,8 @@ ORDER = (
     "mut_length_cap_one_early",
     "mut_release_keeps_cache_while_paused",
     "mut_resume_skips_static_state",
+    "mut_micro_batch_limit_read_once",
+    "mut_weight_checksum_cached",
     # written blind (issue 34, item 5)
     "mut_merge_batch_rows_other_first",
     "mut_checkpoint_row_keeps_duplicate_slots",

@@ -34,9 +34,10 @@ FULL_COMPONENT = "sglang.srt.mem_cache.unified_cache.components.full"
 PREFILL_BUDGET = "sglang.srt.mem_cache.prefill_budget"
 OUTPUT_STREAMER = "sglang.srt.managers.scheduler_components.output_streamer"
 SCHEDULE_POLICY = "sglang.srt.managers.schedule_policy"
+WEIGHT_CHECKER = "sglang.srt.utils.weight_checker"
 PATCHED_MODULES = (SCHEDULE_BATCH, MEMORY_POOL, TOKEN_ALLOCATOR, UNIFIED_RADIX_CACHE, MEM_CACHE_COMMON,
                    BATCH_RESULT_PROCESSOR, WEIGHT_UPDATER, TP_WORKER, FULL_COMPONENT, PREFILL_BUDGET,
-                   OUTPUT_STREAMER, SCHEDULE_POLICY)
+                   OUTPUT_STREAMER, SCHEDULE_POLICY, WEIGHT_CHECKER)
 
 
 # --- declaring a mutant --------------------------------------------------------

@@ -26,8 +26,8 @@ import zmq
 
 from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime import extensions, protocol
-from scripted_runtime.scheduler_side import (contracts, control, memory_occupation, reset_fingerprint, runtime_knobs,
-                                             script_loader, state)
+from scripted_runtime.scheduler_side import (contracts, control, memory_occupation, reset_fingerprint, runtime_contracts,
+                                             runtime_knobs, script_loader, state)
 from scripted_runtime.scheduler_side.context.api import ScriptContext
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
@@ -172,6 +172,7 @@ class Driver:
                     memory.harness_error = traceback.format_exc(limit=4)
             output = dispatcher(recv_req)
             memory_occupation.after_dispatch(self.scheduler, recv_req, output)
+            runtime_contracts.after_dispatch(self.scheduler, recv_req, output)
             for memory, before in observers:
                 try:
                     memory.on_dispatch(self.scheduler, recv_req, output, self.counters.step, before)

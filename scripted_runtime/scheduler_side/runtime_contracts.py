@@ -72,13 +72,11 @@ TYPES = frozenset({SET_STATE_TYPE, SLOW_DOWN_TYPE, VERSION_TYPE, GET_WEIGHTS_TYP
 QUERY_TYPES = frozenset({GET_WEIGHTS_TYPE, CHECK_WEIGHTS_TYPE, SERVER_INFO_TYPE})
 
 # Per rank (scheduler id), kept across scripts like the weights themselves: the checkpoint
-# the served weights were last loaded from (None: unknown, lost to a release or a
-# reset_tensors), and the harness's digest of the weights when SGLang's checker took its
-# snapshot (a snapshot outlives the script that took it; a failed compare keeps it).
+# the served weights were last loaded from (None: unknown, random after a reset_tensors), and
+# the harness's digest of the weights when SGLang's checker took its snapshot (a snapshot
+# outlives the script that took it; a failed compare keeps it).
 _loaded_from: Dict[int, Optional[str]] = {}
 _snapshot_digest: Dict[int, Optional[str]] = {}
-# digest of the weights -> the checksum SGLang's checker answered for them
-_checksums: Dict[int, Dict[str, str]] = {}
 
 
 def weights_digest(s: Any) -> Optional[str]:
@@ -134,6 +132,9 @@ class RuntimeMemory:
     batch_cursor: int = 0
     last_chunked: Optional[str] = None  # the chunked rid the last extend launch left
     served_limit: Optional[int] = None  # the limit admission reads (refreshed at every set)
+    # digest of the weights -> the checksum SGLang's checker answered for them (this script's: a
+    # failure must replay on a fresh server from the script alone)
+    checksums: Dict[str, str] = field(default_factory=dict)
 
     def before_dispatch(self, s: Any, recv_req: Any) -> Any:
         kind = type(recv_req).__name__
@@ -152,13 +153,8 @@ class RuntimeMemory:
 
     def on_dispatch(self, s: Any, recv_req: Any, output: Any, step: int, before: Any) -> None:
         kind = type(recv_req).__name__
-        key = id(s)
-        if kind == UPDATE_DISK_TYPE:
-            if getattr(output, "success", False):
-                _loaded_from[key] = getattr(recv_req, "model_path", None)
-            return
-        if kind == RELEASE_TYPE:
-            return  # the weights' loss is memory_occupation's (weights_lost), read at the query
+        if kind in (UPDATE_DISK_TYPE, RELEASE_TYPE):
+            return  # what was loaded: after_dispatch (every script); lost: memory_occupation.weights_lost
         if kind in QUERY_TYPES and not (kind == CHECK_WEIGHTS_TYPE
                                         and getattr(recv_req, "action", "") == "reset_tensors"):
             after = contracts.pools(s)
@@ -232,8 +228,6 @@ class RuntimeMemory:
         key = id(s)
         success = bool(getattr(output, "success", False))
         if action == "reset_tensors":
-            if success:
-                _loaded_from[key] = None  # random weights: no checkpoint holds them
             return
         digest = before.get("digest")
         if digest is None:
@@ -260,7 +254,7 @@ class RuntimeMemory:
             checksum = getattr(payload[0], "per_gpu_checksum", None) if payload else None
             if checksum is None:
                 return
-            seen = _checksums.setdefault(key, {})
+            seen = self.checksums
             if digest in seen and seen[digest] != checksum:
                 self.problems.append(("weight_queries", "check_weights(checksum) answered another checksum for "
                                                         "weights that did not change"))
@@ -272,9 +266,21 @@ class RuntimeMemory:
             seen[digest] = checksum
 
 
+def after_dispatch(s: Any, recv_req: Any, output: Any) -> None:
+    """Called by the driver's dispatcher after SGLang handled ``recv_req``,
+    whether or not the contracts run (the explorer's own weight restores
+    included): note what the weights were loaded from."""
+    kind = type(recv_req).__name__
+    if kind == UPDATE_DISK_TYPE and getattr(output, "success", False):
+        _loaded_from[id(s)] = getattr(recv_req, "model_path", None)
+    elif (kind == CHECK_WEIGHTS_TYPE and getattr(recv_req, "action", "") == "reset_tensors"
+          and getattr(output, "success", False)):
+        _loaded_from[id(s)] = None  # random weights: no checkpoint holds them
+
+
 def forget(scheduler: Optional[Any] = None) -> None:
     """Drop what is known across scripts (a rank's, or all: tests)."""
-    for table in (_loaded_from, _snapshot_digest, _checksums):
+    for table in (_loaded_from, _snapshot_digest):
         if scheduler is None:
             table.clear()
         else:

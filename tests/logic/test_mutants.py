@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CHECK_WORDS = ("invariant idle_gate", "invariant slot_ownership", "invariant radix_locks",
                "invariant pool_accounting", "invariant hicache_load_before_read", "invariant hicache_transfer_slots",
                "invariant hicache_host_accounting", "contract pause", "contract abort", "contract flush",
-               "contract update_weights", "contract continue", "contract memory_occupation", "output oracle", "end-state", "crash", "request contract", "none today",
+               "contract update_weights", "contract continue", "contract memory_occupation", "contract runtime_limits",
+               "contract weight_queries", "output oracle", "end-state", "crash", "request contract", "none today",
                "unknown (written blind)")
 
 # The mutants written blind for issue 34 (item 5), without reading the
@@ -176,6 +177,10 @@ PINNED = [
     ('mut_resume_skips_static_state', ('pp1-overlap', 'pp1-normal', 'pp4'),
      'contract memory_occupation (the buffers differ from the release\'s after the resume), output oracle (the '
      'rotary cache stays what the release left)'),
+    ('mut_micro_batch_limit_read_once', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'contract runtime_limits (a prefill past the limit set_internal_state lowered)'),
+    ('mut_weight_checksum_cached', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'contract weight_queries (the same checksum for different weights, after a weight update)'),
     # written blind (issue 34, item 5)
     ('mut_merge_batch_rows_other_first', ('pp1-overlap', 'pp1-normal', 'pp4'),
      "unknown (written blind); should show as wrong outputs (requests decode in each other's rows), then a "
@@ -242,7 +247,7 @@ def test_the_table_is_pinned_name_topologies_expected_and_order():
 def test_each_mutant_is_declared_in_a_family_module_by_its_install_function():
     families = {"idle_gate", "loops", "pools", "radix_locks", "batches", "hicache", "requests",
                 "kv_content", "prefix_cache", "kv_pressure", "stream_output", "aborts", "chunked_prefill",
-                "memory_occupation"}
+                "memory_occupation", "runtime_ops"}
     for patch in mutants.MUTANTS.values():
         module = patch.install.__module__
         assert module.startswith("scripted_runtime.hooks.mutants."), (patch.name, module)

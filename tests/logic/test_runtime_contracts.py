@@ -121,7 +121,6 @@ def _checksum(digest_holder, checksum, run, monkeypatch):
 
 
 def test_checksums_must_follow_the_weights_both_ways(run, monkeypatch):
-    runtime_contracts.forget()
     digest = {"d": "w1"}
     _checksum(digest, "c1", run, monkeypatch)
     _checksum(digest, "c1", run, monkeypatch)
@@ -134,7 +133,6 @@ def test_checksums_must_follow_the_weights_both_ways(run, monkeypatch):
     assert [m for _, m in run.mem.problems] == [
         "check_weights(checksum) answered another checksum for weights that did not change",
         "check_weights(checksum) answered the same checksum for different weights"]
-    runtime_contracts.forget()
 
 
 def test_a_query_that_changes_the_pools_is_a_violation(run):

@@ -335,12 +335,18 @@ def _step_until_idle(ctx, budget: int):
     """Step (at most ``budget`` iterations) until the scheduler's idle gate
     and the harness's scan agree the engine is idle, and (under PP) every
     KV operation queued for the ranks was applied (the end-state checks'
-    give-back); True when it is."""
+    give-back), and every control operation that reached the scheduler's
+    socket was processed (one posted last would otherwise be processed in
+    the next script's reset, its contract unchecked); True when it is."""
+    def settled() -> bool:
+        return (ctx.is_fully_idle and ctx.nothing_held and not ctx.kv_pressure_pending
+                and not any(op.arrived and not op.processed for op in ctx.control_ops))
+
     for _ in range(budget):
-        if ctx.is_fully_idle and ctx.nothing_held and not ctx.kv_pressure_pending:
+        if settled():
             return True
         yield
-    return ctx.is_fully_idle and ctx.nothing_held and not ctx.kv_pressure_pending
+    return settled()
 
 
 def end_state_checks(ctx, reqs) -> Dict[str, Any]:

@@ -66,6 +66,15 @@ OPERATIONS: Dict[str, List[A.Action]] = {
     "rl_cycle_retract_all": [A.RlCycle("retract", "all", 1)],
     "rl_cycle_abort_kv": [A.RlCycle("abort", "kv_cache", 0)],
     "rl_cycle_in_place_weights": [A.RlCycle("in_place", "weights", 1)],
+    # issue 35: runtime knobs and weight queries (grammar 7). The limit lowered with two more
+    # requests arriving (admission must keep to it), then put back; checksums around an update
+    # (they must follow the weights); every other knob and query once.
+    "limit_one": [A.SetLimit("1"), A.Start(8, 1, NEW_TOKENS), A.Start(65, 2, NEW_TOKENS), A.Steps(4),
+                  A.SetLimit("default")],
+    "checksums_around_update": [A.WeightQuery("checksum"), A.UpdateWeights(flush=True), A.WeightQuery("checksum")],
+    "knobs_and_queries": [A.SlowDown(1), A.SetLimit("above"), A.WeightQuery("server_info"),
+                          A.WeightQuery("version"), A.WeightQuery("get_weights"), A.WeightQuery("snapshot"),
+                          A.WeightQuery("compare"), A.WeightQuery("freeze_gc"), A.SlowDown(0)],
 }
 
 
