@@ -652,3 +652,19 @@ def model_device_type(scheduler: Any) -> Optional[str]:
 # the CPU default ``compare`` answers success=False ("Cannot re-initialize CUDA in forked
 # subprocess" with a CUDA build of torch, measured 2026-11-26).
 CHECK_WEIGHTS_CUDA_ONLY = ("compare",)
+
+
+def weight_update_session_open(scheduler: Any) -> bool:
+    """Whether a weight-update session is open (0.5.23: ``begin_weight_update``
+    opened one, ``end_weight_update`` has not closed it; a tensor update needs one)."""
+    return getattr(weight_updater(scheduler), "_session", None) is not None
+
+
+def serialize_named_tensors(scheduler: Any, named_tensors: List[Any]) -> List[str]:
+    """``named_tensors`` as ``/update_weights_from_tensor`` takes them: SGLang's
+    ``MultiprocessingSerializer`` payload, base64, one copy per TP rank (each
+    rank deserializes its own index)."""
+    from sglang.srt.utils.common import MultiprocessingSerializer
+
+    tp_size = rank_info(scheduler)[3] or 1
+    return [MultiprocessingSerializer.serialize(named_tensors, output_str=True) for _ in range(tp_size)]

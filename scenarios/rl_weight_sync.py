@@ -14,7 +14,7 @@ output oracle reports at the end.
 from scripted_runtime.scheduler_side.explore import program as explore
 
 
-def cycle_with_requests(ctx, pause_mode="retract", tags="all", gap=1):
+def cycle_with_requests(ctx, pause_mode="retract", tags="all", gap=1, tensor=False):
     """A request decoding and one mid-chunk when the cycle starts; after it,
     the same prompts again (their prefix was flushed with the KV cache), and
     every greedy output must be its reference's: the ones that ran across
@@ -23,19 +23,21 @@ def cycle_with_requests(ctx, pause_mode="retract", tags="all", gap=1):
     ``in_place`` pause keeps the batch running: the release is not allowed
     and the update's flush is refused (``success=False``: the weights are
     loaded, the tree keeps KV of the old ones), so the requests after it,
-    which hit that KV, are not compared either."""
+    which hit that KV, are not compared either. ``tensor=True``: the update
+    is the trainer's path, the same checkpoint's tensors through
+    ``update_weights_from_tensor`` inside a begin/end weight-update session."""
     reqs = [
         ctx.start_req(input_ids=explore.prompt_ids(0, 100), max_new_tokens=12, ignore_eos=True, temperature=0.0),
         ctx.start_req(input_ids=explore.prompt_ids(1, 150), max_new_tokens=6, ignore_eos=True, temperature=0.0),
     ]
     yield from ctx.steps(3 * max(1, ctx.pp_loop_size))
-    yield from explore.rl_cycle(ctx, reqs, pause_mode=pause_mode, tags=tags, gap=gap)
+    yield from explore.rl_cycle(ctx, reqs, pause_mode=pause_mode, tags=tags, gap=gap, tensor=tensor)
     reqs.append(ctx.start_req(input_ids=explore.prompt_ids(0, 100), max_new_tokens=8, ignore_eos=True,
                               temperature=0.0))
     reqs.append(ctx.start_req(input_ids=explore.prompt_ids(1, 150), max_new_tokens=8, ignore_eos=True,
                               temperature=0.0))
     end = yield from explore.end_state_checks(ctx, reqs)
-    update = [op for op in ctx.control_ops if op.name == "update_weights_from_disk"][-1]
+    update = [op for op in ctx.control_ops if op.name.startswith("update_weights_from_")][-1]
     if update.success:  # flushed: nothing computed under the old weights is left to hit
         assert end["outputs_compared"] >= 2, f"the requests after the cycle were not compared: {end}"
     return end

@@ -5,6 +5,10 @@
     .venv/bin/scripted-runtime run scenarios/runtime_ops.py:micro_batch_limit_serialises_admission
     .venv/bin/scripted-runtime run scenarios/runtime_ops.py:weight_queries_follow_the_weights
 """
+import os
+
+from scripted_runtime.protocol import ENV_CHECKPOINT
+from scripted_runtime.scheduler_side import runtime_contracts
 from scripted_runtime.scheduler_side.explore import program as explore
 
 
@@ -78,7 +82,10 @@ def weight_queries_follow_the_weights(ctx):
             raise AssertionError("check_weights(compare) was posted on a CPU server")
     before = ctx.get_weights_by_name("model.layers.0.mlp.down_proj.weight", 2)
     yield from before.wait()
-    update = ctx.update_weights_from_disk(await_arrival=True)
+    # the other checkpoint than the one served now (an earlier script on this server may have updated)
+    served = runtime_contracts.loaded_from(ctx.scheduler)
+    other = ctx.scheduler.server_args.model_path if served == os.environ.get(ENV_CHECKPOINT) else None
+    update = ctx.update_weights_from_disk(other, await_arrival=True)
     yield from update.wait()
     after = ctx.get_weights_by_name("model.layers.0.mlp.down_proj.weight", 2)
     yield from after.wait()

@@ -51,7 +51,8 @@ loop does otherwise, the contract reports it (a finding), it does not bend.
   requests. Not judged with HiCache on (a pending copy also keeps the gate
   shut), nor under PP (the gate also waits for the microbatches in flight
   between ranks, which the driver rank's scan does not see whole).
-* ``update_weights``: ``update_weights_from_disk(flush_cache=True)`` that
+* ``update_weights``: ``update_weights_from_disk(flush_cache=True)`` (and
+  ``update_weights_from_tensor``'s, which flushes the same way) that
   answers success was processed with no live request holding KV and
   leaves the pools as an accepted flush does; one that
   answers failure (the flush was refused: 0.5.22+) changed no pool. 0.5.23
@@ -92,7 +93,8 @@ DOCS = {
     "continue": "after continue_generation, live work moves again within a few iterations",
     "abort": "an aborted request finishes (FINISH_ABORT) within a bound, is never launched again and keeps no row",
     "flush": "flush_cache is accepted only with no live KV, and then empties the pools; a refused one changes nothing",
-    "update_weights": "update_weights_from_disk(flush_cache=True) leaves the pools as the flush it answers says",
+    "update_weights": "update_weights_from_disk/_from_tensor(flush_cache=True) leave the pools as the flush they "
+                      "answer says",
     "memory_occupation": "release(kv_cache) leaves the pools flushed; offload_tags follows release/resume; no "
                          "forward while KV or weights are released",
 }
@@ -112,9 +114,11 @@ CONTINUE_TYPE = "ContinueGenerationReqInput"
 ABORT_TYPE = "AbortReq"
 FLUSH_TYPE = "FlushCacheReqInput"
 UPDATE_TYPE = "UpdateWeightFromDiskReqInput"
+TENSOR_UPDATE_TYPE = "UpdateWeightsFromTensorReqInput"  # the same flush after the load (flush_cache_after_weight_update)
+UPDATE_TYPES = (UPDATE_TYPE, TENSOR_UPDATE_TYPE)
 RELEASE_TYPE = "ReleaseMemoryOccupationReqInput"
 RESUME_TYPE = "ResumeMemoryOccupationReqInput"
-OBSERVED_TYPES = frozenset({PAUSE_TYPE, CONTINUE_TYPE, ABORT_TYPE, FLUSH_TYPE, UPDATE_TYPE, RELEASE_TYPE, RESUME_TYPE})
+OBSERVED_TYPES = frozenset({PAUSE_TYPE, CONTINUE_TYPE, ABORT_TYPE, FLUSH_TYPE, *UPDATE_TYPES, RELEASE_TYPE, RESUME_TYPE})
 # the released tags during which a forward would run over unmapped memory on a GPU
 FORWARD_FORBIDDING_TAGS = ("kv_cache", "weights")
 
@@ -212,7 +216,7 @@ class ContractMemory:
         processes it: the pools (flush, update with flush), the requests an
         abort matches and where they are held (abort)."""
         name = type(recv_req).__name__
-        if name == FLUSH_TYPE or (name == UPDATE_TYPE and getattr(recv_req, "flush_cache", False)):
+        if name == FLUSH_TYPE or (name in UPDATE_TYPES and getattr(recv_req, "flush_cache", False)):
             return pools(s)
         if name == ABORT_TYPE:
             return _abort_targets(s, recv_req)
@@ -229,7 +233,7 @@ class ContractMemory:
             self.continue_step = step
         elif name == ABORT_TYPE and before is not None:
             self._on_abort(before, step)
-        elif name in (FLUSH_TYPE, UPDATE_TYPE) and before is not None:
+        elif name in (FLUSH_TYPE, *UPDATE_TYPES) and before is not None:
             self._on_flush(s, name, output, before)
         elif name in (RELEASE_TYPE, RESUME_TYPE):
             self._on_memory(s, recv_req, release=name == RELEASE_TYPE, step=step)
@@ -296,7 +300,8 @@ class ContractMemory:
 
     def _on_flush(self, s: Any, name: str, output: Any, before: Dict[str, int]) -> None:
         contract = "flush" if name == FLUSH_TYPE else "update_weights"
-        what = "flush_cache" if name == FLUSH_TYPE else "update_weights_from_disk(flush_cache=True)"
+        what = {FLUSH_TYPE: "flush_cache", UPDATE_TYPE: "update_weights_from_disk(flush_cache=True)",
+                TENSOR_UPDATE_TYPE: "update_weights_from_tensor(flush_cache=True)"}[name]
         success = getattr(output, "success", None)
         if success is None:
             return

@@ -29,6 +29,7 @@ class ControlOp:
     answer: Any = None  # the scheduler's reply object (None for ops without one)
     describe: Optional[Callable[[], str]] = field(default=None, repr=False)
     payload: Dict[str, Any] = field(default_factory=dict, repr=False)  # what was posted (the HTTP body)
+    keep_alive: Any = field(default=None, repr=False)  # what must live until the scheduler read it (shared tensors)
 
     @property
     def processed(self) -> bool:

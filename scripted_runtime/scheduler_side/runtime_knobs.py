@@ -1,6 +1,7 @@
 """The runtime knobs a script may turn (``ctx.set_internal_state``,
-``ctx.slow_down``, ``ctx.update_weight_version``) and how the reset turns
-them back (scheduler process, driver rank).
+``ctx.slow_down``, ``ctx.update_weight_version``), and a weight-update
+session it may leave open (``ctx.begin_weight_update``), and how the reset
+turns them back (scheduler process, driver rank).
 
 A knob changes what every later script sees (how many requests a batch
 admits, the served version label), so the reset fingerprint holds them
@@ -17,12 +18,13 @@ from scripted_runtime.hooks import sglang_compat
 LIMIT = "micro-batch limit (set_internal_state)"
 SLEEP = "forward_sleep_time (slow_down)"
 VERSION = "weight version (update_weight_version)"
+SESSION = "weight-update session open (begin_weight_update)"
 
 
 def take(s: Any) -> Dict[str, Any]:
     """The knobs' values now (part of the reset fingerprint)."""
     return {LIMIT: sglang_compat.micro_batch_limit(s), SLEEP: sglang_compat.forward_sleep_time(s),
-            VERSION: sglang_compat.served_weight_version()}
+            VERSION: sglang_compat.served_weight_version(), SESSION: sglang_compat.weight_update_session_open(s)}
 
 
 def restore(ctx: Any, fresh: Dict[str, Any]) -> List[Any]:
@@ -37,4 +39,6 @@ def restore(ctx: Any, fresh: Dict[str, Any]) -> List[Any]:
         ops.append(ctx.slow_down(fresh[SLEEP]))
     if VERSION in fresh and now[VERSION] != fresh[VERSION] and fresh[VERSION] is not None:
         ops.append(ctx.update_weight_version(fresh[VERSION]))
+    if now[SESSION] and not fresh.get(SESSION):
+        ops.append(ctx.end_weight_update())  # a session a script left open refuses the next begin
     return ops

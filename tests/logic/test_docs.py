@@ -163,7 +163,8 @@ def test_the_context_api_reference_is_complete():
 
     text = (ROOT / "docs" / "writing-scenarios.md").read_text()
     reference = text[text.index("## Context API reference"):]
-    ctx_members = {n for n in vars(ScriptContext) if not n.startswith("_")}
+    # the class and the mixins it is made of (context/runtime_ops.py, context/tensor_updates.py)
+    ctx_members = {n for klass in ScriptContext.__mro__[:-1] for n in vars(klass) if not n.startswith("_")}
     # attributes set in __init__ (ctx.scheduler, ctx.control_listeners, ...)
     ctx_members |= set(re.findall(r"self\.([a-z]\w*) *(?::[^=]+)?=", (ROOT / "scripted_runtime" / "scheduler_side"
                                                                         / "context" / "api.py").read_text()))

@@ -92,3 +92,16 @@ def test_a_script_that_leaves_lost_weights_is_named_by_the_next_reset(tmp_path):
 
 def test_a_release_behind_an_unprocessed_continue_is_not_allowed(server_pool):
     run_ok(server_pool.get("pp1-overlap"), f"{CYCLE}:release_behind_a_continue")
+
+
+def test_the_cycle_with_the_trainer_s_tensor_update_serves_the_new_weights(server_pool):
+    """The update as an RL trainer sends it: the checkpoint's tensors through
+    update_weights_from_tensor, inside a begin/end weight-update session."""
+    result = run_ok(server_pool.get("pp1-overlap"), f"{CYCLE}:cycle_with_requests", tensor=True)
+    names = [op["op"] for op in result.control_log]
+    assert names.count("begin_weight_update") == 1 and names.count("end_weight_update") == 1, names
+    update = [op for op in result.control_log if op["op"] == "update_weights_from_tensor"]
+    assert len(update) == 1 and update[0]["success"], result.control_log
+    assert names.index("begin_weight_update") < names.index("update_weights_from_tensor") < names.index(
+        "end_weight_update"), names
+    assert result.value["outputs_compared"] >= 2, result.value

@@ -70,3 +70,20 @@ def test_explored_knob_and_query_actions_compile_and_run(server_pool, tmp_path):
     assert "check_weights(compare)" not in names and names.count("check_weights(checksum)") == 2, names
     limits = [op["success"] for op in result.control_log if op["op"].startswith("set_internal_state")]
     assert limits[:3] == [True, False, False] and limits[3:] in ([], [True]), limits
+
+
+def script_leave_a_session_open(ctx):
+    op = ctx.begin_weight_update(await_arrival=True)
+    yield from op.wait()
+    return ctx.weight_update_session_open
+
+
+def script_session_state(ctx):
+    return ctx.weight_update_session_open
+    yield
+
+
+def test_a_weight_update_session_left_open_is_closed_by_the_reset(server_pool):
+    server = server_pool.get("pp1-overlap")
+    assert run_ok(server, script_leave_a_session_open).value is True
+    assert run_ok(server, script_session_state).value is False

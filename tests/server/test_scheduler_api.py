@@ -414,9 +414,9 @@ def script_update_weights_fire_and_forget(ctx, decoding, delay_s=0.3):
     poster = scheduler_hook.installed_driver(ctx.scheduler).poster
     post = poster._post
 
-    def slow_post(path, payload, answer):
+    def slow_post(*args):
         time.sleep(delay_s)
-        post(path, payload, answer)
+        post(*args)
 
     poster._post = slow_post  # read when the post's thread is made
     try:

@@ -74,6 +74,8 @@ def op_kind(name: str, payload: Any) -> str:
     if name == "update_weights_from_disk":
         flush = bool((payload or {}).get("flush_cache", True))
         return f"update_weights({'flush' if flush else 'no_flush'})"
+    if name == "update_weights_from_tensor":
+        return "update_weights(tensor)"
     if name.startswith(("release_memory_occupation", "resume_memory_occupation")):
         # release(all) / release(kv_cache) / resume(weights): KV and weights together are "all";
         # cuda_graph (nothing on CPU) is named only alone

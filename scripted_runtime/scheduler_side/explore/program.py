@@ -117,9 +117,11 @@ def raise_if_lost(ctx, reqs) -> None:
                             f"yet never finished or aborted; state: {ctx.describe()}")
 
 
-def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = None):
+def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = None, tensor: bool = False):
     """``yield from update_weights(ctx, reqs, flush_cache=...)``: post
-    update_weights_from_disk so that it reaches the scheduler before the next
+    update_weights_from_disk (``tensor=True``: the same checkpoint's tensors
+    through update_weights_from_tensor, inside a begin/end weight-update
+    session, each processed before the next) so that it reaches the scheduler before the next
     iteration. While paused the tokenizer sends it at once; otherwise it waits
     behind every running request, so first step (bounded) until all of them
     finished in the scheduler. The op is processed in the next iteration
@@ -157,13 +159,26 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
             # ArrivalTimeout. Judge the answers now (a clock wait, no step), as the end check would.
             answer_delivery.check_answers(well_formed(reqs), timeout_s=answer_delivery.ANSWER_TIMEOUT_S,
                                           when="the weight update, which the tokenizer holds behind it")
-    op = ctx.update_weights_from_disk(flush_cache=flush_cache, await_arrival=True)
+    if not tensor:
+        op = ctx.update_weights_from_disk(flush_cache=flush_cache, await_arrival=True)
+        yield from _answered(ctx, op)
+        return op
+    begin = ctx.begin_weight_update(await_arrival=True)
+    yield from _answered(ctx, begin)
+    op = ctx.update_weights_from_tensor(flush_cache=flush_cache, await_arrival=True)
+    yield from _answered(ctx, op)
+    yield from _answered(ctx, ctx.end_weight_update(await_arrival=True))
+    return op
+
+
+def _answered(ctx, op):
+    """Step until ``op`` was processed, then wait (bounded, no step) for the
+    tokenizer's answer, which it sends before it takes the next request."""
     yield from op.wait(max_steps=2 * _slots(ctx))
     if not op.http.wait(UPDATE_ANSWER_TIMEOUT_S):
-        raise UpdateAnswerTimeout(f"update_weights_from_disk was processed at step {op.processed_step} but the "
+        raise UpdateAnswerTimeout(f"{op.name} was processed at step {op.processed_step} but the "
                                   f"tokenizer did not answer within {UPDATE_ANSWER_TIMEOUT_S:.0f}s; "
                                   f"state: {ctx.describe()}")
-    return op
 
 
 # --- the RL weight-sync cycle (issue 35): release/resume_memory_occupation -----------------
@@ -221,18 +236,19 @@ def release_memory(ctx, tags: str):
     return op
 
 
-def resume_memory(ctx, reqs):
+def resume_memory(ctx, reqs, *, tensor: bool = False):
     """``yield from resume_memory(ctx, reqs)``: resume everything released,
     in the RL order: weights first, then a weight update (a release lost
-    them: the harness's emulation, a GPU's memory saver), then the rest;
-    each stepped until processed. Nothing when nothing is released."""
+    them: the harness's emulation, a GPU's memory saver; ``tensor``: from
+    tensors), then the rest; each stepped until processed. Nothing when
+    nothing is released."""
     released = ctx.released_memory
     if not released:
         return None
     if "weights" in released:
         op = ctx.resume_memory_occupation(["weights"])
         yield from op.wait(max_steps=2 * _slots(ctx))
-        yield from update_weights(ctx, reqs, flush_cache=True)
+        yield from update_weights(ctx, reqs, flush_cache=True, tensor=tensor)
     if ctx.released_memory:
         op = ctx.resume_memory_occupation()
         yield from op.wait(max_steps=2 * _slots(ctx))
@@ -246,19 +262,20 @@ def continue_generation(ctx, reqs):
     return ctx.continue_generation()
 
 
-def rl_cycle(ctx, reqs, *, pause_mode: str, tags: str, gap: int):
+def rl_cycle(ctx, reqs, *, pause_mode: str, tags: str, gap: int, tensor: bool = False):
     """``yield from rl_cycle(ctx, reqs, ...)``: an RL framework's weight
     sync, each step processed before the next: pause (``pause_mode``),
     ``gap`` iterations, release ``tags`` where SGLang allows it (an
     ``in_place`` pause with a batch still running does not: the cycle then
     updates without releasing), resume and update (``resume_memory``; the
-    update alone when the weights stayed), ``gap`` iterations, continue."""
+    update alone when the weights stayed; ``tensor``: the update from
+    tensors, in a begin/end session), ``gap`` iterations, continue."""
     yield from pause(ctx, reqs, pause_mode)
     yield from ctx.steps(gap)
     released = yield from release_memory(ctx, tags)
     if released is None or "weights" not in ctx.released_memory:
-        yield from update_weights(ctx, reqs, flush_cache=True)
-    yield from resume_memory(ctx, reqs)
+        yield from update_weights(ctx, reqs, flush_cache=True, tensor=tensor)
+    yield from resume_memory(ctx, reqs, tensor=tensor)
     yield from ctx.steps(gap)
     return ctx.continue_generation()
 

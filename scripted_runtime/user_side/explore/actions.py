@@ -29,7 +29,7 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # 5: FuzzRequest and AbortUnknown (request-field fuzzing, drawn with --fuzz-requests).
 # 6: the RL weight-sync cycle: Pause mode "abort", ReleaseMemory, ResumeMemory, RlCycle;
 # Continue resumes released memory first; Starts are skipped while memory is released.
-# 7: runtime knobs and weight queries: SetLimit, SlowDown, WeightQuery.
+# 7: runtime knobs and weight queries: SetLimit, SlowDown, WeightQuery; UpdateWeights.tensor.
 GRAMMAR_VERSION = 7
 # The prompt lengths programs use: around the 64-token chunk boundaries (1, 2 and 3
 # chunks), simplest first for shrinking. Part of the grammar: a Resend's "longer" steps up
@@ -142,8 +142,11 @@ class Flush:
 @dataclass(frozen=True)
 class UpdateWeights:
     flush: bool
+    tensor: bool = False  # the checkpoint's tensors through update_weights_from_tensor (a begin/end session)
 
     def describe(self) -> str:
+        if self.tensor:
+            return f"update_weights_from_tensor(flush_cache={self.flush}) in a begin/end weight-update session"
         return f"update_weights_from_disk(flush_cache={self.flush})"
 
 
@@ -350,7 +353,8 @@ def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
     if isinstance(op, Flush):
         return ["yield from explore.flush_cache(ctx)"]
     if isinstance(op, UpdateWeights):
-        return [f"yield from explore.update_weights(ctx, reqs, flush_cache={op.flush})"]
+        return [f"yield from explore.update_weights(ctx, reqs, flush_cache={op.flush}"
+                + (", tensor=True)" if op.tensor else ")")]
     if isinstance(op, Pause):
         if op.mode == "abort":
             return [f"yield from explore.pause(ctx, reqs, {op.mode!r})"]

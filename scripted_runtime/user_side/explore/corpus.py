@@ -72,6 +72,8 @@ OPERATIONS: Dict[str, List[A.Action]] = {
     "limit_one": [A.SetLimit("1"), A.Start(8, 1, NEW_TOKENS), A.Start(65, 2, NEW_TOKENS), A.Steps(4),
                   A.SetLimit("default")],
     "checksums_around_update": [A.WeightQuery("checksum"), A.UpdateWeights(flush=True), A.WeightQuery("checksum")],
+    # the trainer's path: the same weights as tensors, inside a begin/end session, while paused
+    "tensor_update_retract_pause": [A.Pause("retract"), A.UpdateWeights(flush=True, tensor=True), A.Continue()],
     "knobs_and_queries": [A.SlowDown(1), A.SetLimit("above"), A.WeightQuery("server_info"),
                           A.WeightQuery("version"), A.WeightQuery("get_weights"), A.WeightQuery("snapshot"),
                           A.WeightQuery("compare"), A.WeightQuery("freeze_gc"), A.SlowDown(0)],

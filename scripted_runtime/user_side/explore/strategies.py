@@ -88,7 +88,7 @@ def control_ops() -> st.SearchStrategy:
         st.just(A.Flush()),
         st.builds(A.AbortOne, pick=st.integers(0, 3)),
         st.just(A.AbortAll()),
-        st.builds(A.UpdateWeights, flush=st.booleans()),
+        st.builds(A.UpdateWeights, flush=st.booleans(), tensor=st.booleans()),
         st.builds(A.Pause, mode=st.sampled_from(PAUSE_MODES)),
         st.just(A.Continue()),
         st.builds(A.ReleaseMemory, tags=st.sampled_from(MEMORY_TAG_CHOICES)),
