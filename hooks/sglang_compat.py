@@ -661,10 +661,44 @@ def weight_update_session_open(scheduler: Any) -> bool:
 
 
 def serialize_named_tensors(scheduler: Any, named_tensors: List[Any]) -> List[str]:
-    """``named_tensors`` as ``/update_weights_from_tensor`` takes them: SGLang's
-    ``MultiprocessingSerializer`` payload, base64, one copy per TP rank (each
-    rank deserializes its own index)."""
-    from sglang.srt.utils.common import MultiprocessingSerializer
+    """``named_tensors`` as ``/update_weights_from_tensor`` takes them: what
+    SGLang's ``MultiprocessingSerializer.serialize(..., output_str=True)``
+    gives (a ``ForkingPickler`` dump, base64), one copy per TP rank (each
+    rank deserializes its own index).
 
+    Pickled with torch's own tensor reducer, not the one in force: SGLang's
+    ``monkey_patch_torch_reductions`` (applied in this process by the
+    scheduler's first tensor update) rewrites argument 6 of every reduced
+    tensor as a CUDA device uuid, and a CPU tensor's reduction has no
+    argument 6 (``IndexError: tuple index out of range``, measured on
+    0.5.23). The scheduler's side is unchanged: it rebuilds CPU tensors
+    with torch's own functions."""
+    import base64
+    import io
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch
+    from torch.multiprocessing import reductions
+
+    reduce = getattr(reductions, "_reduce_tensor_original", reductions.reduce_tensor)
+    buf = io.BytesIO()
+    pickler = ForkingPickler(buf)
+    pickler.dispatch_table[torch.Tensor] = reduce
+    pickler.dispatch_table[torch.nn.parameter.Parameter] = reduce
+    pickler.dump(named_tensors)
+    text = base64.b64encode(buf.getvalue()).decode("ascii")
     tp_size = rank_info(scheduler)[3] or 1
-    return [MultiprocessingSerializer.serialize(named_tensors, output_str=True) for _ in range(tp_size)]
+    return [text] * tp_size
+
+
+def open_sessions(scheduler: Any) -> Tuple[str, ...]:
+    """The ids of the sessions SGLang holds open (``session_controller``), sorted."""
+    sessions = getattr(getattr(scheduler, "session_controller", None), "sessions", None) or {}
+    return tuple(sorted(sessions))
+
+
+def session_closing(scheduler: Any, session_id: str) -> bool:
+    """Whether ``session_id`` is open with its close deferred until its request finishes."""
+    controller = getattr(scheduler, "session_controller", None)
+    session = controller.get(session_id) if controller is not None and hasattr(controller, "get") else None
+    return bool(getattr(session, "close_on_finish", False))

@@ -1,4 +1,5 @@
-"""Contracts of the runtime knobs and the weight queries (scheduler process):
+"""Contracts of the runtime knobs, the weight queries and the sessions
+(scheduler process):
 ``set_internal_state``, ``slow_down``, ``update_weight_version``,
 ``get_weights_by_name``, ``weights_checker`` (``check_weights``) and the
 ``server_info`` query. Each rule is read off SGLang 0.5.23
@@ -36,6 +37,10 @@
     digest equals the one at the last ``snapshot`` (and fails without a
     snapshot: SGLang asserts one inside its ``try``).
   - ``update_weight_version(v)`` leaves the served version label at ``v``.
+* ``sessions``: ``open_session(id)`` answers success exactly when ``id``
+  was not open (``SessionController.open``), and then it is open;
+  ``close_session(id)`` of an open session closes it at once, or marks it
+  to close when its unfinished request finishes (``SessionController._close``).
 
 The dispatch rules are judged in the dispatcher (``RuntimeMemory``), the
 admission rule once an iteration over the forwards launched (``check``).
@@ -51,12 +56,14 @@ from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import check_registry, contracts, memory_occupation
 from scripted_runtime.scheduler_side.check_registry import Violation
 
-NAMES = ("runtime_limits", "weight_queries")
+NAMES = ("runtime_limits", "weight_queries", "sessions")
 DOCS = {
     "runtime_limits": "set_internal_state answers and applies SGLang's micro-batch limit; every prefill admits "
                       "within the limit; slow_down sets forward_sleep_time",
     "weight_queries": "weight and state queries change no pool; get_weights_by_name answers the loaded checkpoint; "
                       "check_weights checksums and compares agree with the weights; update_weight_version sets it",
+    "sessions": "open_session succeeds exactly for an id not open and opens it; close_session closes it at once "
+                "when no request of it is unfinished",
 }
 
 SET_STATE_TYPE = "SetInternalStateReq"
@@ -67,8 +74,10 @@ CHECK_WEIGHTS_TYPE = "CheckWeightsReqInput"
 SERVER_INFO_TYPE = "GetInternalStateReq"
 UPDATE_DISK_TYPE = "UpdateWeightFromDiskReqInput"
 RELEASE_TYPE = memory_occupation.RELEASE_TYPE
+OPEN_SESSION_TYPE = "OpenSessionReqInput"
+CLOSE_SESSION_TYPE = "CloseSessionReqInput"
 TYPES = frozenset({SET_STATE_TYPE, SLOW_DOWN_TYPE, VERSION_TYPE, GET_WEIGHTS_TYPE, CHECK_WEIGHTS_TYPE,
-                   SERVER_INFO_TYPE, UPDATE_DISK_TYPE, RELEASE_TYPE})
+                   SERVER_INFO_TYPE, UPDATE_DISK_TYPE, RELEASE_TYPE, OPEN_SESSION_TYPE, CLOSE_SESSION_TYPE})
 QUERY_TYPES = frozenset({GET_WEIGHTS_TYPE, CHECK_WEIGHTS_TYPE, SERVER_INFO_TYPE})
 
 # Per rank (scheduler id), kept across scripts like the weights themselves: the checkpoint
@@ -143,6 +152,8 @@ class RuntimeMemory:
             before["pools"] = contracts.pools(s)
         if kind == SET_STATE_TYPE:
             before["limit"] = sglang_compat.micro_batch_limit(s)
+        if kind in (OPEN_SESSION_TYPE, CLOSE_SESSION_TYPE):
+            before["open"] = sglang_compat.open_sessions(s)
         if kind == GET_WEIGHTS_TYPE:
             before["loaded_from"] = None if memory_occupation.weights_lost(s) else loaded_from(s)
         if kind == CHECK_WEIGHTS_TYPE and getattr(recv_req, "action", "checksum") in ("checksum", "snapshot",
@@ -181,6 +192,8 @@ class RuntimeMemory:
             self._on_get_weights(s, recv_req, output, before)
         elif kind == CHECK_WEIGHTS_TYPE:
             self._on_check_weights(s, recv_req, output, before)
+        elif kind in (OPEN_SESSION_TYPE, CLOSE_SESSION_TYPE):
+            self._on_session(s, recv_req, output, before, opening=kind == OPEN_SESSION_TYPE)
 
     def _on_set(self, s: Any, recv_req: Any, output: Any, before: Dict[str, Any]) -> None:
         args = dict(getattr(recv_req, "server_args", None) or {})
@@ -201,6 +214,24 @@ class RuntimeMemory:
         elif not valid and now != before.get("limit"):
             self.problems.append(("runtime_limits", f"{what} was refused, yet the limit moved from "
                                                     f"{before.get('limit')} to {now}"))
+
+    def _on_session(self, s: Any, recv_req: Any, output: Any, before: Dict[str, Any], *, opening: bool) -> None:
+        sid = getattr(recv_req, "session_id", None)
+        now = sglang_compat.open_sessions(s)
+        was_open = sid in before["open"]
+        if opening:
+            success = getattr(output, "success", None)
+            if success is None:
+                return  # not this rank's answer (SGLang answers on the first rank only)
+            if bool(success) != (sid is not None and not was_open):
+                self.problems.append(("sessions", f"open_session({sid!r}) answered success={success}, though the id "
+                                                  f"was {'open' if was_open else 'not open'}"))
+            elif sid is not None and sid not in now:
+                self.problems.append(("sessions", f"open_session({sid!r}) answered success, yet no such session is "
+                                                  "open"))
+        elif was_open and sid in now and not sglang_compat.session_closing(s, sid):
+            self.problems.append(("sessions", f"close_session({sid!r}) left the session open, neither closed nor "
+                                              "marked to close when its request finishes"))
 
     def _on_get_weights(self, s: Any, recv_req: Any, output: Any, before: Dict[str, Any]) -> None:
         answer = getattr(output, "parameter", None)

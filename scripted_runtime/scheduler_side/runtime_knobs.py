@@ -1,7 +1,8 @@
 """The runtime knobs a script may turn (``ctx.set_internal_state``,
-``ctx.slow_down``, ``ctx.update_weight_version``), and a weight-update
-session it may leave open (``ctx.begin_weight_update``), and how the reset
-turns them back (scheduler process, driver rank).
+``ctx.slow_down``, ``ctx.update_weight_version``), the weight-update
+session and the sessions it may leave open (``ctx.begin_weight_update``,
+``ctx.open_session``), and how the reset turns them back (scheduler
+process, driver rank).
 
 A knob changes what every later script sees (how many requests a batch
 admits, the served version label), so the reset fingerprint holds them
@@ -19,12 +20,14 @@ LIMIT = "micro-batch limit (set_internal_state)"
 SLEEP = "forward_sleep_time (slow_down)"
 VERSION = "weight version (update_weight_version)"
 SESSION = "weight-update session open (begin_weight_update)"
+SESSIONS = "open sessions (open_session)"
 
 
 def take(s: Any) -> Dict[str, Any]:
     """The knobs' values now (part of the reset fingerprint)."""
     return {LIMIT: sglang_compat.micro_batch_limit(s), SLEEP: sglang_compat.forward_sleep_time(s),
-            VERSION: sglang_compat.served_weight_version(), SESSION: sglang_compat.weight_update_session_open(s)}
+            VERSION: sglang_compat.served_weight_version(), SESSION: sglang_compat.weight_update_session_open(s),
+            SESSIONS: sglang_compat.open_sessions(s)}
 
 
 def restore(ctx: Any, fresh: Dict[str, Any]) -> List[Any]:
@@ -41,4 +44,7 @@ def restore(ctx: Any, fresh: Dict[str, Any]) -> List[Any]:
         ops.append(ctx.update_weight_version(fresh[VERSION]))
     if now[SESSION] and not fresh.get(SESSION):
         ops.append(ctx.end_weight_update())  # a session a script left open refuses the next begin
+    for session_id in now[SESSIONS]:
+        if session_id not in fresh.get(SESSIONS, ()):
+            ops.append(ctx.close_session(session_id))  # its id would be refused by the next open
     return ops

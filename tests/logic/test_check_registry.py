@@ -20,7 +20,8 @@ from tests.logic.test_hicache_gate import _host_scheduler, _node, _scheduler
 
 BUILTIN_ORDER = ("idle_gate", "slot_ownership", "radix_locks", "pool_accounting", "hicache_load_before_read",
                  "hicache_transfer_slots", "hicache_host_accounting", "pause", "continue", "abort", "flush",
-                 "update_weights", "memory_occupation", "runtime_limits", "weight_queries", "greedy_output", "request_semantics", "answer_delivery", "request_survival")
+                 "update_weights", "memory_occupation", "runtime_limits", "weight_queries", "sessions",
+                 "greedy_output", "request_semantics", "answer_delivery", "request_survival")
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ def test_every_builtin_check_is_registered_in_order_with_its_group():
     assert check_registry.names("end_check") == ("greedy_output", "request_semantics", "answer_delivery",
                                                  "request_survival")
     assert all(c.doc for c in check_registry.builtin_checks())
-    # the control contracts are one check under six names, the runtime ones another under two; the end
+    # the control contracts are one check under six names, the runtime ones another under three; the end
     # checks run at a program's end, not per iteration
     assert len({c.run for c in check_registry.builtin_checks() if c.group == "contract"}) == 2
     assert [c.name for c in check_registry.builtin_checks() if c.run is None] == ["greedy_output", "request_semantics",

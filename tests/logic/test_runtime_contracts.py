@@ -141,3 +141,28 @@ def test_a_query_that_changes_the_pools_is_a_violation(run):
     run.s.req_to_token_pool.free_slots.pop()
     run.mem.on_dispatch(run.s, req, SimpleNamespace(), 0, before)
     assert run.mem.problems and "the query GetInternalStateReq changed the pools: rows_free" in run.mem.problems[0][1]
+
+
+def test_sessions_open_exactly_new_ids_and_close_at_once_when_idle(run, monkeypatch):
+    open_now = {"ids": ()}
+    monkeypatch.setattr(sglang_compat, "open_sessions", lambda s: open_now["ids"])
+    monkeypatch.setattr(sglang_compat, "session_closing", lambda s, sid: False)
+    mem = run.mem
+
+    def dispatch(kind, sid, success, after):
+        req = req_input(kind, session_id=sid)
+        before = mem.before_dispatch(run.s, req)
+        open_now["ids"] = after
+        mem.on_dispatch(run.s, req, None if success is None else SimpleNamespace(success=success), 0, before)
+
+    dispatch("OpenSessionReqInput", "a", True, ("a",))
+    dispatch("OpenSessionReqInput", "a", False, ("a",))  # open already: refused
+    dispatch("CloseSessionReqInput", "a", None, ())
+    assert mem.problems == []
+    dispatch("OpenSessionReqInput", "b", False, ())  # a new id refused
+    dispatch("OpenSessionReqInput", "b", True, ("b",))
+    dispatch("OpenSessionReqInput", "b", True, ("b",))  # an open id accepted again
+    dispatch("CloseSessionReqInput", "b", None, ("b",))  # left open, not marked to close
+    assert [m.split(",")[0] for _, m in mem.problems] == [
+        "open_session('b') answered success=False", "open_session('b') answered success=True",
+        "close_session('b') left the session open"]

@@ -62,7 +62,9 @@ def test_explored_knob_and_query_actions_compile_and_run(server_pool, tmp_path):
                A.OnPhase("decode", A.WeightQuery("checksum"), 24), A.WeightQuery("snapshot"),
                A.WeightQuery("compare"), A.SetLimit("zero"), A.SetLimit("above"), A.SlowDown(1),
                A.WeightQuery("get_weights"), A.WeightQuery("version"), A.WeightQuery("server_info"),
-               A.OnPhase("queued", A.SetLimit("default"), 24), A.SlowDown(0), A.WeightQuery("freeze_gc")]
+               A.OnPhase("queued", A.SetLimit("default"), 24), A.SlowDown(0), A.WeightQuery("freeze_gc"),
+               A.SessionOp("open"), A.SessionOp("reopen"), A.OnPhase("decode", A.SessionOp("close"), 24),
+               A.SessionOp("close"), A.UpdateWeights(flush=True, tensor=True)]
     path = tmp_path / "program.py"
     path.write_text(A.to_source(program).text)
     result = run_ok(server_pool.get("pp1-overlap"), f"{path}:program")
@@ -87,3 +89,27 @@ def test_a_weight_update_session_left_open_is_closed_by_the_reset(server_pool):
     server = server_pool.get("pp1-overlap")
     assert run_ok(server, script_leave_a_session_open).value is True
     assert run_ok(server, script_session_state).value is False
+
+
+def script_sessions(ctx):
+    first = ctx.open_session("s1")
+    yield from first.wait()
+    again = ctx.open_session("s1")
+    yield from again.wait()
+    opened = ctx.open_sessions
+    left = ctx.open_session("s2")
+    yield from left.wait()
+    close = ctx.close_session("s1")
+    yield from close.wait()
+    return {"first": first.answer.success, "again": again.answer.success, "opened": list(opened),
+            "after_close": list(ctx.open_sessions)}
+
+
+def test_sessions_open_once_close_and_the_reset_closes_what_is_left(server_pool):
+    """open_session refuses an id that is open (judged by the ``sessions``
+    contract); a session a script leaves open is closed by the reset, so the
+    next script can open its id again."""
+    server = server_pool.get("pp1-overlap")
+    value = run_ok(server, script_sessions).value
+    assert value == {"first": True, "again": False, "opened": ["s1"], "after_close": ["s2"]}, value
+    assert run_ok(server, script_sessions).value == value

@@ -20,7 +20,7 @@ from scripted_runtime.protocol import ENV_CHECKPOINT
 from scripted_runtime.scheduler_side import control, hicache_state, state, windows
 from scripted_runtime.scheduler_side.context import radix, waits
 from scripted_runtime.scheduler_side.context.requests import ReqHandle
-from scripted_runtime.scheduler_side.context.runtime_ops import RuntimeOps
+from scripted_runtime.scheduler_side.context.runtime_ops import RuntimeOps, SessionOps
 from scripted_runtime.scheduler_side.context.tensor_updates import TensorUpdates
 from scripted_runtime.scheduler_side.control import ControlLedger, ControlOp
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
@@ -44,7 +44,7 @@ def _new_rid() -> str:
     return f"r{next(_rid_counter)}-{os.getpid()}-{time.monotonic_ns() % 10**6}"
 
 
-class ScriptContext(RuntimeOps, TensorUpdates):
+class ScriptContext(RuntimeOps, SessionOps, TensorUpdates):
     """Built by the driver, which hands it the parts of the run it works
     with: the scheduler, the run's counters, the control ledger, the HTTP
     poster, the request tracker, the tokenizer inbox, the KV the script

@@ -16,6 +16,7 @@ from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side.control import ControlOp
 
 CHECK_WEIGHTS_ACTIONS = ("checksum", "snapshot", "compare", "reset_tensors")
+OPEN_ANSWER_TIMEOUT_S = 10.0  # the tokenizer answers an open the scheduler processed without further iterations
 
 
 class RuntimeOps:
@@ -136,3 +137,47 @@ def answer_fields(op: ControlOp) -> Dict[str, Any]:
     if answer is None:
         return {}
     return {k: getattr(answer, k) for k in getattr(answer, "__struct_fields__", ()) if hasattr(answer, k)}
+
+
+class SessionOps:
+    """Sessions (part of ``ctx``; mixed into ``ScriptContext``): open and
+    close SGLang sessions. Requests that continue a session are not
+    scripted yet (the output oracle would need the session's accumulated
+    context as their prompt)."""
+
+    def open_session(self, session_id: str, *, capacity_of_str_len: int = 1024) -> ControlOp:
+        """POST ``/open_session``: SGLang opens ``session_id`` unless it is
+        open already (``op.answer.success``). The reset closes what a script
+        left open.
+
+        SGLang's tokenizer refuses, without asking the scheduler, an id it
+        is still opening (its future is dropped only after the answer), so an
+        earlier open of this id is waited for first: its HTTP answer (a wall
+        clock wait, bounded) once the scheduler processed it; not processed
+        yet raises (yield first)."""
+        for earlier in self._ledger.ops:
+            if earlier.name != f"open_session({session_id!r})" or earlier.http.done:
+                continue
+            if not earlier.processed:
+                raise RuntimeError(
+                    f"open_session({session_id!r}): the open of this id posted at step {earlier.posted_step} has not "
+                    "been processed yet, and SGLang's tokenizer refuses an id it is still opening without asking the "
+                    "scheduler; yield (or `yield from op.wait()`) first")
+            if not earlier.http.wait(OPEN_ANSWER_TIMEOUT_S):
+                raise RuntimeError(f"open_session({session_id!r}): the earlier open of this id was processed at step "
+                                   f"{earlier.processed_step} but not answered over HTTP within "
+                                   f"{OPEN_ANSWER_TIMEOUT_S:.0f}s")
+        return self._control(f"open_session({session_id!r})", "/open_session",
+                             {"session_id": session_id, "capacity_of_str_len": capacity_of_str_len},
+                             "OpenSessionReqInput")
+
+    def close_session(self, session_id: str) -> ControlOp:
+        """POST ``/close_session``: SGLang closes ``session_id`` (at once when
+        no request of it is unfinished; an unknown id is a warning only)."""
+        return self._control(f"close_session({session_id!r})", "/close_session", {"session_id": session_id},
+                             "CloseSessionReqInput")
+
+    @property
+    def open_sessions(self) -> tuple:
+        """The ids of the sessions open on this rank, sorted."""
+        return sglang_compat.open_sessions(self._scheduler)

@@ -344,6 +344,26 @@ def weight_query(ctx, kind: str):
     return ctx.server_info()
 
 
+def session_op(ctx, kind: str):
+    """``yield from session_op(ctx, kind)`` (``SessionOp``): ``open`` a new
+    session (ids ``explored-session-<n>``, the same on every replay),
+    ``reopen`` the program's last one (SGLang must refuse an id that is
+    open), ``close`` the program's last one still open (an unknown id when
+    none is: SGLang only warns). An open waits for an earlier open's answer
+    (the tokenizer refuses an id it is still opening without asking)."""
+    opened = [op.payload["session_id"] for op in ctx.control_ops if op.name.startswith("open_session(")]
+    if kind == "open" or (kind == "reopen" and not opened):
+        yield from _after_earlier(ctx, "OpenSessionReqInput")
+        return ctx.open_session(f"explored-session-{len(opened) + 1}")
+    if kind == "reopen":
+        yield from _after_earlier(ctx, "OpenSessionReqInput")
+        return ctx.open_session(opened[-1])
+    if kind == "close":
+        still = [sid for sid in opened if sid in ctx.open_sessions]
+        return ctx.close_session(still[-1] if still else "explored-session-unknown")
+    raise ValueError(f"unknown session operation {kind!r}")
+
+
 # A parameter that every Llama/Qwen2-shaped checkpoint holds under its own name (not a stacked one).
 WEIGHT_QUERY_PARAMETER = "model.layers.0.mlp.down_proj.weight"
 

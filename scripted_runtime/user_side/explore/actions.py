@@ -29,7 +29,7 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # 5: FuzzRequest and AbortUnknown (request-field fuzzing, drawn with --fuzz-requests).
 # 6: the RL weight-sync cycle: Pause mode "abort", ReleaseMemory, ResumeMemory, RlCycle;
 # Continue resumes released memory first; Starts are skipped while memory is released.
-# 7: runtime knobs and weight queries: SetLimit, SlowDown, WeightQuery; UpdateWeights.tensor.
+# 7: runtime knobs and weight queries: SetLimit, SlowDown, WeightQuery; UpdateWeights.tensor; SessionOp.
 GRAMMAR_VERSION = 7
 # The prompt lengths programs use: around the 64-token chunk boundaries (1, 2 and 3
 # chunks), simplest first for shrinking. Part of the grammar: a Resend's "longer" steps up
@@ -239,6 +239,17 @@ class WeightQuery:
 
 
 @dataclass(frozen=True)
+class SessionOp:
+    """``open`` a session, ``reopen`` the last one (refused while open),
+    ``close`` the last one open (``program.session_op``)."""
+
+    kind: str
+
+    def describe(self) -> str:
+        return f"session: {self.kind}"
+
+
+@dataclass(frozen=True)
 class AbortOne:
     pick: int  # index into the live requests, modulo their number
 
@@ -253,7 +264,7 @@ class AbortAll:
 
 
 Op = Union[Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, ReleaseMemory, ResumeMemory, RlCycle, SetLimit,
-           SlowDown, WeightQuery]
+           SlowDown, WeightQuery, SessionOp]
 
 
 @dataclass(frozen=True)
@@ -344,7 +355,7 @@ class ReleaseTransfers:
 
 Action = Union[Steps, Start, Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, OnWindow, OnPhase, Extension,
                HoldTransfers, ReleaseTransfers, Resend, ExhaustKv, ReleaseKv, FuzzRequest, AbortUnknown,
-               ReleaseMemory, ResumeMemory, RlCycle, SetLimit, SlowDown, WeightQuery]
+               ReleaseMemory, ResumeMemory, RlCycle, SetLimit, SlowDown, WeightQuery, SessionOp]
 
 
 def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
@@ -374,6 +385,8 @@ def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
         return [f"yield from explore.slow_down(ctx, {op.ms / 1000!r})"]
     if isinstance(op, WeightQuery):
         return [f"yield from explore.weight_query(ctx, {op.kind!r})"]
+    if isinstance(op, SessionOp):
+        return [f"yield from explore.session_op(ctx, {op.kind!r})"]
     if isinstance(op, AbortOne):
         return [f"explore.abort_one(ctx, reqs, {op.pick})"]
     if isinstance(op, AbortAll):

@@ -76,7 +76,8 @@ OPERATIONS: Dict[str, List[A.Action]] = {
     "tensor_update_retract_pause": [A.Pause("retract"), A.UpdateWeights(flush=True, tensor=True), A.Continue()],
     "knobs_and_queries": [A.SlowDown(1), A.SetLimit("above"), A.WeightQuery("server_info"),
                           A.WeightQuery("version"), A.WeightQuery("get_weights"), A.WeightQuery("snapshot"),
-                          A.WeightQuery("compare"), A.WeightQuery("freeze_gc"), A.SlowDown(0)],
+                          A.WeightQuery("compare"), A.WeightQuery("freeze_gc"), A.SlowDown(0),
+                          A.SessionOp("open"), A.SessionOp("reopen"), A.SessionOp("close")],
 }
 
 

@@ -77,10 +77,14 @@ SLOW_DOWN_MS = (1, 0)
 WEIGHT_QUERIES = ("checksum", "snapshot", "compare", "get_weights", "version", "server_info", "freeze_gc")
 
 
+SESSION_OPS = ("open", "close", "reopen")
+
+
 def runtime_ops() -> st.SearchStrategy:
     return st.one_of(st.builds(A.SetLimit, value=st.sampled_from(LIMIT_VALUES)),
                      st.builds(A.WeightQuery, kind=st.sampled_from(WEIGHT_QUERIES)),
-                     st.builds(A.SlowDown, ms=st.sampled_from(SLOW_DOWN_MS)))
+                     st.builds(A.SlowDown, ms=st.sampled_from(SLOW_DOWN_MS)),
+                     st.builds(A.SessionOp, kind=st.sampled_from(SESSION_OPS)))
 
 
 def control_ops() -> st.SearchStrategy:
