@@ -660,11 +660,28 @@ def weight_update_session_open(scheduler: Any) -> bool:
     return getattr(weight_updater(scheduler), "_session", None) is not None
 
 
+def cpu_tensor_update_supported(scheduler: Any) -> Optional[str]:
+    """None when this server can take CPU tensors over
+    ``/update_weights_from_tensor`` from the harness; else why not. CPU
+    tensors travel as shared memory (SGLang's unpickler allows no tensor by
+    value), and under PP every rank rebuilds the same payload: with torch's
+    default descriptor passing the second rank got ``EOFError in recvfds``,
+    with shared files ``unable to open shared memory object`` (both killed
+    the scheduler, measured at pp4 on 0.5.23)."""
+    pp_size = rank_info(scheduler)[2] or 1
+    if model_device_type(scheduler) in (None, "cpu") and pp_size > 1:
+        return (f"update_weights_from_tensor with CPU tensors under PP (pp_size {pp_size}): every rank rebuilds the "
+                "same shared-memory payload and only one can (measured: the scheduler dies); use "
+                "update_weights_from_disk, or a GPU runner, where the tensors are CUDA IPC handles")
+    return None
+
+
 def serialize_named_tensors(scheduler: Any, named_tensors: List[Any]) -> List[str]:
     """``named_tensors`` as ``/update_weights_from_tensor`` takes them: what
     SGLang's ``MultiprocessingSerializer.serialize(..., output_str=True)``
     gives (a ``ForkingPickler`` dump, base64), one copy per TP rank (each
-    rank deserializes its own index).
+    rank deserializes its own index). One process only can rebuild it on
+    CPU (``cpu_tensor_update_supported``).
 
     Pickled with torch's own tensor reducer, not the one in force: SGLang's
     ``monkey_patch_torch_reductions`` (applied in this process by the
@@ -702,3 +719,17 @@ def session_closing(scheduler: Any, session_id: str) -> bool:
     controller = getattr(scheduler, "session_controller", None)
     session = controller.get(session_id) if controller is not None and hasattr(controller, "get") else None
     return bool(getattr(session, "close_on_finish", False))
+
+
+def session_has_unfinished_request(scheduler: Any, session_id: str) -> bool:
+    """Whether a request of session ``session_id`` is unfinished (in flight,
+    or its last request node not finished): what makes 0.5.23's
+    ``SessionController._close`` defer the close."""
+    controller = getattr(scheduler, "session_controller", None)
+    session = controller.get(session_id) if controller is not None and hasattr(controller, "get") else None
+    if session is None:
+        return False
+    if getattr(session, "_inflight", False):
+        return True
+    nodes = getattr(session, "req_nodes", None) or {}
+    return any(not node.req.finished() for node in nodes.values() if getattr(node, "req", None) is not None)

@@ -5,10 +5,6 @@
     .venv/bin/scripted-runtime run scenarios/runtime_ops.py:micro_batch_limit_serialises_admission
     .venv/bin/scripted-runtime run scenarios/runtime_ops.py:weight_queries_follow_the_weights
 """
-import os
-
-from scripted_runtime.protocol import ENV_CHECKPOINT
-from scripted_runtime.scheduler_side import runtime_contracts
 from scripted_runtime.scheduler_side.explore import program as explore
 
 
@@ -60,6 +56,9 @@ def weight_queries_follow_the_weights(ctx):
     (judged by ``weight_queries``) on a model that has it (0.5.23's Qwen2,
     the tiny CPU model, has none: SGLang answers None).
     ``update_weight_version`` labels them."""
+    # start from the weights the server was started with (an earlier script on it may have updated them)
+    served = ctx.update_weights_from_disk(ctx.scheduler.server_args.model_path, await_arrival=True)
+    yield from served.wait()
     first = ctx.check_weights("checksum")
     yield from first.wait()
     again = ctx.check_weights("checksum")
@@ -82,10 +81,7 @@ def weight_queries_follow_the_weights(ctx):
             raise AssertionError("check_weights(compare) was posted on a CPU server")
     before = ctx.get_weights_by_name("model.layers.0.mlp.down_proj.weight", 2)
     yield from before.wait()
-    # the other checkpoint than the one served now (an earlier script on this server may have updated)
-    served = runtime_contracts.loaded_from(ctx.scheduler)
-    other = ctx.scheduler.server_args.model_path if served == os.environ.get(ENV_CHECKPOINT) else None
-    update = ctx.update_weights_from_disk(other, await_arrival=True)
+    update = ctx.update_weights_from_disk(await_arrival=True)  # the harness's checkpoint: other weights
     yield from update.wait()
     after = ctx.get_weights_by_name("model.layers.0.mlp.down_proj.weight", 2)
     yield from after.wait()

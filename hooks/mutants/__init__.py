@@ -98,6 +98,8 @@ ORDER = (
     "mut_resume_skips_static_state",
     "mut_micro_batch_limit_read_once",
     "mut_weight_checksum_cached",
+    "mut_tensor_update_skips_flush",
+    "mut_session_close_always_deferred",
     # written blind (issue 34, item 5)
     "mut_merge_batch_rows_other_first",
     "mut_checkpoint_row_keeps_duplicate_slots",

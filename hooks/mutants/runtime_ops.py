@@ -1,13 +1,14 @@
-"""Mutants of the runtime knobs and weight queries (issue 35's
-``set_internal_state`` and ``weights_checker``), written with the operations
+"""Mutants of the runtime knobs, weight queries, tensor updates and sessions
+(issue 35's ``set_internal_state``, ``weights_checker``,
+``update_weights_from_tensor``, ``close_session``), written with the operations
 before the explorer drew them: their ``expected`` is what should notice
 each, measured in the kill table."""
 from __future__ import annotations
 
 from typing import Any
 
-from scripted_runtime.hooks.mutants.base import (ALL, WEIGHT_CHECKER, find_attr, find_method, find_module, mutant,
-                                                 replace_attr, scheduler_class)
+from scripted_runtime.hooks.mutants.base import (ALL, WEIGHT_CHECKER, WEIGHT_UPDATER, find_attr, find_method,
+                                                 find_module, mutant, replace_attr, scheduler_class)
 
 
 @mutant("mut_micro_batch_limit_read_once", topologies=ALL,
@@ -66,3 +67,75 @@ def _install_mut_weight_checksum_cached(scheduler_module: Any) -> None:
         return cached  # MUTANT: the first checksum, whatever the weights are now
 
     replace_attr(cls, "_compute_checksum", _compute_checksum, original)
+
+
+def _manager_class(scheduler_module: Any, name: str) -> Any:
+    scheduler_class(scheduler_module, name)
+    return find_attr(find_module(WEIGHT_UPDATER, name), "SchedulerWeightUpdaterManager", name,
+                     f"{WEIGHT_UPDATER}.SchedulerWeightUpdaterManager")
+
+
+@mutant("mut_tensor_update_skips_flush", topologies=ALL,
+        summary="update_weights_from_tensor loads the tensors and answers success without flushing the cache",
+        expected="contract update_weights (the tree still holds tokens right after an accepted update with flush), "
+                 "output oracle (a prefix hit reads KV computed under the old weights)")
+def _install_mut_tensor_update_skips_flush(scheduler_module: Any) -> None:
+    """The tensor path of the weight update skips
+    ``flush_cache_after_weight_update``: it loads the new weights and answers
+    success, while the radix tree keeps KV the old weights computed.
+
+    Plausible: a trainer sends its weights in many buckets, so "flush once,
+    at the end of the session" is an easy optimisation to make in one path
+    and not the other; the disk path keeps its flush, so tests of it pass.
+    Done by handing the handler a flush that reports success and does
+    nothing for that one call.
+
+    Seen by: contract update_weights (an accepted update with
+    ``flush_cache=True`` leaves the tree non-empty), and the output oracle
+    for a request after the update that hits a prefix cached before it."""
+    name = "mut_tensor_update_skips_flush"
+    cls = _manager_class(scheduler_module, name)
+    original = find_method(cls, "update_weights_from_tensor", name, ("recv_req",))
+
+    def _flush_nothing(*args: Any, **kwargs: Any) -> bool:
+        return True
+
+    def update_weights_from_tensor(self, recv_req):
+        flush = self.flush_cache
+        self.flush_cache = _flush_nothing  # MUTANT: the tensor path keeps the old weights' cache
+        try:
+            return original(self, recv_req)
+        finally:
+            self.flush_cache = flush
+
+    replace_attr(cls, "update_weights_from_tensor", update_weights_from_tensor, original)
+
+
+@mutant("mut_session_close_always_deferred", topologies=ALL,
+        summary="close_session defers every close to the reaper, even of a session with no unfinished request",
+        expected="contract sessions (a closed idle session is still open right after the close)")
+def _install_mut_session_close_always_deferred(scheduler_module: Any) -> None:
+    """``SessionController._close`` marks every session ``close_on_finish``
+    and returns, leaving the release to the reaper (which runs on the wall
+    clock, once a second), even when no request of the session is
+    unfinished.
+
+    Plausible: "the reaper finishes deferred closes anyway, so always defer
+    and keep the dispatcher cheap". Visible to a client: an ``open_session``
+    of the same id right after the close is refused (the id still exists),
+    and the session's radix KV stays held until the reaper runs.
+
+    Seen by: contract sessions at the close (an open session with no
+    unfinished request is still open, only marked)."""
+    name = "mut_session_close_always_deferred"
+    scheduler_class(scheduler_module, name)
+    module = find_module("sglang.srt.session.session_controller", name)
+    cls = find_attr(module, "SessionController", name, "sglang.srt.session.session_controller.SessionController")
+    original = find_method(cls, "_close", name, ("session_id",))
+
+    def _close(self, session_id):
+        session = self.sessions[session_id]
+        session.close_on_finish = True  # MUTANT: deferred to the reaper, request or not
+        return None
+
+    replace_attr(cls, "_close", _close, original)

@@ -154,6 +154,8 @@ class RuntimeMemory:
             before["limit"] = sglang_compat.micro_batch_limit(s)
         if kind in (OPEN_SESSION_TYPE, CLOSE_SESSION_TYPE):
             before["open"] = sglang_compat.open_sessions(s)
+            before["unfinished"] = sglang_compat.session_has_unfinished_request(s, getattr(recv_req, "session_id",
+                                                                                           None))
         if kind == GET_WEIGHTS_TYPE:
             before["loaded_from"] = None if memory_occupation.weights_lost(s) else loaded_from(s)
         if kind == CHECK_WEIGHTS_TYPE and getattr(recv_req, "action", "checksum") in ("checksum", "snapshot",
@@ -229,9 +231,12 @@ class RuntimeMemory:
             elif sid is not None and sid not in now:
                 self.problems.append(("sessions", f"open_session({sid!r}) answered success, yet no such session is "
                                                   "open"))
+        elif was_open and sid in now and not before["unfinished"]:
+            self.problems.append(("sessions", f"close_session({sid!r}) left the session open, though no request of "
+                                              "it is unfinished (SGLang closes such a session at once)"))
         elif was_open and sid in now and not sglang_compat.session_closing(s, sid):
-            self.problems.append(("sessions", f"close_session({sid!r}) left the session open, neither closed nor "
-                                              "marked to close when its request finishes"))
+            self.problems.append(("sessions", f"close_session({sid!r}) left the session open, not marked to close "
+                                              "when its unfinished request finishes"))
 
     def _on_get_weights(self, s: Any, recv_req: Any, output: Any, before: Dict[str, Any]) -> None:
         answer = getattr(output, "parameter", None)

@@ -147,6 +147,7 @@ def test_sessions_open_exactly_new_ids_and_close_at_once_when_idle(run, monkeypa
     open_now = {"ids": ()}
     monkeypatch.setattr(sglang_compat, "open_sessions", lambda s: open_now["ids"])
     monkeypatch.setattr(sglang_compat, "session_closing", lambda s, sid: False)
+    monkeypatch.setattr(sglang_compat, "session_has_unfinished_request", lambda s, sid: False)
     mem = run.mem
 
     def dispatch(kind, sid, success, after):

@@ -72,6 +72,9 @@ class TensorUpdates:
                 "update_weights_from_tensor: the weights memory is released (release_memory_occupation); on a GPU "
                 "its pages are unmapped and loading into them faults. Resume it first: "
                 "ctx.resume_memory_occupation(['weights'])")
+        refused = sglang_compat.cpu_tensor_update_supported(self._scheduler)
+        if refused:
+            raise RuntimeError(refused)
         if named_tensors is None:
             path = model_path or os.environ.get(ENV_CHECKPOINT)
             if not path:

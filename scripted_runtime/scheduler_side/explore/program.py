@@ -159,6 +159,8 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
             # ArrivalTimeout. Judge the answers now (a clock wait, no step), as the end check would.
             answer_delivery.check_answers(well_formed(reqs), timeout_s=answer_delivery.ANSWER_TIMEOUT_S,
                                           when="the weight update, which the tokenizer holds behind it")
+    if tensor and sglang_compat.cpu_tensor_update_supported(ctx.scheduler):
+        tensor = False  # CPU tensors under PP: one rank only could rebuild them (measured); the disk path instead
     if not tensor:
         op = ctx.update_weights_from_disk(flush_cache=flush_cache, await_arrival=True)
         yield from _answered(ctx, op)
