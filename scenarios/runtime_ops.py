@@ -40,6 +40,12 @@ def micro_batch_limit_serialises_admission(ctx, limit=1):
             "outputs_compared": end["outputs_compared"]}
 
 
+def _processed(op):
+    """``op = yield from _processed(ctx.some_op(...))``: step until it was processed."""
+    yield from op.wait()
+    return op
+
+
 def _running_batches(ctx):
     s = ctx.scheduler
     batches = [getattr(s, "running_batch", None)]
@@ -57,21 +63,15 @@ def weight_queries_follow_the_weights(ctx):
     the tiny CPU model, has none: SGLang answers None).
     ``update_weight_version`` labels them."""
     # start from the weights the server was started with (an earlier script on it may have updated them)
-    served = ctx.update_weights_from_disk(ctx.scheduler.server_args.model_path, await_arrival=True)
-    yield from served.wait()
-    first = ctx.check_weights("checksum")
-    yield from first.wait()
-    again = ctx.check_weights("checksum")
-    yield from again.wait()
+    yield from _processed(ctx.update_weights_from_disk(ctx.scheduler.server_args.model_path, await_arrival=True))
+    first = yield from _processed(ctx.check_weights("checksum"))
+    again = yield from _processed(ctx.check_weights("checksum"))
     cuda = ctx.scheduler.server_args.device == "cuda"
-    snap = ctx.check_weights("snapshot")
-    yield from snap.wait()
-    same = None
+    yield from _processed(ctx.check_weights("snapshot"))
+    same = differs = None
     if cuda:
-        same = ctx.check_weights("compare")
-        yield from same.wait()
-        snap = ctx.check_weights("snapshot")
-        yield from snap.wait()
+        same = yield from _processed(ctx.check_weights("compare"))
+        yield from _processed(ctx.check_weights("snapshot"))
     else:
         try:
             ctx.check_weights("compare")
@@ -79,22 +79,15 @@ def weight_queries_follow_the_weights(ctx):
             assert "runs only on a CUDA device" in str(exc), exc
         else:
             raise AssertionError("check_weights(compare) was posted on a CPU server")
-    before = ctx.get_weights_by_name("model.layers.0.mlp.down_proj.weight", 2)
-    yield from before.wait()
-    update = ctx.update_weights_from_disk(await_arrival=True)  # the harness's checkpoint: other weights
-    yield from update.wait()
-    after = ctx.get_weights_by_name("model.layers.0.mlp.down_proj.weight", 2)
-    yield from after.wait()
-    changed = ctx.check_weights("checksum")
-    yield from changed.wait()
-    differs = None
+    before = yield from _processed(ctx.get_weights_by_name("model.layers.0.mlp.down_proj.weight", 2))
+    # the harness's checkpoint: other weights
+    update = yield from _processed(ctx.update_weights_from_disk(await_arrival=True))
+    after = yield from _processed(ctx.get_weights_by_name("model.layers.0.mlp.down_proj.weight", 2))
+    changed = yield from _processed(ctx.check_weights("checksum"))
     if cuda:
-        differs = ctx.check_weights("compare")
-        yield from differs.wait()
-    version = ctx.update_weight_version("after-update")
-    yield from version.wait()
-    info = ctx.server_info()
-    yield from info.wait()
+        differs = yield from _processed(ctx.check_weights("compare"))
+    yield from _processed(ctx.update_weight_version("after-update"))
+    yield from _processed(ctx.server_info())
     checksum = [op.answer.payload[0].per_gpu_checksum for op in (first, again, changed)]
     result = {
         "checksums_equal_unchanged": checksum[0] == checksum[1],

@@ -108,6 +108,36 @@ def replace_attr(owner: Any, name: str, new: Callable, original: Callable) -> No
     setattr(owner, name, new)
 
 
+def weight_updater_manager(scheduler_module: Any, mutant: str) -> type:
+    """0.5.23's ``SchedulerWeightUpdaterManager`` (the weight and memory handlers)."""
+    scheduler_class(scheduler_module, mutant)
+    return find_attr(find_module(WEIGHT_UPDATER, mutant), "SchedulerWeightUpdaterManager", mutant,
+                     f"{WEIGHT_UPDATER}.SchedulerWeightUpdaterManager")
+
+
+def without_flush(cls: type, method: str, mutant: str, when: Callable[[Any], bool] = lambda self: True) -> None:
+    """Replace handler ``cls.method(self, recv_req)`` by one that runs it with
+    ``self.flush_cache`` reporting success and doing nothing (when ``when(self)``):
+    the mutants whose handler keeps a cache it says it flushed."""
+    original = find_method(cls, method, mutant, ("recv_req",))
+
+    def flush_nothing(*args: Any, **kwargs: Any) -> bool:
+        return True
+
+    def handler(self, recv_req):
+        if not when(self):
+            return original(self, recv_req)
+        flush = self.flush_cache
+        self.flush_cache = flush_nothing  # MUTANT: the cache is kept
+        try:
+            return original(self, recv_req)
+        finally:
+            self.flush_cache = flush
+
+    handler.__name__ = handler.__qualname__ = method
+    replace_attr(cls, method, handler, original)
+
+
 def source_digest(fn: Callable) -> str:
     """Digest of a function's normalized source (its innermost ``__wrapped__``)."""
     src = textwrap.dedent(inspect.getsource(fn))

@@ -7,14 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scripted_runtime.hooks.mutants.base import (ALL, WEIGHT_UPDATER, find_attr, find_method, find_module,
-                                                 mutant, replace_attr, scheduler_class)
-
-
-def _manager_class(scheduler_module: Any, name: str) -> Any:
-    scheduler_class(scheduler_module, name)
-    return find_attr(find_module(WEIGHT_UPDATER, name), "SchedulerWeightUpdaterManager", name,
-                     f"{WEIGHT_UPDATER}.SchedulerWeightUpdaterManager")
+from scripted_runtime.hooks.mutants.base import (ALL, find_method, mutant, replace_attr, weight_updater_manager,
+                                                 without_flush)
 
 
 @mutant("mut_release_keeps_cache_while_paused", topologies=ALL,
@@ -38,24 +32,9 @@ def _install_mut_release_keeps_cache_while_paused(scheduler_module: Any) -> None
     same prompt comes back after the cycle (the harness overwrites released
     KV on CPU). All topologies."""
     name = "mut_release_keeps_cache_while_paused"
-    cls = _manager_class(scheduler_module, name)
-    original = find_method(cls, "release_memory_occupation", name, ("recv_req",))
-
-    def _flush_nothing(*args: Any, **kwargs: Any) -> bool:
-        return True
-
-    def release_memory_occupation(self, recv_req):
-        scheduler = self.scheduler
-        if scheduler is None or not getattr(scheduler, "_engine_paused", False):
-            return original(self, recv_req)
-        flush = self.flush_cache
-        self.flush_cache = _flush_nothing  # MUTANT: the paused engine's cache is kept
-        try:
-            return original(self, recv_req)
-        finally:
-            self.flush_cache = flush
-
-    replace_attr(cls, "release_memory_occupation", release_memory_occupation, original)
+    # the paused engine's cache is kept
+    without_flush(weight_updater_manager(scheduler_module, name), "release_memory_occupation", name,
+                  when=lambda self: self.scheduler is not None and getattr(self.scheduler, "_engine_paused", False))
 
 
 @mutant("mut_resume_skips_static_state", topologies=ALL,
@@ -80,7 +59,7 @@ def _install_mut_resume_skips_static_state(scheduler_module: Any) -> None:
     included, and the update restores the parameters, not the rotary cache).
     All topologies."""
     name = "mut_resume_skips_static_state"
-    cls = _manager_class(scheduler_module, name)
+    cls = weight_updater_manager(scheduler_module, name)
     original = find_method(cls, "resume_memory_occupation", name, ("recv_req",))
 
     def resume_memory_occupation(self, recv_req):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scripted_runtime.hooks.mutants.base import (ALL, WEIGHT_CHECKER, WEIGHT_UPDATER, find_attr, find_method,
-                                                 find_module, mutant, replace_attr, scheduler_class)
+from scripted_runtime.hooks.mutants.base import (ALL, WEIGHT_CHECKER, find_attr, find_method, find_module, mutant,
+                                                 replace_attr, scheduler_class, weight_updater_manager, without_flush)
 
 
 @mutant("mut_micro_batch_limit_read_once", topologies=ALL,
@@ -69,12 +69,6 @@ def _install_mut_weight_checksum_cached(scheduler_module: Any) -> None:
     replace_attr(cls, "_compute_checksum", _compute_checksum, original)
 
 
-def _manager_class(scheduler_module: Any, name: str) -> Any:
-    scheduler_class(scheduler_module, name)
-    return find_attr(find_module(WEIGHT_UPDATER, name), "SchedulerWeightUpdaterManager", name,
-                     f"{WEIGHT_UPDATER}.SchedulerWeightUpdaterManager")
-
-
 @mutant("mut_tensor_update_skips_flush", topologies=ALL,
         summary="update_weights_from_tensor loads the tensors and answers success without flushing the cache",
         expected="contract update_weights (the tree still holds tokens right after an accepted update with flush), "
@@ -94,21 +88,8 @@ def _install_mut_tensor_update_skips_flush(scheduler_module: Any) -> None:
     ``flush_cache=True`` leaves the tree non-empty), and the output oracle
     for a request after the update that hits a prefix cached before it."""
     name = "mut_tensor_update_skips_flush"
-    cls = _manager_class(scheduler_module, name)
-    original = find_method(cls, "update_weights_from_tensor", name, ("recv_req",))
-
-    def _flush_nothing(*args: Any, **kwargs: Any) -> bool:
-        return True
-
-    def update_weights_from_tensor(self, recv_req):
-        flush = self.flush_cache
-        self.flush_cache = _flush_nothing  # MUTANT: the tensor path keeps the old weights' cache
-        try:
-            return original(self, recv_req)
-        finally:
-            self.flush_cache = flush
-
-    replace_attr(cls, "update_weights_from_tensor", update_weights_from_tensor, original)
+    # the tensor path keeps the old weights' cache
+    without_flush(weight_updater_manager(scheduler_module, name), "update_weights_from_tensor", name)
 
 
 @mutant("mut_session_close_always_deferred", topologies=ALL,
