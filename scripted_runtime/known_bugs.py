@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -70,11 +70,22 @@ class KnownBug:
         without ``needs_ops``."""
         if not signature or not self.applies(topology, sglang_version):
             return False
-        if self.needs_ops and ops is not None and not all(any(op.startswith(need) for op in ops)
-                                                          for need in self.needs_ops):
-            return False
+        if self.needs_ops and ops is not None:
+            posted = effective_ops(ops)
+            if not all(any(op.startswith(need) for op in posted) for need in self.needs_ops):
+                return False
         return (re.search(self.signature, signature) is not None
                 and re.search(self.message, message or "") is not None)
+
+
+def effective_ops(ops: Sequence[str]) -> List[str]:
+    """The operations the scheduler was sent for ``ops`` (control-log names):
+    ``pause_generation(abort)`` is also an ``abort_all`` (SGLang's tokenizer
+    handles the abort mode by aborting every request, and never sends the
+    pause on)."""
+    out = list(ops)
+    out += ["abort_all" for op in ops if op.startswith("pause_generation(abort)")]
+    return out
 
 
 def affects(specifier: str, version: Optional[str]) -> bool:

@@ -100,6 +100,10 @@ def test_an_entry_that_needs_operations_matches_only_a_program_that_posted_them(
     assert find(["flush_cache", "abort(r3)"]) is None, "no retract: another cause"
     assert find(["pause_generation(in_place)", "abort(r3)"]) is None, "an in-place pause retracts nothing"
     assert find(["pause_generation(retract)"]) is None, "no abort"
+    # an abort pause is an abort_all (SGLang's tokenizer aborts every request and sends no pause on):
+    # the shape the RL cycle's pause(abort) after a retract gives (found by a pp4 dev exploration)
+    assert find(["pause_generation(retract)", "continue_generation", "pause_generation(abort)"]) is leak
+    assert find(["pause_generation(in_place)", "pause_generation(abort)"]) is None, "no retract"
     assert find(None) is leak, "operations not known (a crash reports none): the message rules decide"
     # besides the PP retract entries, only the control-request crashes whose scenario posts the operation
     # itself need it (a crash of the same exception elsewhere is another bug)
