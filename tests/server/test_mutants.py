@@ -125,6 +125,7 @@ def test_bench_explore_keeps_every_failure_it_meets(mutant_server, tmp_path):
     assert signature_of(mutant_server.run(f"{path}:program")) == signature
 
 
+@pytest.mark.slow  # its own pp1-normal server through the command line: ~55 s (the default suite's 10-minute budget)
 def test_mutate_command_prints_the_table_and_writes_json(team_module, tmp_path):
     """The command on pp1-normal: the unmutated baseline and a team's own
     mutant from a module outside this repo (the pp1-normal mutant of the
