@@ -708,6 +708,11 @@ def serialize_named_tensors(scheduler: Any, named_tensors: List[Any]) -> List[st
     return [text] * tp_size
 
 
+def _session(scheduler: Any, session_id: Optional[str]) -> Any:
+    """SGLang's ``Session`` object of ``session_id``, or None."""
+    return (getattr(getattr(scheduler, "session_controller", None), "sessions", None) or {}).get(session_id)
+
+
 def open_sessions(scheduler: Any) -> Tuple[str, ...]:
     """The ids of the sessions SGLang holds open (``session_controller``), sorted."""
     sessions = getattr(getattr(scheduler, "session_controller", None), "sessions", None) or {}
@@ -716,17 +721,14 @@ def open_sessions(scheduler: Any) -> Tuple[str, ...]:
 
 def session_closing(scheduler: Any, session_id: str) -> bool:
     """Whether ``session_id`` is open with its close deferred until its request finishes."""
-    controller = getattr(scheduler, "session_controller", None)
-    session = controller.get(session_id) if controller is not None and hasattr(controller, "get") else None
-    return bool(getattr(session, "close_on_finish", False))
+    return bool(getattr(_session(scheduler, session_id), "close_on_finish", False))
 
 
 def session_has_unfinished_request(scheduler: Any, session_id: str) -> bool:
     """Whether a request of session ``session_id`` is unfinished (in flight,
     or its last request node not finished): what makes 0.5.23's
     ``SessionController._close`` defer the close."""
-    controller = getattr(scheduler, "session_controller", None)
-    session = controller.get(session_id) if controller is not None and hasattr(controller, "get") else None
+    session = _session(scheduler, session_id)
     if session is None:
         return False
     if getattr(session, "_inflight", False):

@@ -174,6 +174,13 @@ def not_flushed(after: Dict[str, Any]) -> List[str]:
 FINGERPRINT = ("tree_tokens", "rows_free", "kv_free")  # what a refused flush must leave as it was
 
 
+def pools_changed(before: Dict[str, Any], after: Dict[str, Any]) -> List[str]:
+    """``"name before -> after"`` for each part of ``FINGERPRINT`` that
+    differs between two ``pools`` readings (what a refused flush or a query
+    must leave as it was)."""
+    return [f"{k} {before[k]} -> {after[k]}" for k in FINGERPRINT if before[k] != after[k]]
+
+
 def matches_abort(recv_req: Any, rid: str) -> bool:
     """Whether an ``AbortReq`` applies to request ``rid``, as SGLang matches
     it: every request for ``abort_all``, else by rid prefix."""
@@ -306,6 +313,7 @@ class ContractMemory:
         if success is None:
             return
         after = pools(s)
+        changed = pools_changed(before, after)
         if success and before["busy"]:
             self.problems.append((contract, f"{what} accepted while live requests held KV: "
                                             f"{', '.join(before['busy'][:6])} (SGLang's idle gate must refuse it)"))
@@ -313,9 +321,8 @@ class ContractMemory:
             wrong = not_flushed(after)
             if wrong:
                 self.problems.append((contract, f"{what} accepted, yet right after it " + "; ".join(wrong)))
-        elif any(before[k] != after[k] for k in FINGERPRINT):
-            changed = ", ".join(f"{k} {before[k]} -> {after[k]}" for k in FINGERPRINT if before[k] != after[k])
-            self.problems.append((contract, f"{what} refused, yet the pools changed: {changed}"))
+        elif changed:
+            self.problems.append((contract, f"{what} refused, yet the pools changed: {', '.join(changed)}"))
         elif before.get("must_accept"):
             self.problems.append((contract, f"{what} refused, though {before['must_accept']}"))
 

@@ -44,10 +44,9 @@ class ControlOp:
         """The scheduler's verdict where it gives one (flush, weight updates:
         ``success``; set_internal_state: ``updated``); else the HTTP status
         once it arrived; None while unknown."""
-        if self.answer is not None and hasattr(self.answer, "success"):
-            return bool(self.answer.success)
-        if self.answer is not None and hasattr(self.answer, "updated"):
-            return bool(self.answer.updated)
+        verdict = _answer_verdict(self.answer)
+        if verdict is not None:
+            return verdict
         if self.http.status is not None:
             if isinstance(self.http.body, dict) and "success" in self.http.body:
                 return bool(self.http.body["success"])
@@ -60,12 +59,8 @@ class ControlOp:
         """success and message from the scheduler's own reply only (fixed the
         moment the op is processed, unlike the HTTP answer): for the trace."""
         answer = self.answer
-        if answer is not None and hasattr(answer, "success"):
-            success = bool(answer.success)
-        elif answer is not None and hasattr(answer, "updated"):
-            success = bool(answer.updated)
-        else:
-            success = True
+        verdict = _answer_verdict(answer)
+        success = True if verdict is None else verdict
         message = getattr(answer, "message", None) if answer is not None else None
         return {"success": success, "message": message or None}
 
@@ -108,6 +103,15 @@ class ControlOp:
             f"processed@{self.processed_step}, success={self.success}, "
             f"message={self.message!r})"
         )
+
+
+def _answer_verdict(answer: Any) -> Optional[bool]:
+    """The verdict in a scheduler's reply (``success``; set_internal_state's
+    ``updated``), or None when it carries none."""
+    for name in ("success", "updated"):
+        if answer is not None and hasattr(answer, name):
+            return bool(getattr(answer, name))
+    return None
 
 
 def pause_posted_last(ops: List[ControlOp]) -> bool:

@@ -23,9 +23,10 @@ The parts, read off 0.5.23's scheduler (``event_loop_*``,
 * the admission estimate ``new_token_ratio_tracker.current`` (retraction
   raises it, decode steps lower it; the idle check resets it), which decides
   how many waiting requests a prefill admits;
-* open sessions (``session_controller``), whose requests outlive a flush;
-* the runtime knobs (``runtime_knobs``: the micro-batch limit, slow_down's
-  sleep, the weight version label; the reset turns them back);
+* the runtime knobs and open sessions (``runtime_knobs``: the micro-batch
+  limit, slow_down's sleep, the weight version label, a weight-update
+  session, the open sessions, whose requests outlive a flush; the reset
+  turns them back);
 * released memory (``offload_tags``; the reset resumes it), weights a
   release lost that no update loaded again (``memory_occupation``: a script
   that resumed weights without an update leaves the server serving garbage,
@@ -78,7 +79,6 @@ def take(s: Any) -> Dict[str, Any]:
     allocator = s.token_to_kv_pool_allocator
     stats = state.engine_stats(s)
     tracker = getattr(s, "new_token_ratio_tracker", None)
-    sessions = getattr(getattr(s, "session_controller", None), "sessions", None)
     flush_wrapper = getattr(s, "flush_wrapper", None)
     running = getattr(s, "running_batch", None)
     return {
@@ -104,7 +104,6 @@ def take(s: Any) -> Dict[str, Any]:
         "deferred flush": getattr(flush_wrapper, "_pending", None) is not None,
         "requests deferred while paused": _len(getattr(s, "_deferred_input_requests", None)),
         "new_token_ratio": round(float(tracker.current), 9) if tracker is not None else None,
-        "open sessions": _len(sessions) if sessions is not None else None,
         "released memory (offload_tags)": sglang_compat.released_memory_tags(s),
         # a release overwrote the weights (memory_occupation) and no update loaded them
         "weights lost to a release and not loaded again": memory_occupation.weights_lost(s),

@@ -73,11 +73,12 @@ GET_WEIGHTS_TYPE = "GetWeightsByNameReqInput"
 CHECK_WEIGHTS_TYPE = "CheckWeightsReqInput"
 SERVER_INFO_TYPE = "GetInternalStateReq"
 UPDATE_DISK_TYPE = "UpdateWeightFromDiskReqInput"
-RELEASE_TYPE = memory_occupation.RELEASE_TYPE
 OPEN_SESSION_TYPE = "OpenSessionReqInput"
 CLOSE_SESSION_TYPE = "CloseSessionReqInput"
+# (what a weight update loaded is noted by ``after_dispatch`` for every script, a release's loss by
+# ``memory_occupation``: neither needs the contracts' bookkeeping)
 TYPES = frozenset({SET_STATE_TYPE, SLOW_DOWN_TYPE, VERSION_TYPE, GET_WEIGHTS_TYPE, CHECK_WEIGHTS_TYPE,
-                   SERVER_INFO_TYPE, UPDATE_DISK_TYPE, RELEASE_TYPE, OPEN_SESSION_TYPE, CLOSE_SESSION_TYPE})
+                   SERVER_INFO_TYPE, OPEN_SESSION_TYPE, CLOSE_SESSION_TYPE})
 QUERY_TYPES = frozenset({GET_WEIGHTS_TYPE, CHECK_WEIGHTS_TYPE, SERVER_INFO_TYPE})
 
 # Per rank (scheduler id), kept across scripts like the weights themselves: the checkpoint
@@ -114,17 +115,24 @@ def loaded_from(s: Any) -> Optional[str]:
     return _loaded_from[key]
 
 
+def checkpoint_files(path: str) -> List[str]:
+    """The safetensors files of the checkpoint at ``path``: the file itself,
+    or a directory's, sorted (none when it is neither)."""
+    if path.endswith(".safetensors"):
+        return [path]
+    if not os.path.isdir(path):
+        return []
+    return sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
+
+
 def checkpoint_tensor(path: Optional[str], name: str) -> Any:
     """Tensor ``name`` of the safetensors checkpoint at ``path`` (a file or a
     directory of them), or None when it is not there."""
     if not path:
         return None
-    files = [path] if path.endswith(".safetensors") else (
-        sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
-        if os.path.isdir(path) else [])
     from safetensors import safe_open
 
-    for f in files:
+    for f in checkpoint_files(path):
         with safe_open(f, framework="pt") as handle:
             if name in handle.keys():
                 return handle.get_tensor(name)
@@ -166,13 +174,9 @@ class RuntimeMemory:
 
     def on_dispatch(self, s: Any, recv_req: Any, output: Any, step: int, before: Any) -> None:
         kind = type(recv_req).__name__
-        if kind in (UPDATE_DISK_TYPE, RELEASE_TYPE):
-            return  # what was loaded: after_dispatch (every script); lost: memory_occupation.weights_lost
         if kind in QUERY_TYPES and not (kind == CHECK_WEIGHTS_TYPE
                                         and getattr(recv_req, "action", "") == "reset_tensors"):
-            after = contracts.pools(s)
-            changed = [f"{k} {before['pools'][k]} -> {after[k]}" for k in contracts.FINGERPRINT
-                       if before["pools"][k] != after[k]]
+            changed = contracts.pools_changed(before["pools"], contracts.pools(s))
             if changed:
                 self.problems.append(("weight_queries", f"the query {kind} changed the pools: {', '.join(changed)}"))
         if kind == SET_STATE_TYPE:

@@ -91,6 +91,13 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates):
         """This script's ops called ``name`` posted but not processed yet."""
         return self._ledger.unprocessed(name)
 
+    def unsettled_ops_of_type(self, request_type: str) -> List[ControlOp]:
+        """This script's ops of scheduler request type ``request_type`` (e.g.
+        ``"CheckWeightsReqInput"``) neither processed nor answered yet: what
+        SGLang's tokenizer, sending one of a type at a time, still holds a
+        next one behind."""
+        return self._ledger.unprocessed_of_type(request_type)
+
     # --- requests ----------------------------------------------------------------
     def start_req(
         self,

@@ -20,8 +20,8 @@ OPEN_ANSWER_TIMEOUT_S = 10.0  # the tokenizer answers an open the scheduler proc
 
 
 class RuntimeOps:
-    """Mixed into ``ScriptContext`` (which provides ``_control``, ``_ledger``,
-    ``released_memory`` and ``_scheduler``).
+    """Mixed into ``ScriptContext`` (which provides ``_control``,
+    ``unsettled_ops_of_type``, ``released_memory`` and ``_scheduler``).
 
     SGLang's tokenizer sends each of these through a communicator that waits
     for the scheduler's answer before it sends the next of the same kind, so
@@ -31,7 +31,7 @@ class RuntimeOps:
 
     def _runtime_op(self, name: str, path: str, payload: Optional[dict], request_type: str,
                     method: str = "POST") -> ControlOp:
-        pending = self._ledger.unprocessed_of_type(request_type)
+        pending = self.unsettled_ops_of_type(request_type)
         if pending:
             raise RuntimeError(
                 f"{name}: {pending[0].name} posted at step {pending[0].posted_step} has not been processed yet, and "
@@ -155,7 +155,7 @@ class SessionOps:
         earlier open of this id is waited for first: its HTTP answer (a wall
         clock wait, bounded) once the scheduler processed it; not processed
         yet raises (yield first)."""
-        for earlier in self._ledger.ops:
+        for earlier in self.control_ops:
             if earlier.name != f"open_session({session_id!r})" or earlier.http.done:
                 continue
             if not earlier.processed:

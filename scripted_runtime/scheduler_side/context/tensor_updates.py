@@ -17,6 +17,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.protocol import ENV_CHECKPOINT
+from scripted_runtime.scheduler_side import runtime_contracts
 from scripted_runtime.scheduler_side.control import ControlOp
 
 
@@ -25,8 +26,7 @@ def checkpoint_tensors(path: str) -> List[Tuple[str, Any]]:
     directory of them), as (name, tensor): what a trainer would send."""
     from safetensors.torch import load_file
 
-    files = [path] if path.endswith(".safetensors") else sorted(
-        os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
+    files = runtime_contracts.checkpoint_files(path)
     if not files:
         raise ValueError(f"update_weights_from_tensor: no .safetensors file at {path}")
     out: List[Tuple[str, Any]] = []

@@ -291,8 +291,7 @@ _RUNTIME_TYPES = {"set_internal_state": "SetInternalStateReq", "slow_down": "Slo
 def _after_earlier(ctx, request_type: str):
     """Step (bounded) until no op of ``request_type`` waits to be processed."""
     for _ in range(4 * _slots(ctx)):
-        if not any(op.request_type == request_type and not op.processed and not op.http.done
-                   for op in ctx.control_ops):
+        if not ctx.unsettled_ops_of_type(request_type):
             return
         yield
 
