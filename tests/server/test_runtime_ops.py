@@ -28,8 +28,10 @@ def test_the_limit_holds_per_microbatch_under_pp(server_pool):
 def test_weight_queries_follow_the_weights(server_pool):
     value = run_ok(server_pool.get("pp1-overlap"), f"{OPS}:weight_queries_follow_the_weights").value
     assert value["checksums_equal_unchanged"] and value["checksum_changed_after_update"], value
-    # measured on 0.5.23: Qwen2 (the tiny CPU model) has no get_weights_by_name; compare is CUDA-only
-    assert value["get_weights_answered"] is False and value["compare_unchanged"] is None, value
+    # (0.5.23's Qwen2, the tiny CPU model, has no get_weights_by_name and its compare is CUDA-only: the
+    # scenario judges each where SGLang answers it; the limitations are not pinned here)
+    if value["get_weights_answered"]:
+        assert value["rows_changed"], value
 
 
 def script_turn_every_knob(ctx):
