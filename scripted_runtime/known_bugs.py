@@ -329,11 +329,24 @@ REGISTRY: Tuple[KnownBug, ...] = (
 
 
 def find(signature: Optional[str], *, topology: str, sglang_version: Optional[str], message: str = "",
-         ops: Optional[Sequence[str]] = None, registry: Sequence[KnownBug] = REGISTRY) -> Optional[KnownBug]:
-    """The registered bug this failure is, or None (a new finding)."""
+         ops: Optional[Sequence[str]] = None, registry: Sequence[KnownBug] = REGISTRY,
+         own_failure: Optional[Tuple[str, str]] = None) -> Optional[KnownBug]:
+    """The registered bug this failure is, or None (a new finding).
+
+    ``own_failure``: (signature, message) of a program's own failure when
+    the scheduler then died in the engine reset after it and that crash
+    became the failure. A registered bug that breaks the server
+    (``breaks_server``: its entry says the next reset dies) matched by the
+    program's own failure explains the crash after it too."""
     for bug in registry:
         if bug.matches(signature, topology=topology, sglang_version=sglang_version, message=message, ops=ops):
             return bug
+    if own_failure is not None:
+        own_signature, own_message = own_failure
+        for bug in registry:
+            if bug.breaks_server and bug.matches(own_signature, topology=topology, sglang_version=sglang_version,
+                                                 message=own_message, ops=ops):
+                return bug
     return None
 
 

@@ -31,6 +31,9 @@ class ScriptResult:
     script_stack: Optional[List[Tuple[str, int, str]]] = None
     # the distinct abstract states it reached (``run(..., abstract_states=True)``; scheduler_side/abstract_state.py)
     states: Tuple[str, ...] = ()
+    # when the script failed and the scheduler then died in the engine reset right after it (the
+    # crash became the script's failure): the script's own failure as it was, (error, violation)
+    own_failure: Optional[Tuple[Optional[str], Optional[Dict[str, Any]]]] = None
 
     def summary(self) -> str:
         verdict = "PASS" if self.passed else ("CRASH" if self.crashed else "FAIL")

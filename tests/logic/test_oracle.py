@@ -136,6 +136,44 @@ def test_a_crash_is_judged_by_the_operations_its_report_carries():
     assert posted_ops(silent) is None and find(posted_ops(silent)) is double
 
 
+STALE_LAST_MBS = ("InvariantViolation[idle_gate] at step 8: is_fully_idle() says idle but 1 live request(s) are "
+                  "held: r0-639-926797 in last_mbs[1] (a flush_cache accepted now would reset the pools under them)")
+
+
+def test_a_crash_in_the_reset_after_a_registered_server_breaking_failure_is_that_bug():
+    """A pp4 dev exploration (2026-11-26) reported "SchedulerCrashed:
+    AssertionError in release_kv_cache" four times as new: each program had
+    failed on ``pp_retract_abort_stale_last_mbs`` (whose entry says the next
+    reset dies), and the reset after it died. The program's own failure
+    decides then, for entries that break the server only."""
+    from scripted_runtime.user_side.explore.runner import _own_failure, posted_ops, signature_of
+    from scripted_runtime.user_side.result import ScriptResult
+
+    stale = known_bugs.by_name("pp_retract_abort_stale_last_mbs")
+    assert stale.breaks_server
+    log = [{"op": "flush_cache"}, {"op": "pause_generation(retract)"}, {"op": "pause_generation(abort)"}]
+    crash = "SchedulerCrashed: AssertionError in release_kv_cache (common.py)"
+    settled = ScriptResult("s", passed=False, crashed=True, control_log=log, error=crash,
+                           own_failure=(STALE_LAST_MBS, {"kind": "InvariantViolation", "invariant": "idle_gate"}))
+    own = _own_failure(settled)
+    assert own == ("InvariantViolation[idle_gate]", STALE_LAST_MBS)
+    find = lambda own_failure, ops=posted_ops(settled): known_bugs.find(
+        signature_of(settled), topology="pp4", sglang_version="0.5.23", message=crash, ops=ops,
+        own_failure=own_failure)
+    assert find(None) is None, "the crash alone matches no entry"
+    assert find(own) is stale
+    assert find(own, ops=("flush_cache", "pause_generation(retract)")) is None, "the entry's operations still count"
+    # an entry that leaves the server usable does not explain a crash after it
+    calm = known_bugs.by_name("pp_retract_chunk_abort_dropped")
+    assert not calm.breaks_server
+    dropped = ("ContractViolation[abort]", "ContractViolation[abort] at step 9: r1 vanished from the scheduler "
+               "without a finish reason; it was running when the abort came")
+    assert known_bugs.find(dropped[0], topology="pp4", sglang_version="0.5.23", message=dropped[1],
+                           ops=posted_ops(settled)) is calm
+    assert find(dropped) is None
+    assert _own_failure(ScriptResult("s", passed=False, error="boom")) is None
+
+
 def test_every_entry_names_a_scenario_and_a_report_that_exist():
     for bug in known_bugs.REGISTRY:
         path, _, func = bug.scenario.partition(":")

@@ -72,6 +72,9 @@ class Outcome:
     # the control operations it posted, by name, in order (what a known bug's ``needs_ops``
     # reads); None when not known (a crash whose driver sent no control log)
     ops: Optional[Tuple[str, ...]] = ()
+    # a program that failed and then left an engine whose reset killed the scheduler: its own
+    # failure, (signature, message), before the crash became its signature
+    own_failure: Optional[Tuple[str, str]] = None
 
     @property
     def failed(self) -> bool:
@@ -98,6 +101,20 @@ def signature_of(result: ScriptResult) -> Optional[str]:
     etype, _, msg = error.partition(": ")
     msg = re.split(r"[;(\[]", msg, maxsplit=1)[0]
     return f"{etype}: {_normalize(msg, 80)}" if msg else etype or "failed"
+
+
+def _first_line(error: Optional[str]) -> str:
+    return (error or "").strip().splitlines()[0][:300] if error else ""
+
+
+def _own_failure(result: ScriptResult) -> Optional[Tuple[str, str]]:
+    """(signature, message) of the program's own failure where a crash in
+    the reset after it became its failure (``ScriptResult.own_failure``)."""
+    if result.own_failure is None:
+        return None
+    error, violation = result.own_failure
+    own = ScriptResult(script=result.script, passed=False, error=error, violation=violation)
+    return signature_of(own) or "failed", _first_line(error)
 
 
 def failing_position(result: ScriptResult, source: A.Source) -> Optional[int]:
@@ -340,7 +357,7 @@ class ExampleRunner:
         value = result.value if isinstance(result.value, dict) else {}
         return Outcome(
             signature=signature_of(result),
-            message=(result.error or "").strip().splitlines()[0][:300] if result.error else "",
+            message=_first_line(result.error),
             steps=result.steps, reset_steps=result.reset_steps, run_s=result.duration_s,
             reset_s=result.reset_s, io_s=result.io_s, wall_s=wall, restart_s=restart_s,
             windows=result.windows or {}, coverage=value.get("coverage", {}),
@@ -348,6 +365,7 @@ class ExampleRunner:
             failing_action=failing_position(result, source) if not result.passed else None,
             failing_step=_failing_step(result), server_id=server_id, history_index=index,
             states=tuple(result.states), ops=posted_ops(result),
+            own_failure=_own_failure(result),
         )
 
     def run_file(self, path: str, *, trace: Any = False, function: str = A.PROGRAM_FUNCTION) -> ScriptResult:
@@ -396,6 +414,7 @@ class ExampleRunner:
                           f"reset after it ({(probe.error or '')[:120]}): counted as that program's failure")
             return dataclasses.replace(
                 result, error=probe.error, crashed=True, crashed_in_reset=False, violation=None,
+                own_failure=(result.error, result.violation),
                 traceback=("The program failed; then the scheduler died in the engine reset right after it, so "
                            "the program left an engine SGLang could not reset.\nThe program's own failure:\n"
                            + (result.error or "") + "\n" + (result.traceback or "")

@@ -294,7 +294,8 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
             outcome = runner.run(program)
             memo[key] = outcome
             bug = known_bugs_mod.find(outcome.signature, topology=topology, sglang_version=version,
-                                      message=outcome.message, ops=outcome.ops, registry=known_bugs) \
+                                      message=outcome.message, ops=outcome.ops, registry=known_bugs,
+                                      own_failure=outcome.own_failure) \
                 if outcome.failed and not stop_at_known else None
             new_states = stats.add(outcome, shrinking="at" in first, known=bug.name if bug else "",
                                    at_s=time.monotonic() - t0)
@@ -345,7 +346,7 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
             stats.cached += 1
             if outcome.failed and not stop_at_known and known_bugs_mod.find(
                     outcome.signature, topology=topology, sglang_version=version, message=outcome.message,
-                    ops=outcome.ops, registry=known_bugs):
+                    ops=outcome.ops, registry=known_bugs, own_failure=outcome.own_failure):
                 return
         if outcome.failed:
             last_failing[outcome.signature] = (list(program), outcome)
