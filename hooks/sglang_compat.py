@@ -234,6 +234,23 @@ def wrap_request_dispatcher(scheduler: Any, wrap) -> None:
     scheduler._request_dispatcher = wrap(scheduler._request_dispatcher)
 
 
+def dispatched_request_types() -> Tuple[str, ...]:
+    """The request types (io_struct class names) the installed SGLang's
+    scheduler dispatches, in registration order, read off the source of
+    ``Scheduler.init_request_dispatcher`` (0.5.2x: a ``TypeBasedDispatcher``
+    of ``(Type, handler)`` pairs). No scheduler is built; empty where the
+    method is missing (an older release: the catalog is 0.5.23's)."""
+    import inspect
+    import re
+
+    from sglang.srt.managers.scheduler import Scheduler
+
+    method = getattr(Scheduler, "init_request_dispatcher", None)
+    if method is None:
+        return ()
+    return tuple(re.findall(r"\(\s*([A-Z]\w+)\s*,", inspect.getsource(method)))
+
+
 def is_fully_idle(scheduler: Any) -> bool:
     """The scheduler's own idle gate, the one flush_cache trusts."""
     if hasattr(scheduler, "is_fully_idle"):

@@ -354,7 +354,7 @@ def expert_distribution_route_without_recorder(ctx):
     parent to quit: one GET takes the server down
     (docs/upstream/expert-distribution-route-without-recorder.md).
     """
-    answer = ctx.post_http("/start_expert_distribution_record")
+    answer = ctx.post_http("/start_expert_distribution_record", unchecked=True)
     yield from ctx.steps(10)
     answer.wait(10)
     req = ctx.start_req(prompt_len=8, max_new_tokens=2, ignore_eos=True)
@@ -404,7 +404,32 @@ def resume_memory_not_released(ctx):
     ``ctx.resume_memory_occupation`` refuses such a call, so this posts it
     with ``ctx.post_http``.
     """
-    answer = ctx.post_http("/resume_memory_occupation", {"tags": ["kv_cache"]})
+    answer = ctx.post_http("/resume_memory_occupation", {"tags": ["kv_cache"]}, unchecked=True)
+    answer.wait(1.0)  # the scheduler is frozen: this only lets the request reach its socket
+    yield from ctx.steps(10)
+    answer.wait(10)
+    req = ctx.start_req(prompt_len=8, max_new_tokens=2, ignore_eos=True)
+    yield from ctx.wait_finished(req, max_steps=50)
+
+
+def send_weights_without_send_group(ctx):
+    """``/send_weights_to_remote_instance`` for a group that was never
+    initialized is refused (the handler's own message: "Please call
+    `init_weights_send_group_for_remote_instance` first") and the server
+    keeps serving.
+
+    On 0.5.23 the handler looks the group up with
+    ``self._weights_send_group[group_name]``
+    (``model_executor/model_runner_components/weight_exporter.py``), a
+    plain dict: the lookup raises ``KeyError`` before the refusal below it
+    can run, nothing catches it, and the server goes down
+    (docs/upstream/send-weights-without-send-group.md). No ``ctx`` method
+    sends this route (docs/control-requests.md, row 16), so this posts it
+    with ``ctx.post_http``.
+    """
+    answer = ctx.post_http("/send_weights_to_remote_instance",
+                           {"master_address": "127.0.0.1", "ports": "29999", "group_name": "never_initialized"},
+                           unchecked=True)
     answer.wait(1.0)  # the scheduler is frozen: this only lets the request reach its socket
     yield from ctx.steps(10)
     answer.wait(10)

@@ -308,6 +308,23 @@ REGISTRY: Tuple[KnownBug, ...] = (
         slow_topologies=("pp1-overlap", "pp1-normal", "pp4"),
     ),
     KnownBug(
+        name="send_weights_without_send_group",
+        title="/send_weights_to_remote_instance before /init_weights_send_group_for_remote_instance (or for a "
+              "group name never initialized) raises KeyError on the plain dict of send groups and kills the "
+              "scheduler, where the handler meant to refuse",
+        # the signature writes digits as N: the key is f"{group_name}_{port}_{tp_rank}"
+        signature=r"SchedulerCrashed: KeyError: '.*_N_N'",
+        message=r"",
+        topologies=("pp1-overlap", "pp1-normal", "pp4"),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:send_weights_without_send_group",
+        report="docs/upstream/send-weights-without-send-group.md",
+        breaks_server=True,
+        # a crash and a restart per topology: the default lane runs pp1-overlap
+        slow_topologies=("pp1-normal", "pp4"),
+    ),
+    KnownBug(
         name="abort_pause_during_in_place_pause",
         title="pause_generation(abort) while an in_place pause holds a running request never returns (the request "
               "cannot finish while paused) and holds the tokenizer's pause lock, so continue_generation can never "

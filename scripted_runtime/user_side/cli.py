@@ -633,7 +633,29 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--older-than", type=float, metavar="DAYS", help="remove those unused for over DAYS days")
     prune.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
     prune.set_defaults(func=_cmd_envs_prune)
+
+    ctl = sub.add_parser("controls", help="every control request SGLang 0.5.23's scheduler dispatches and what the "
+                                          "harness does with it (docs/control-requests.md)")
+    ctl.add_argument("--status", choices=("scripted", "kills", "blocks", "sglang_refuses", "open", "internal"),
+                     help="only the requests of this status")
+    ctl.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ctl.set_defaults(func=_cmd_controls)
     return parser
+
+
+def _cmd_controls(args: argparse.Namespace) -> int:
+    """Print the control catalog; reads nothing, starts nothing."""
+    import dataclasses
+    import json
+
+    from scripted_runtime import control_catalog
+
+    entries = [c for c in control_catalog.CATALOG if args.status in (None, c.status)]
+    if args.json:
+        print(json.dumps([dataclasses.asdict(c) for c in entries], indent=1))
+    else:
+        print(control_catalog.table(entries))
+    return EXIT_PASS
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Union
 
+from scripted_runtime import control_catalog
 from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime.protocol import ENV_CHECKPOINT
 from scripted_runtime.scheduler_side import control, hicache_state, state, windows
@@ -149,13 +150,24 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates):
             payload["rid"] = _new_rid()
         return self._post_generate(payload, await_arrival=await_arrival, raw=True)
 
-    def post_http(self, path: str, payload: Optional[Dict[str, Any]] = None) -> Any:
+    def post_http(self, path: str, payload: Optional[Dict[str, Any]] = None, *, method: str = "POST",
+                  unchecked: bool = False) -> Any:
         """Post ``payload`` to any route of the server's HTTP API (with the
         harness's key) and return its ``HttpAnswer`` at once (``wait(timeout_s)``,
         ``status``, ``body``): for the routes the harness does not script yet
         (docs/control-requests.md). Not an operation handle: nothing waits
-        for it to reach the scheduler and no contract follows it."""
-        return self._poster.post(path, payload)
+        for it to reach the scheduler and no contract follows it.
+
+        Refused with a one-line ``ValueError`` (``control_catalog``): a
+        route a ``ctx`` method scripts (the error names it), one that kills
+        the scheduler on 0.5.23 (a registered bug) and one the scheduler
+        would block on; ``unchecked=True`` sends it anyway (a known bug's
+        scenario does)."""
+        if not unchecked:
+            refusal = control_catalog.post_refusal(path, method)
+            if refusal is not None:
+                raise ValueError(refusal)
+        return self._poster.post(path, payload, method=method)
 
     def _post_generate(self, payload: Dict[str, Any], *, await_arrival: bool, raw: bool) -> ReqHandle:
         self._refuse_while_released("a generate request", paused_ok=True)
