@@ -29,6 +29,17 @@ Measured on 0.5.23 and 0.5.12.post1 / 0.5.8.post1 (docs/sglang-facts.md,
    (``known_bugs``: ``release_memory_syncs_build_device``); its scenario turns
    the workaround off for its run (``without_release_sync_workaround``).
 
+6. LoRA (the ``torch_native`` backend, the one with a CPU path) pins host
+   memory unconditionally when it builds its layers and batches
+   (``torch.tensor(..., pin_memory=True)``, ``tensor.pin_memory()`` in
+   ``sglang_compat.LORA_PIN_MEMORY_MODULES``); a CUDA build of torch raises
+   "Found no NVIDIA driver" there, so a CPU server with ``--enable-lora``
+   could not start (measured on 0.5.23). Pinning only speeds up copies to a
+   GPU; where no CUDA device is available those modules' ``torch`` becomes a
+   view whose tensor factories drop ``pin_memory``, and ``Tensor.pin_memory``
+   returns the tensor itself (process-wide, only when CUDA is unavailable:
+   the call would raise otherwise).
+
 ``SGLANG_CPU_OMP_THREADS_BIND`` is set by the launcher, not here: its format
 depends on the release (``sglang_compat.omp_bind_rule``).
 """
@@ -152,6 +163,54 @@ class without_release_sync_workaround:
         return False
 
 
+_PIN_FACTORIES = ("tensor", "empty", "zeros", "ones", "full", "arange", "empty_like", "zeros_like", "ones_like")
+
+
+class _UnpinnedTorch:
+    """``torch`` as a LoRA module sees it without a CUDA device: the same
+    module, except that its tensor factories ignore ``pin_memory``."""
+
+    def __init__(self, real) -> None:
+        self.__dict__["_real"] = real
+        for name in _PIN_FACTORIES:
+            factory = getattr(real, name)
+            self.__dict__[name] = _without_pin(factory)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+def _without_pin(factory):
+    def unpinned(*args, **kwargs):
+        kwargs.pop("pin_memory", None)
+        return factory(*args, **kwargs)
+
+    unpinned.__wrapped__ = factory
+    return unpinned
+
+
+def _no_pinning_without_cuda(module) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    real = getattr(module, "torch", None)
+    if real is not None and not isinstance(real, _UnpinnedTorch):
+        module.torch = _UnpinnedTorch(real)
+    original = torch.Tensor.pin_memory
+    if getattr(original, "__scripted_runtime_unpinned__", False):
+        return
+
+    def pin_memory(self, *args, **kwargs):
+        if torch.cuda.is_available():
+            return original(self, *args, **kwargs)
+        return self
+
+    pin_memory.__scripted_runtime_unpinned__ = True
+    pin_memory.__wrapped__ = original
+    torch.Tensor.pin_memory = pin_memory
+
+
 def install() -> None:
     from scripted_runtime.hooks import hicache_cpu
 
@@ -160,6 +219,8 @@ def install() -> None:
         post_import.when_imported(name, _force_rotary_cpu_path)
     post_import.when_imported(sglang_compat.PYNCCL_MODULE, _no_pynccl_on_cpu)
     post_import.when_imported(WEIGHT_UPDATER_MODULE, _release_syncs_served_device)
+    for name in sglang_compat.LORA_PIN_MEMORY_MODULES:
+        post_import.when_imported(name, _no_pinning_without_cuda)
     if sglang_compat.needs_sgl_kernel_stub() and not any(
             isinstance(f, _SglKernelFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _SglKernelFinder())

@@ -12,7 +12,7 @@ import functools
 import importlib.metadata
 import re
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
 IO_STRUCT_MODULE = "sglang.srt.managers.io_struct"
@@ -44,6 +44,14 @@ UPSTREAM_HARNESS_CPU_ARGS = {"kv_canary": "none", "kv_canary_real_data": "none",
 # piecewise CUDA graphs by default and dies on CPU ("module 'torch.cpu' has no
 # attribute 'graph_pool_handle'"); 0.5.2x turns them off on CPU itself.
 CPU_SERVER_ARGS = {"disable_piecewise_cuda_graph": True}
+
+# The LoRA modules that pin host memory unconditionally (``torch.tensor(..., pin_memory=True)``,
+# ``tensor.pin_memory()``), which raises without a CUDA driver (0.5.23; cpu_enablement item 6).
+LORA_PIN_MEMORY_MODULES = (
+    "sglang.srt.lora.layers",
+    "sglang.srt.lora.lora",
+    "sglang.srt.lora.backend.torch_backend",
+)
 
 
 def cpu_server_args(server_args_cls: type, given: dict) -> dict:
@@ -232,6 +240,42 @@ def wrap_request_dispatcher(scheduler: Any, wrap) -> None:
     """Replace the function the scheduler hands each received request to
     (``Scheduler._request_dispatcher``) with ``wrap(dispatcher)``."""
     scheduler._request_dispatcher = wrap(scheduler._request_dispatcher)
+
+
+def lora_manager(scheduler: Any) -> Any:
+    """The scheduler's ``LoRAManager`` (0.5.23: on its model runner), or
+    None without ``--enable-lora``."""
+    if not getattr(scheduler, "enable_lora", False):
+        return None
+    worker = getattr(scheduler, "tp_worker", None)
+    runner = getattr(worker, "model_runner", None) or getattr(getattr(worker, "worker", None), "model_runner", None)
+    return getattr(runner, "lora_manager", None)
+
+
+def lora_enabled(scheduler: Any) -> bool:
+    return lora_manager(scheduler) is not None
+
+
+def loaded_loras(scheduler: Any) -> Dict[str, str]:
+    """lora_id -> name of every adapter the LoRA manager holds."""
+    manager = lora_manager(scheduler)
+    if manager is None:
+        return {}
+    return {lora_id: ref.lora_name for lora_id, ref in dict(getattr(manager, "lora_refs", {}) or {}).items()}
+
+
+def loaded_lora_names(scheduler: Any) -> Tuple[str, ...]:
+    return tuple(sorted(loaded_loras(scheduler).values()))
+
+
+def lora_slots(scheduler: Any) -> Tuple[int, Dict[Any, int]]:
+    """(max_loras_per_batch, lora_id -> buffer slot) of the LoRA memory
+    pool (None is the base model's slot when it holds one)."""
+    manager = lora_manager(scheduler)
+    pool = getattr(manager, "memory_pool", None)
+    if pool is None:
+        return 0, {}
+    return int(getattr(pool, "max_loras_per_batch", 0) or 0), dict(getattr(pool, "uid_to_buffer_id", {}) or {})
 
 
 def dispatched_request_types() -> Tuple[str, ...]:

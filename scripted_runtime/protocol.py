@@ -15,6 +15,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 # The checkpoint folder ``ctx.update_weights_from_disk`` loads by default (set by the launcher).
 ENV_CHECKPOINT = "SCRIPTED_RUNTIME_CHECKPOINT"
+# JSON {name: folder} of the LoRA adapters a LoRA server offers (user_side/models/lora_adapters.py)
+ENV_LORA_ADAPTERS = "SCRIPTED_RUNTIME_LORA_ADAPTERS"
 ENV_HOOKS = "SCRIPTED_RUNTIME_HOOKS"  # "1": activate hooks in this process tree
 ENV_DEVICE = "SCRIPTED_RUNTIME_DEVICE"  # "cpu" turns on the CPU enablement patches
 ENV_IPC_ADDR = "SCRIPTED_RUNTIME_IPC_ADDR"  # ipc://WORKDIR/control of the harness (WORKDIR mode 0700)

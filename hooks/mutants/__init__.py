@@ -29,7 +29,10 @@ batches an abort scans, the answer of an aborted queued request) and
 after its last chunk), and one each added to ``batches``, ``requests``,
 ``idle_gate`` and ``radix_locks``. ``memory_occupation`` holds the
 release/resume handlers' (issue 35, the RL weight-sync cycle), written
-with the operations before the explorer drew them. ``MUTANTS`` is the
+with the operations before the explorer drew them; ``runtime_ops`` the
+runtime knobs', weight queries' and sessions' and ``lora`` LoRA serving's
+(the admission's adapter budget, the memory pool's slots; issue 35), each
+written the same way. ``MUTANTS`` is the
 table, in the kill table's row order (``ORDER`` below).
 
 Every mutant lets the server's warm-up request (one short prompt, run to
@@ -57,10 +60,10 @@ from typing import Dict
 
 # Each family module declares its mutants when imported.
 from scripted_runtime.hooks.mutants import (aborts, batches, chunked_prefill, hicache, idle_gate,  # noqa: F401
-                                            kv_content, kv_pressure, loops, memory_occupation, pools,
+                                            kv_content, kv_pressure, loops, lora, memory_occupation, pools,
                                             prefix_cache, radix_locks, requests, runtime_ops, stream_output)
 from scripted_runtime.hooks.mutants.aborts import COLLECT_INFLIGHT_BATCHES_DIGEST  # noqa: F401
-from scripted_runtime.hooks.mutants.base import (ALL, BATCH_RESULT_PROCESSOR, FULL_COMPONENT, HICACHE,  # noqa: F401
+from scripted_runtime.hooks.mutants.base import (ALL, BATCH_RESULT_PROCESSOR, FULL_COMPONENT, HICACHE, LORA,  # noqa: F401
                                                  MEM_CACHE_COMMON, MEMORY_POOL, OUTPUT_STREAMER, PATCHED_MODULES,
                                                  PP1, PREFILL_BUDGET, RELEASE, SCHEDULE_BATCH, SCHEDULE_POLICY,
                                                  TOKEN_ALLOCATOR, TP_WORKER, UNIFIED_RADIX_CACHE, WEIGHT_UPDATER,
@@ -100,6 +103,8 @@ ORDER = (
     "mut_weight_checksum_cached",
     "mut_tensor_update_skips_flush",
     "mut_session_close_always_deferred",
+    "mut_lora_admission_forgets_running",
+    "mut_lora_slot_keeps_stale_weights",
     # written blind (issue 34, item 5)
     "mut_merge_batch_rows_other_first",
     "mut_checkpoint_row_keeps_duplicate_slots",

@@ -19,6 +19,7 @@ RELEASE = "0.5.23"
 PP1 = ("pp1-overlap", "pp1-normal")
 ALL = ("pp1-overlap", "pp1-normal", "pp4")
 HICACHE = ("pp1-hicache",)
+LORA = ("pp1-lora",)
 
 # The SGLang modules the mutants patch besides the scheduler module (imported
 # by each install that needs them; listed for tools that snapshot them).
@@ -35,9 +36,10 @@ PREFILL_BUDGET = "sglang.srt.mem_cache.prefill_budget"
 OUTPUT_STREAMER = "sglang.srt.managers.scheduler_components.output_streamer"
 SCHEDULE_POLICY = "sglang.srt.managers.schedule_policy"
 WEIGHT_CHECKER = "sglang.srt.utils.weight_checker"
+LORA_MEM_POOL = "sglang.srt.lora.mem_pool"
 PATCHED_MODULES = (SCHEDULE_BATCH, MEMORY_POOL, TOKEN_ALLOCATOR, UNIFIED_RADIX_CACHE, MEM_CACHE_COMMON,
                    BATCH_RESULT_PROCESSOR, WEIGHT_UPDATER, TP_WORKER, FULL_COMPONENT, PREFILL_BUDGET,
-                   OUTPUT_STREAMER, SCHEDULE_POLICY, WEIGHT_CHECKER)
+                   OUTPUT_STREAMER, SCHEDULE_POLICY, WEIGHT_CHECKER, LORA_MEM_POOL)
 
 
 # --- declaring a mutant --------------------------------------------------------

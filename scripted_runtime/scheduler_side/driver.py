@@ -43,6 +43,7 @@ RESET_MAX_STEPS = 400
 # its lock once a second) before it calls the tokenizer wedged.
 ABORT_PAUSE_GRACE_S = 3.0
 LEFTOVER_OP_WAIT_S = 60.0  # for ops the previous script posted and did not wait for
+RESTORE_OP_WAIT_S = 15.0  # for the reset's own restoring ops to reach the scheduler (a LoRA unload)
 CANCEL_POLL_S = 0.01  # how often a running script looks for the harness's Cancel
 ENV_EXPECT_WARMUP = "SCRIPTED_RUNTIME_EXPECT_WARMUP"
 
@@ -310,14 +311,30 @@ class Driver:
         # tokenizer (its answer is kept from the tokenizer, see
         # _recording_dispatcher). Scripts' own ctx.flush_cache() still posts.
         if self._fresh_fingerprint is not None:
+            # restore posts what differs, one op of a kind SGLang serializes (LoRA unloads) at a
+            # time: again until nothing is left
+            # (an op SGLang's tokenizer sends after a wait of its own, a LoRA unload after the adapter's
+            # requests answered, arrives after a wall-clock time, not a number of iterations)
             knobs = runtime_knobs.restore(ctx, self._fresh_fingerprint)
-            while not all(op.processed for op in knobs):
-                if steps >= RESET_MAX_STEPS:
-                    raise ResetError(f"the reset's {', '.join(op.name for op in knobs if not op.processed)} "
-                                     f"was not processed within {RESET_MAX_STEPS} iterations; "
-                                     f"state: {state.describe(s)}")
-                yield
-                steps += 1
+            while knobs:
+                restore_deadline = time.monotonic() + RESTORE_OP_WAIT_S
+                while not all(op.processed for op in knobs):
+                    waiting = [op for op in knobs if not op.processed]
+                    if time.monotonic() > restore_deadline:
+                        arrived = all(op.arrived for op in waiting)
+                        answers = "; ".join(f"{op.name} answered HTTP {op.http.status}: {str(op.http.body)[:200]}"
+                                            for op in waiting if op.http.done)
+                        raise ResetError(f"the reset's {', '.join(op.name for op in waiting)} was not processed "
+                                         + ("" if arrived else "(it did not reach the scheduler) ")
+                                         + f"within {RESTORE_OP_WAIT_S:.0f}s"
+                                         + (f" ({answers})" if answers else "")
+                                         + f"; state: {state.describe(s)}")
+                    for op in waiting:  # with the tokenizer still: by the clock, not by iterations
+                        if not op.arrived:
+                            ctx.await_arrival(op, max(0.0, restore_deadline - time.monotonic()))
+                    yield
+                    steps += 1
+                knobs = runtime_knobs.restore(ctx, self._fresh_fingerprint)
         raw, req = sglang_compat.reset_flush_frame()
         self._reset_flush_answer = None
         self._reset_flushes_queued += 1

@@ -18,6 +18,11 @@ import zmq
 from scripted_runtime.hooks import sglang_compat
 
 
+# After the HTTP answer of an op that the tokenizer may drop (abort of a
+# request it no longer tracks), wait this long for a frame before concluding
+# that none was sent.
+NO_FRAME_GRACE_S = 0.1
+
 class ArrivalTimeout(TimeoutError):
     pass
 

@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from scripted_runtime.hooks import sglang_compat
 from scripted_runtime import extensions
 from scripted_runtime.scheduler_side import check_registry, contracts, runtime_contracts, state
+from scripted_runtime.scheduler_side import lora_contract  # registers after runtime_contracts: its checks run after
 # Imported for the checks they register: once this module is imported, every
 # built-in check is in check_registry.
 from scripted_runtime.scheduler_side import hicache_checks, output_oracle, request_contract  # noqa: F401
@@ -134,6 +135,7 @@ class InvariantMemory:
     rows: "RowTable" = field(default_factory=lambda: RowTable())
     contracts: contracts.ContractMemory = field(default_factory=contracts.ContractMemory)
     runtime: runtime_contracts.RuntimeMemory = field(default_factory=runtime_contracts.RuntimeMemory)
+    lora: lora_contract.LoraMemory = field(default_factory=lora_contract.LoraMemory)
     step_inputs: StepInputs = field(default_factory=StepInputs)
 
     def free_kv_counts(self, s: Any) -> Any:

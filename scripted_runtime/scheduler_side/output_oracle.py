@@ -198,15 +198,39 @@ def cut_of(expected: Sequence[int], *, max_new_tokens: int, ignore_eos: bool, st
     return f"max_new_tokens={max_new_tokens}"
 
 
-def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
+def lora_tag(ctx: Any, lora: Optional[str]) -> Optional[str]:
+    """What identifies LoRA adapter ``lora``'s weights in a reference key:
+    the folder name of the harness's adapter of that name (it carries the
+    adapters' version and seed); None for the base model, or for an adapter
+    the harness does not offer (its weights unknown: not compared)."""
+    if lora is None:
+        return None
+    folder = ctx.lora_adapters.get(lora)
+    return os.path.basename(folder.rstrip("/")) if folder else None
+
+
+def references_key(ctx: Any, lora: Optional[str] = None) -> Any:
+    """The weights part of a reference's key: the base weights' fingerprint,
+    and the adapter's tag for a request served with a LoRA adapter."""
+    fingerprint = weights_fingerprint(ctx.scheduler)
+    tag = lora_tag(ctx, lora)
+    if tag is None:
+        return fingerprint
+    # flat (the disk cache stores a fingerprint as one JSON list)
+    return tuple(fingerprint or ()) + ("lora", tag)
+
+
+def reference(ctx: Any, prompt: Tuple[int, ...], n: int, lora: Optional[str] = None):
     """``yield from reference(ctx, prompt, n)``: the greedy output of
     ``prompt`` run alone on the idle engine (at least ``n`` tokens) and its
-    comparable prefix (``comparable_prefix``), cached per weights."""
-    key = (weights_fingerprint(ctx.scheduler), prompt)
+    comparable prefix (``comparable_prefix``), cached per weights (and per
+    LoRA adapter, ``lora``: run with that adapter, loaded first if it is
+    not)."""
+    key = (references_key(ctx, lora), prompt)
     have = _known(ctx.scheduler, key)
     if have is not None and len(have[0]) >= n:
         return have
-    entry = yield from _run_alone(ctx, prompt, n)
+    entry = yield from _run_alone(ctx, prompt, n, lora)
     _references[key] = entry
     computed["references"] += 1
     disk = _disk_cache(ctx.scheduler)
@@ -215,14 +239,20 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int):
     return entry
 
 
-def _run_alone(ctx: Any, prompt: Tuple[int, ...], n: int):
+def _run_alone(ctx: Any, prompt: Tuple[int, ...], n: int, lora: Optional[str] = None):
     """``yield from _run_alone(ctx, prompt, n)``: run ``prompt`` alone on the
-    idle engine; its (output, comparable prefix). Caches nothing."""
+    idle engine (with LoRA adapter ``lora``, loaded first if it is not; the
+    reset unloads it); its (output, comparable prefix). Caches nothing."""
     slots = _slots(ctx)
     yield from ctx.wait_idle(max_steps=60 * slots)
+    if lora is not None and lora not in ctx.loaded_lora_adapters:
+        op = ctx.load_lora_adapter(lora)
+        yield from op.wait()
+        if not op.success:
+            raise OutputMismatch(f"loading LoRA adapter {lora!r} for a reference run was refused: {op.message}")
     yield from flush_unseen(ctx, "before a reference run")
     h = ctx.start_req(input_ids=list(prompt), max_new_tokens=max(n, REFERENCE_TOKENS), ignore_eos=True,
-                      temperature=GREEDY, top_logprobs=2)
+                      temperature=GREEDY, top_logprobs=2, lora=lora)
     yield from ctx.wait_finished(h, max_steps=REFERENCE_STEPS * slots)
     if h.status != "finished":
         raise OutputMismatch(f"the reference run of a {len(prompt)}-token prompt ended {h.status}, not finished")
@@ -346,12 +376,14 @@ def flush_unseen(ctx: Any, why: str):
                            f"({flush.message}); state: {ctx.describe()}")
 
 
-def warm(ctx, prompt_list: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, with_update: bool = True):
+def warm(ctx, prompt_list: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, with_update: bool = True,
+         lora_prompts: Sequence[Sequence[int]] = ()):
     """A script: compute the reference of every prompt under the served
     weights and, with ``with_update``, under the weights a default
     ``update_weights_from_disk`` loads, then load the served ones back
     (``scripted-runtime explore`` runs it once per server before any
-    program). Returns how many it computed (``references``), how many it
+    program; on a LoRA server also each adapter's references of
+    ``lora_prompts``). Returns how many it computed (``references``), how many it
     read from the disk cache (``from_cache``), and whether it found the disk
     cache disagreeing with a reference run here and stopped reading it
     (``cache_rejected``, ``verify_disk_cache``). A server serving dummy weights
@@ -359,6 +391,13 @@ def warm(ctx, prompt_list: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, w
     before: its programs run after one update."""
     before = dict(computed)
     path, fmt = _served_weights(ctx)
+    if lora_prompts and path is not None:
+        # a LoRA server: each adapter's references of the prompts its requests draw, under the served
+        # weights (a program updating them computes the ones it needs at its end)
+        yield from restore_served_weights(ctx)
+        for name in sorted(ctx.lora_adapters):
+            for prompt in lora_prompts:
+                yield from reference(ctx, tuple(prompt), n, name)
     if path is None:  # dummy weights: every program runs under the update checkpoint's
         if with_update:
             yield from _load(ctx, why="before the references")
@@ -417,17 +456,21 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
         ends = request_contract.params_of(h)  # (max_new_tokens, ignore_eos, stop tokens) as SGLang matches them
         if not prompt or not is_greedy(params) or ends is None or ends[0] is None:
             continue
+        lora = getattr(h, "lora", None)
+        if lora is not None and lora_tag(ctx, lora) is None:
+            continue  # an adapter the harness does not offer: its weights (and references) unknown
         if status == "finished" and h.finish_reason not in ("FINISH_LENGTH", "FINISH_MATCHED_TOKEN"):
             continue  # a stop string (or a grammar) ends it where only the tokenizer can tell
         todo.append((h, status, prompt, ends))
     todo = [t for t in todo if comparable_after_updates(t[0].posted_step, ctx.control_ops)]
     compared = 0
     for h, status, prompt, (max_new, ignore_eos, stops) in todo:
+        lora = getattr(h, "lora", None)
         answer = request_contract.answer_of(h.last_req)  # what the client is sent: cut at finished_len
         output = answer["output_ids"] if answer is not None else h.output_ids
         if not output and status == "aborted":
             continue
-        ref, comparable = yield from reference(ctx, prompt, max(len(output), max_new))
+        ref, comparable = yield from reference(ctx, prompt, max(len(output), max_new), lora)
         expected = request_contract.expected_output(ref, max_new_tokens=max_new, ignore_eos=ignore_eos,
                                                     stop_tokens=stops)
         problem = compare(status, output, expected, comparable=comparable,

@@ -21,19 +21,22 @@ SLEEP = "forward_sleep_time (slow_down)"
 VERSION = "weight version (update_weight_version)"
 SESSION = "weight-update session open (begin_weight_update)"
 SESSIONS = "open sessions (open_session)"
+LORAS = "LoRA adapters loaded (load_lora_adapter)"
 
 
 def take(s: Any) -> Dict[str, Any]:
     """The knobs' values now (part of the reset fingerprint)."""
     return {LIMIT: sglang_compat.micro_batch_limit(s), SLEEP: sglang_compat.forward_sleep_time(s),
             VERSION: sglang_compat.served_weight_version(), SESSION: sglang_compat.weight_update_session_open(s),
-            SESSIONS: sglang_compat.open_sessions(s)}
+            SESSIONS: sglang_compat.open_sessions(s), LORAS: sglang_compat.loaded_lora_names(s)}
 
 
 def restore(ctx: Any, fresh: Dict[str, Any]) -> List[Any]:
     """Post what turns every knob that differs from ``fresh`` (a fingerprint
     of the engine as it came up) back; returns the ops posted (processed in
-    the next iteration)."""
+    the next iteration). LoRA adapters a script loaded are unloaded one per
+    call (SGLang's tokenizer sends one LoRA update at a time): the reset
+    calls this again until it posts nothing."""
     now = take(ctx.scheduler)
     ops = []
     if LIMIT in fresh and now[LIMIT] != fresh[LIMIT] and fresh[LIMIT] is not None:
@@ -47,4 +50,7 @@ def restore(ctx: Any, fresh: Dict[str, Any]) -> List[Any]:
     for session_id in now[SESSIONS]:
         if session_id not in fresh.get(SESSIONS, ()):
             ops.append(ctx.close_session(session_id))  # its id would be refused by the next open
+    extra = [name for name in now[LORAS] if name not in fresh.get(LORAS, ())]
+    if extra:
+        ops.append(ctx.unload_lora_adapter(extra[0]))  # a name loaded is refused by the next load
     return ops

@@ -105,13 +105,13 @@ class StepObserver:
 
     def dispatch_observers(self, kind: str) -> List[Any]:
         """The contract bookkeepers (``contracts.ContractMemory``,
-        ``runtime_contracts.RuntimeMemory``) that look at a control request
+        ``runtime_contracts.RuntimeMemory``, ``lora_contract.LoraMemory``) that look at a control request
         of type ``kind`` when the dispatcher hands it to SGLang; none when
         every contract is off."""
         if not self.contracts_enabled:
             return []
         memory = self.invariants.memory
-        return [m for m in (memory.contracts, memory.runtime) if kind in m.TYPES]
+        return [m for m in (memory.contracts, memory.runtime, memory.lora) if kind in m.TYPES]
 
     def after_script(self) -> Optional[Violation]:
         """After the script advanced, before the scheduler ingests: scan once,

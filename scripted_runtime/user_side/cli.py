@@ -483,6 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--skip-invariant", action="append", metavar="NAME",
                      help="do not check this invariant (repeatable): idle_gate, slot_ownership, "
                           "radix_locks, pool_accounting")
+    run.add_argument("--topology", metavar="NAME",
+                     help="a feature topology instead of --pp/--overlap: pp1-hicache (docs/hicache.md), "
+                          "pp1-lora (LoRA adapters loaded at run time; docs/writing-scenarios.md)")
     run.add_argument("--trace", metavar="FILE", help="write the step trace (JSON lines) here")
     run.add_argument("--revert-fix", action="append", metavar="NAME",
                      help="undo this SGLang fix in-process (repeatable; see hooks/fix_toggles.py): "
@@ -519,7 +522,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "nightly: 20000 / 3 h")
     exp.add_argument("--topology", metavar="NAME",
                      help="a feature topology instead of --pp/--overlap: pp1-hicache (HiCache on, a 400-token "
-                          "device pool, the transfer gate's hold/release actions; docs/hicache.md)")
+                          "device pool, the transfer gate's hold/release actions; docs/hicache.md), pp1-lora "
+                          "(LoRA on, two adapters a batch, load/unload actions and requests with an adapter)")
     exp.add_argument("--max-examples", type=int, help="override the profile's program count")
     exp.add_argument("--max-time", type=float, help="override the profile's search time (s, server start excluded)")
     exp.add_argument("--shrink-time", type=float, help="override the profile's shrink time (s)")

@@ -10,6 +10,8 @@ serves Qwen2.5-0.5B's config with dummy weights.
 from __future__ import annotations
 
 import ast
+import json
+import shlex
 from typing import Any, Dict, List, Tuple
 
 TOPOLOGIES: Dict[str, Dict[str, Any]] = {
@@ -28,6 +30,11 @@ FEATURE_TOPOLOGIES: Dict[str, Dict[str, Any]] = {
     # host, loaded back, and evict the host pool too.
     "pp1-hicache": {"disable_overlap_schedule": True, "enable_hierarchical_cache": True,
                     "hicache_write_policy": "write_through", "max_total_tokens": 400, "hicache_ratio": 1.2},
+    # LoRA on the overlap loop: adapters loaded and unloaded at run time (ctx.load_lora_adapter), two
+    # per batch, so a third adapter's requests wait for a slot (the admission's LoRA budget); the
+    # torch backend is the one with a CPU path (hooks/cpu_enablement.py, item 6)
+    "pp1-lora": {"enable_lora": True, "lora_backend": "torch_native", "max_lora_rank": 8,
+                 "lora_target_modules": ["q_proj", "v_proj"], "max_loras_per_batch": 2},
 }
 ALL_TOPOLOGIES: Dict[str, Dict[str, Any]] = {**TOPOLOGIES, **FEATURE_TOPOLOGIES}
 
@@ -75,9 +82,10 @@ def engine_kwargs(device: str = "cpu", topology: str = "pp1-overlap", **override
 
 def features_of(topology: str, overrides: Dict[str, Any] = None) -> Tuple[str, ...]:
     """The engine features a topology (with ``overrides``) has on, as the
-    explorer's windows and actions name them: ("hicache",) or ()."""
+    explorer's windows and actions name them: "hicache", "lora"."""
     chosen = {**ALL_TOPOLOGIES.get(topology, {}), **(overrides or {})}
-    return ("hicache",) if _truthy(chosen.get("enable_hierarchical_cache")) else ()
+    return tuple(name for name, key in (("hicache", "enable_hierarchical_cache"), ("lora", "enable_lora"))
+                 if _truthy(chosen.get(key)))
 
 
 def run_options(topology: str) -> str:
@@ -91,8 +99,17 @@ def run_options(topology: str) -> str:
     if args.get("pp_size"):
         opts += f" --pp {args.pop('pp_size')}"
         args.pop("pp_async_batch_depth", None)
-    return opts + "".join(f" --sglang-arg {k}={str(v).lower() if isinstance(v, bool) else v}"
-                          for k, v in args.items())
+    return opts + "".join(f" --sglang-arg {shlex.quote(f'{k}={_option_value(v)}')}" for k, v in args.items())
+
+
+def _option_value(value: Any) -> str:
+    """A ``--sglang-arg`` value that ``parse_engine_args`` reads back: a
+    bool as true/false, a list as a literal without spaces."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(json.dumps(v) for v in value) + "]"
+    return str(value)
 
 # HiCache on CPU (hooks/hicache_cpu.py): only the direct copy of the layer-first layout has a CPU path.
 HICACHE_CPU = {"hicache_io_backend": "direct", "hicache_mem_layout": "layer_first"}

@@ -336,6 +336,10 @@ class ScriptedServer:
             env[protocol.ENV_CHECKPOINT] = str(checkpoint)
         else:
             env[protocol.ENV_CHECKPOINT] = kwargs["model_path"]
+        if kwargs.get("enable_lora") and model_name in model_files.CONFIGS:
+            from scripted_runtime.user_side.models import lora_adapters
+
+            env[protocol.ENV_LORA_ADAPTERS] = json.dumps(lora_adapters.adapters(model_name))
         if self.device == "cpu":
             env["SGLANG_CPU_OMP_THREADS_BIND"] = sglang_compat.omp_bind_rule().value(
                 tp_size=kwargs.get("tp_size", 1), pp_size=kwargs.get("pp_size", 1),

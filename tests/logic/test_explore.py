@@ -397,6 +397,12 @@ def test_hicache_gate_actions_are_drawn_only_with_hicache_on():
     assert engine_config.run_options("pp1-hicache") == (
         " --no-overlap --sglang-arg enable_hierarchical_cache=true --sglang-arg hicache_write_policy=write_through"
         " --sglang-arg max_total_tokens=400 --sglang-arg hicache_ratio=1.2")
+    # a list value survives the shell and parse_engine_args
+    import shlex
+
+    argv = shlex.split(engine_config.run_options("pp1-lora"))
+    values = [argv[i + 1] for i, a in enumerate(argv) if a == "--sglang-arg"]
+    assert engine_config.parse_engine_args(values) == engine_config.ALL_TOPOLOGIES["pp1-lora"]
 
 
 @settings(max_examples=40, deadline=None)

@@ -411,11 +411,48 @@ def test_the_warm_up_sends_every_family_at_every_length():
 
     server = Server()
     assert runner.ExampleRunner(ServerConfig("pp1-normal"), server=server)._warm_on(server) == "ran"
-    sent, new_tokens = server.args
-    assert server.target == runner.WARM_REFERENCES and new_tokens == strategies.MAX_NEW_TOKENS
+    sent, new_tokens, with_update, lora_prompts = server.args
+    assert server.target == runner.WARM_REFERENCES and new_tokens == strategies.MAX_NEW_TOKENS and with_update
     assert sorted(map(tuple, sent)) == sorted(tuple(prompts.prompt_ids(f, n)) for f in range(3)
                                               for n in A.PROMPT_LENGTHS)
+    assert lora_prompts == [], "no LoRA: no adapter references"
     assert strategies.MAX_NEW_TOKENS - 1 < oracle.REFERENCE_TOKENS, "a stop index beyond the references"
+    # a LoRA topology: each adapter's references of every prompt a request with one can draw
+    runner.ExampleRunner(ServerConfig("pp1-lora"), server=server)._warm_on(server)
+    lora_prompts = server.args[3]
+    assert sorted(map(tuple, lora_prompts)) == sorted(tuple(prompts.prompt_ids(f, n)) for f in range(3)
+                                                      for n in A.LORA_PROMPT_LENGTHS)
+    assert set(A.LORA_PROMPT_LENGTHS) <= set(A.PROMPT_LENGTHS)
+
+
+def test_lora_actions_are_drawn_only_on_a_lora_topology_and_render_their_adapter():
+    """Grammar 8: Start.lora and LoraOp only where LoRA is on; a request
+    with an adapter loads it first (ensure_lora); the adapters are the
+    harness's (user_side/models/lora_adapters.py)."""
+    from hypothesis import HealthCheck, given, settings
+
+    from scripted_runtime.user_side.models import lora_adapters
+
+    assert A.LORA_ADAPTERS == tuple(lora_adapters.ADAPTERS)
+    drawn = {"plain": set(), "lora": set()}
+
+    @settings(max_examples=150, derandomize=True, suppress_health_check=list(HealthCheck), database=None)
+    @given(plain=strategies.programs("pp1-overlap"), lora=strategies.programs("pp1-lora"))
+    def draw(plain, lora):
+        for key, program in (("plain", plain), ("lora", lora)):
+            for a in program:
+                inner = a.op if isinstance(a, (A.OnPhase, A.OnWindow)) else a
+                if isinstance(inner, A.LoraOp) or getattr(inner, "lora", None):
+                    drawn[key].add(type(inner).__name__)
+
+    draw()
+    assert drawn["plain"] == set() and drawn["lora"] == {"Start", "LoraOp"}
+    source = A.to_source([A.Start(8, 0, 3, lora="lora1"), A.LoraOp("unload", "lora1")]).text
+    assert "if (yield from explore.ensure_lora(ctx, 'lora1')):" in source
+    assert "lora='lora1'" in source and "explore.lora_op(ctx, 'unload', 'lora1')" in source
+    names = [n for n, _ in corpus.programs("pp1-lora", ("lora",))]
+    assert "lora_third_waits+pause_retract" in names and "decoding+lora_unload_in_use" in names
+    assert not any("lora" in n for n, _ in corpus.programs("pp1-overlap"))
 
 
 # --- stored programs and the corpus ----------------------------------------------------------
@@ -428,9 +465,11 @@ def test_new_actions_round_trip_through_the_failure_database():
                A.Pause("abort"), A.ReleaseMemory("kv_cache"), A.ResumeMemory(), A.RlCycle("in_place", "all", 3),
                A.OnPhase("decode", A.RlCycle("abort", "weights", 1), 24), A.OnWindow("x", A.ReleaseMemory("all"), 24),
                A.SetLimit("above"), A.SlowDown(1), A.WeightQuery("checksum"),
-               A.OnPhase("decode", A.SetLimit("1"), 24), A.OnWindow("x", A.WeightQuery("version"), 24)]
+               A.OnPhase("decode", A.SetLimit("1"), 24), A.OnWindow("x", A.WeightQuery("version"), 24),
+               A.Start(65, 1, 4, lora="lora2"), A.LoraOp("unload", "lora0"),
+               A.OnPhase("decode", A.LoraOp("load", "lora1"), 24)]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 7
+    assert A.GRAMMAR_VERSION == 8
 
 
 def test_the_rl_grammar_compiles_to_its_helpers_and_holds_requests_back_while_memory_is_released():

@@ -20,22 +20,19 @@ from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime.protocol import ENV_CHECKPOINT
 from scripted_runtime.scheduler_side import control, hicache_state, state, windows
 from scripted_runtime.scheduler_side.context import radix, waits
+from scripted_runtime.scheduler_side.context.lora_ops import LoraOps
 from scripted_runtime.scheduler_side.context.requests import ReqHandle
 from scripted_runtime.scheduler_side.context.runtime_ops import RuntimeOps, SessionOps
 from scripted_runtime.scheduler_side.context.tensor_updates import TensorUpdates
 from scripted_runtime.scheduler_side.control import ControlLedger, ControlOp
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
-from scripted_runtime.scheduler_side.inbox import TokenizerInbox
+from scripted_runtime.scheduler_side.inbox import NO_FRAME_GRACE_S, TokenizerInbox
 from scripted_runtime.scheduler_side.rank_ops import KvPressure
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters
 from scripted_runtime.scheduler_side.step_observer import StepObserver
 
 ARRIVAL_TIMEOUT_S = 30.0
-# After the HTTP answer of an op that the tokenizer may drop (abort of a
-# request it no longer tracks), wait this long for a frame before concluding
-# that none was sent.
-NO_FRAME_GRACE_S = 0.1
 
 _rid_counter = itertools.count()
 
@@ -45,7 +42,7 @@ def _new_rid() -> str:
     return f"r{next(_rid_counter)}-{os.getpid()}-{time.monotonic_ns() % 10**6}"
 
 
-class ScriptContext(RuntimeOps, SessionOps, TensorUpdates):
+class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, LoraOps):
     """Built by the driver, which hands it the parts of the run it works
     with: the scheduler, the run's counters, the control ledger, the HTTP
     poster, the request tracker, the tokenizer inbox, the KV the script
@@ -113,6 +110,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates):
         stop_token_ids: Optional[List[int]] = None,
         top_logprobs: int = 0,
         stream: bool = False,
+        lora: Optional[str] = None,
         await_arrival: bool = True,
     ) -> ReqHandle:
         """Send a generate request of ``prompt_len`` copies of ``prompt_token``
@@ -120,7 +118,9 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates):
         ``top_logprobs=k`` asks SGLang for the k best logprobs of every output
         token (``return_logprob``), read back with ``handle.top_logprobs``.
         ``stream=True`` asks for a streamed answer: ``handle.http.chunks``
-        holds every event, ``handle.http.body`` the last."""
+        holds every event, ``handle.http.body`` the last. ``lora=NAME``
+        serves it with LoRA adapter NAME (loaded: ``ctx.load_lora_adapter``;
+        SGLang's tokenizer refuses a name not loaded)."""
         if input_ids is None:
             if prompt_len is None or prompt_len < 1:
                 raise ValueError("start_req needs prompt_len >= 1 or input_ids")
@@ -134,7 +134,12 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates):
         payload = {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": bool(stream)}
         if top_logprobs:
             payload.update(return_logprob=True, top_logprobs_num=top_logprobs)
-        return self._post_generate(payload, await_arrival=await_arrival, raw=False)
+        if lora is not None:
+            self._lora_ready_for_request(lora)
+            payload["lora_path"] = lora
+        handle = self._post_generate(payload, await_arrival=await_arrival, raw=False)
+        handle.lora = lora
+        return handle
 
     def send_generate(self, payload: Dict[str, Any], *, await_arrival: bool = True) -> ReqHandle:
         """Post ``payload`` to ``/generate`` as it is: nothing added but a rid

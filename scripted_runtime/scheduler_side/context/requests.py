@@ -31,6 +31,7 @@ class ReqHandle:
         # Sent as given (``ctx.send_generate``): judged by the survival contract, not by the
         # checks that assume start_req's shape. ``payload``: what was posted.
         self.raw = raw
+        self.lora: Optional[str] = None  # the LoRA adapter it names (ctx.start_req(lora=...))
         self.payload = payload
         self.fuzz_cases: tuple = ()  # the field cases a fuzzed request was built from (request_fuzz)
         # A request of the same rid this one's post found (a reused rid, ``ctx.send_generate``):

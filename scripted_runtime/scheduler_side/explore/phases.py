@@ -86,6 +86,10 @@ def op_kind(name: str, payload: Any) -> str:
         else:
             short = ",".join(sorted(named - {"cuda_graph"})) or "cuda_graph"
         return f"{verb.partition('_')[0]}({short})"
+    if name.startswith("load_lora_adapter("):
+        return "lora:load"
+    if name.startswith("unload_lora_adapter("):
+        return "lora:unload"
     if name.startswith(("set_internal_state(", "slow_down(", "get_weights_by_name(", "update_weight_version(",
                         "open_session(", "close_session(")):
         return name.partition("(")[0]

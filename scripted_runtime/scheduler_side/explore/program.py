@@ -365,6 +365,81 @@ def session_op(ctx, kind: str):
     raise ValueError(f"unknown session operation {kind!r}")
 
 
+# Iterations a LoRA helper waits for the program's earlier LoRA update (an unload waits at the
+# tokenizer until the adapter's requests finished) before it gives up on its own.
+LORA_WAIT_STEPS = 120
+
+
+def _after_lora_ops(ctx):
+    """Until no LoRA load or unload of the program is unsettled (SGLang's
+    tokenizer sends one at a time); True when none is. It steps only while
+    a pending unload's adapter still serves an unfinished request (bounded by
+    ``LORA_WAIT_STEPS``); once none does, the tokenizer sends the unload on
+    by itself, which is waited for by the clock without stepping, so the
+    program's steps never depend on the tokenizer's timing."""
+    from scripted_runtime.scheduler_side.context.lora_ops import LORA_REQUEST_TYPES, UNLOAD_ARRIVAL_TIMEOUT_S
+
+    for _ in range(LORA_WAIT_STEPS):
+        pending = [op for t in LORA_REQUEST_TYPES for op in ctx.unsettled_ops_of_type(t)]
+        if not pending:
+            return True
+        op = pending[0]
+        name = (op.payload or {}).get("lora_name")
+        if not op.arrived and not (name and ctx.lora_in_use(name)):
+            if not ctx.await_arrival(op, UNLOAD_ARRIVAL_TIMEOUT_S):
+                return False
+        yield
+    return not any(ctx.unsettled_ops_of_type(t) for t in LORA_REQUEST_TYPES)
+
+
+def ensure_lora(ctx, name: str):
+    """``yield from ensure_lora(ctx, name)``: whether a request may name
+    LoRA adapter ``name`` now. After the program's earlier LoRA update
+    settled (an unload of it arrives once its requests finished), loads it
+    unless the scheduler holds it. False (the request is not sent) when the
+    earlier update does not settle within ``LORA_WAIT_STEPS`` or the load is
+    refused: SGLang's tokenizer would otherwise hold the request and load the
+    adapter itself, a load the frozen scheduler cannot answer."""
+    if not (yield from _after_lora_ops(ctx)):
+        return False
+    if name not in ctx.loaded_lora_adapters:
+        op = ctx.load_lora_adapter(name)
+        yield from op.wait()
+    return name in ctx.loaded_lora_adapters
+
+
+def lora_op(ctx, kind: str, name: str):
+    """``yield from lora_op(ctx, kind, name)`` (``LoraOp``): ``load`` or
+    ``unload`` adapter ``name`` after the program's earlier LoRA update
+    settled (skipped when it does not within ``LORA_WAIT_STEPS``). A load is
+    awaited (processed). An unload is posted once no unfinished request
+    uses the adapter (stepping until then, bounded), and its arrival is
+    waited for by the clock: SGLang's tokenizer would hold it until then
+    anyway, and posted earlier it would reach the scheduler at an iteration
+    that depends on the tokenizer's timing, so a replay would differ (the
+    unload of an adapter in use, held by the tokenizer, is
+    ``scenarios/lora.py:load_serve_unload``)."""
+    from scripted_runtime.scheduler_side.context.lora_ops import UNLOAD_ARRIVAL_TIMEOUT_S
+
+    if not (yield from _after_lora_ops(ctx)):
+        return None
+    if kind == "load":
+        op = ctx.load_lora_adapter(name)
+        yield from op.wait()
+        return op
+    if kind == "unload":
+        for _ in range(LORA_WAIT_STEPS):
+            if not ctx.lora_in_use(name):
+                break
+            yield
+        else:
+            return None
+        op = ctx.unload_lora_adapter(name)
+        ctx.await_arrival(op, UNLOAD_ARRIVAL_TIMEOUT_S)
+        return op
+    raise ValueError(f"unknown LoRA operation {kind!r}")
+
+
 # A parameter that every Llama/Qwen2-shaped checkpoint holds under its own name (not a stacked one).
 WEIGHT_QUERY_PARAMETER = "model.layers.0.mlp.down_proj.weight"
 

@@ -30,7 +30,12 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # 6: the RL weight-sync cycle: Pause mode "abort", ReleaseMemory, ResumeMemory, RlCycle;
 # Continue resumes released memory first; Starts are skipped while memory is released.
 # 7: runtime knobs and weight queries: SetLimit, SlowDown, WeightQuery; UpdateWeights.tensor; SessionOp.
-GRAMMAR_VERSION = 7
+# 8: LoRA (a LoRA topology only): Start.lora (a request served with an adapter), LoraOp (load, unload).
+GRAMMAR_VERSION = 8
+# The harness's LoRA adapters (user_side/models/lora_adapters.py ADAPTERS) and the prompt lengths a
+# request with one draws (the output oracle computes each adapter's references of them up front).
+LORA_ADAPTERS = ("lora0", "lora1", "lora2")
+LORA_PROMPT_LENGTHS = (8, 64, 65, 129)
 # The prompt lengths programs use: around the 64-token chunk boundaries (1, 2 and 3
 # chunks), simplest first for shrinking. Part of the grammar: a Resend's "longer" steps up
 # this ladder, and the output oracle's warm-up computes every (family, length) of it.
@@ -78,10 +83,12 @@ class Start:
     ignore_eos: bool = True
     stop_at: Optional[int] = None
     stream: bool = False
+    lora: Optional[str] = None  # a LoRA adapter (LORA_ADAPTERS), loaded first if it is not
 
     def describe(self) -> str:
         return (f"start: {_prompt_words(self.family, self.prompt_len)}, "
-                f"{_request_words(self.max_new_tokens, self.ignore_eos, self.stop_at, self.stream)}")
+                f"{_request_words(self.max_new_tokens, self.ignore_eos, self.stop_at, self.stream)}"
+                + (f", LoRA adapter {self.lora}" if self.lora else ""))
 
 
 @dataclass(frozen=True)
@@ -250,6 +257,19 @@ class SessionOp:
 
 
 @dataclass(frozen=True)
+class LoraOp:
+    """``load`` or ``unload`` LoRA adapter ``adapter`` (``program.lora_op``;
+    a LoRA topology only). An unload reaches the scheduler only once every
+    request using the adapter has finished (SGLang's tokenizer waits)."""
+
+    kind: str
+    adapter: str
+
+    def describe(self) -> str:
+        return f"LoRA: {self.kind} {self.adapter}"
+
+
+@dataclass(frozen=True)
 class AbortOne:
     pick: int  # index into the live requests, modulo their number
 
@@ -264,7 +284,7 @@ class AbortAll:
 
 
 Op = Union[Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, ReleaseMemory, ResumeMemory, RlCycle, SetLimit,
-           SlowDown, WeightQuery, SessionOp]
+           SlowDown, WeightQuery, SessionOp, LoraOp]
 
 
 @dataclass(frozen=True)
@@ -355,7 +375,7 @@ class ReleaseTransfers:
 
 Action = Union[Steps, Start, Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, OnWindow, OnPhase, Extension,
                HoldTransfers, ReleaseTransfers, Resend, ExhaustKv, ReleaseKv, FuzzRequest, AbortUnknown,
-               ReleaseMemory, ResumeMemory, RlCycle, SetLimit, SlowDown, WeightQuery, SessionOp]
+               ReleaseMemory, ResumeMemory, RlCycle, SetLimit, SlowDown, WeightQuery, SessionOp, LoraOp]
 
 
 def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
@@ -387,6 +407,8 @@ def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
         return [f"yield from explore.weight_query(ctx, {op.kind!r})"]
     if isinstance(op, SessionOp):
         return [f"yield from explore.session_op(ctx, {op.kind!r})"]
+    if isinstance(op, LoraOp):
+        return [f"yield from explore.lora_op(ctx, {op.kind!r}, {op.adapter!r})"]
     if isinstance(op, AbortOne):
         return [f"explore.abort_one(ctx, reqs, {op.pick})"]
     if isinstance(op, AbortAll):
@@ -448,6 +470,8 @@ def _start_call(family: int, length: int, action: Union[Start, Resend]) -> str:
     args.append("temperature=0.0")
     if action.stream:
         args.append("stream=True")
+    if getattr(action, "lora", None):
+        args.append(f"lora={action.lora!r}")
     return f"reqs.append(ctx.start_req({', '.join(args)}))"
 
 
@@ -516,7 +540,10 @@ def to_source(actions: Sequence[Action], *, docstring: str = "", mark: Optional[
         elif isinstance(action, (Start, Resend)):
             call = _start_call(*prompts[i], action)
             # The tokenizer holds new requests for the whole pause; ctx refuses them while memory is released.
-            body = ["if explore.can_start(ctx):", "    " + call] if may_be_paused else [call]
+            guards = ["explore.can_start(ctx)"] if may_be_paused else []
+            if getattr(action, "lora", None):  # its adapter loaded first, or the request is not sent
+                guards.append(f"(yield from explore.ensure_lora(ctx, {action.lora!r}))")
+            body = [f"if {' and '.join(guards)}:", "    " + call] if guards else [call]
         elif isinstance(action, ExhaustKv):
             body = _op_lines(action)
         elif isinstance(action, FuzzRequest):

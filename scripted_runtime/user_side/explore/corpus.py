@@ -23,7 +23,7 @@ from scripted_runtime.user_side.explore import actions as A
 
 # Iterations that bring a request into decoding (a PP iteration is one
 # microbatch slot: a request advances once per round of 4 slots).
-DECODE_STEPS = {"pp1-overlap": 4, "pp1-normal": 4, "pp4": 12, "pp1-hicache": 4}
+DECODE_STEPS = {"pp1-overlap": 4, "pp1-normal": 4, "pp4": 12, "pp1-hicache": 4, "pp1-lora": 4}
 NEW_TOKENS = 12
 
 
@@ -100,12 +100,45 @@ def hicache_phases(topology: str) -> Dict[str, List[A.Action]]:
     }
 
 
+def lora_phases(topology: str) -> Dict[str, List[A.Action]]:
+    """Phases of requests served with LoRA adapters (two slots a batch)."""
+    decode = DECODE_STEPS[topology]
+    return {
+        # decoding with an adapter beside a base request
+        "lora_decoding": [A.Start(8, 0, NEW_TOKENS, lora="lora0"), A.Start(64, 1, NEW_TOKENS), A.Steps(decode)],
+        # three adapters for two slots: the third adapter's request waits for a slot
+        "lora_third_waits": [A.Start(8, 0, NEW_TOKENS, lora="lora0"), A.Start(8, 1, NEW_TOKENS, lora="lora1"),
+                             A.Start(65, 2, NEW_TOKENS, lora="lora2"), A.Steps(2)],
+    }
+
+
+# LoRA's own operations (grammar 8), applied in every phase of a LoRA topology.
+LORA_OPERATIONS: Dict[str, List[A.Action]] = {
+    # an unload posted while its adapter's request runs: it must wait for the request
+    "lora_unload_in_use": [A.LoraOp("unload", "lora0"), A.Steps(2), A.Start(8, 2, NEW_TOKENS, lora="lora0")],
+    # a new adapter loaded mid-run and used at once
+    "lora_load_and_use": [A.LoraOp("load", "lora1"), A.Start(64, 1, NEW_TOKENS, lora="lora1")],
+    # adapters rotating through the two slots: an evicted one comes back
+    "lora_rotate": [A.Start(129, 0, NEW_TOKENS, lora="lora2"), A.Steps(3), A.Start(65, 1, NEW_TOKENS, lora="lora1"),
+                    A.Steps(3), A.Start(8, 2, NEW_TOKENS, lora="lora0"), A.LoraOp("unload", "lora2")],
+}
+
+
 def programs(topology: str, features: Tuple[str, ...] = ()) -> List[Tuple[str, List[A.Action]]]:
     """``(name, program)`` for every phase x operation sequence (with
-    HiCache's phases when ``features`` has "hicache")."""
+    HiCache's phases when ``features`` has "hicache"). With "lora": the
+    LoRA phases with every operation sequence, and every phase with LoRA's
+    operations (the base phases with the base operations are the plain
+    topology's corpus)."""
     grid = dict(phases(topology))
     if "hicache" in features:
         grid.update(hicache_phases(topology))
+    if "lora" in features:
+        lora_grid = lora_phases(topology)
+        return ([(f"{phase}+{op}", prefix + ops) for phase, prefix in lora_grid.items()
+                 for op, ops in {**OPERATIONS, **LORA_OPERATIONS}.items()]
+                + [(f"{phase}+{op}", prefix + ops) for phase, prefix in grid.items()
+                   for op, ops in LORA_OPERATIONS.items()])
     return [(f"{phase}+{op}", prefix + ops)
             for phase, prefix in grid.items()
             for op, ops in OPERATIONS.items()]

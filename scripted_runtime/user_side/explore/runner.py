@@ -263,7 +263,11 @@ class ExampleRunner:
 
         # every (family, length) a Start can draw; a Resend's longer prompt is one of them too
         prompts = [prompt_ids(family, n) for n in A.PROMPT_LENGTHS for family in strategies.PROMPT_FAMILIES]
-        return server.run(WARM_REFERENCES, prompts, strategies.MAX_NEW_TOKENS,
+        features = (getattr(self, "config", None) or ServerConfig(self.topology)).features()
+        # a LoRA topology: every adapter's references of the prompts a request with one draws
+        lora_prompts = ([prompt_ids(family, n) for n in A.LORA_PROMPT_LENGTHS for family in strategies.PROMPT_FAMILIES]
+                        if "lora" in features else [])
+        return server.run(WARM_REFERENCES, prompts, strategies.MAX_NEW_TOKENS, True, lora_prompts,
                           timeout=self.example_timeout_s * 4, trace=False, invariants=False)
 
     def _prepare_standby(self, server: Any) -> None:

@@ -186,9 +186,9 @@ class Stats:
     def coverage_table(self) -> str:
         """Control operation x scheduler phase: how many operations were
         processed against a state in that phase ('.' = never)."""
-        # rows of extension actions, HiCache's gate and KV pressure, and feature phases, where they were seen
+        # rows of extension actions, HiCache's gate, LoRA, KV pressure, and feature phases, where they were seen
         extension_rows = tuple(sorted({key.split("|")[0] for key in self.coverage
-                                       if key.startswith(("ext:", "hicache:", "kv:", "fuzz:"))}))
+                                       if key.startswith(("ext:", "hicache:", "lora:", "kv:", "fuzz:"))}))
         width = max(len(op) for op in OPS + extension_rows)
         seen = {key.split("|")[-1] for key in self.coverage}
         cols = PHASES + tuple(c for c in FEATURE_PHASES if c in seen)

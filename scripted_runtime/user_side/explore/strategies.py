@@ -35,10 +35,11 @@ RESEND_LONGER = 3
 # page is one token and its pool 8192 (pp1-hicache's 400).
 KV_LEAVE_PAGES = (0, 4, 64, 200)
 
-LOOP_OF_TOPOLOGY = {"pp1-overlap": "overlap", "pp1-normal": "normal", "pp4": "pp", "pp1-hicache": "normal"}
+LOOP_OF_TOPOLOGY = {"pp1-overlap": "overlap", "pp1-normal": "normal", "pp4": "pp", "pp1-hicache": "normal",
+                    "pp1-lora": "overlap"}
 # Steps "when window W opens" waits for it, per topology (PP steps are microbatch slots).
-WINDOW_WAIT_STEPS = {"pp1-overlap": 24, "pp1-normal": 24, "pp4": 60, "pp1-hicache": 24}
-MAX_STEPS_ACTION = {"pp1-overlap": 8, "pp1-normal": 8, "pp4": 12, "pp1-hicache": 8}
+WINDOW_WAIT_STEPS = {"pp1-overlap": 24, "pp1-normal": 24, "pp4": 60, "pp1-hicache": 24, "pp1-lora": 24}
+MAX_STEPS_ACTION = {"pp1-overlap": 8, "pp1-normal": 8, "pp4": 12, "pp1-hicache": 8, "pp1-lora": 8}
 
 
 def windows_for(topology: str, features: Optional[Tuple[str, ...]] = None) -> Tuple[str, ...]:
@@ -121,6 +122,18 @@ def _request_semantics() -> dict:
 def starts(lengths=PROMPT_LENGTHS) -> st.SearchStrategy:
     return st.builds(A.Start, prompt_len=st.sampled_from(lengths), family=st.sampled_from(PROMPT_FAMILIES),
                      **_request_semantics())
+
+
+def lora_starts() -> st.SearchStrategy:
+    """A request served with one of the harness's LoRA adapters (a LoRA
+    topology), on a prompt whose references the oracle has per adapter."""
+    return st.builds(A.Start, prompt_len=st.sampled_from(A.LORA_PROMPT_LENGTHS),
+                     family=st.sampled_from(PROMPT_FAMILIES), lora=st.sampled_from(A.LORA_ADAPTERS),
+                     **_request_semantics())
+
+
+def lora_ops() -> st.SearchStrategy:
+    return st.builds(A.LoraOp, kind=st.sampled_from(("unload", "load")), adapter=st.sampled_from(A.LORA_ADAPTERS))
 
 
 def resends() -> st.SearchStrategy:
@@ -211,6 +224,10 @@ def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None,
     if "hicache" in features:
         choices.append(hicache_gate_actions())
         choices.append(starts(HICACHE_PROMPT_LENGTHS))  # new traffic twice as often: evictions, returns
+    if "lora" in features:
+        choices += [lora_starts(), lora_starts(), lora_ops(),
+                    st.builds(A.OnPhase, phase=st.sampled_from(TARGET_PHASES[LOOP_OF_TOPOLOGY[topology]]),
+                              op=lora_ops(), max_steps=st.just(WINDOW_WAIT_STEPS[topology]))]
     if fuzz_cases:  # asked for: drawn twice as often as one other kind of action
         choices += [fuzz_actions(fuzz_cases), fuzz_actions(fuzz_cases)]
     loaded = sorted(extensions.actions())
@@ -238,5 +255,6 @@ def programs(topology: str, *, max_actions: int = MAX_ACTIONS,
             lambda drawn: [A.Start(n, PROMPT_FAMILIES[i], new) for i, (n, new) in enumerate(drawn)])
         return st.builds(lambda h, first, rest: ([h] if h else []) + first + rest, hold, first,
                          st.lists(action_strategy(topology, features, fuzz_cases), max_size=max_actions - 4))
-    return st.builds(lambda first, rest: [first] + rest, starts(),
+    first = st.one_of(starts(), lora_starts()) if "lora" in features else starts()
+    return st.builds(lambda first, rest: [first] + rest, first,
                      st.lists(action_strategy(topology, features, fuzz_cases), max_size=max_actions - 1))

@@ -1,0 +1,48 @@
+"""LoRA adapters loaded and unloaded at run time (the ``pp1-lora`` topology).
+
+    scripted-runtime run --topology pp1-lora scenarios/lora.py:load_serve_unload
+"""
+from scripted_runtime.scheduler_side.explore.prompts import prompt_ids
+
+PROMPT = prompt_ids(0, 24)
+
+
+def load_serve_unload(ctx):
+    """Load an adapter; a request with it and the same prompt without it run
+    side by side in one batch and answer different tokens (the adapter
+    changes the output; the base request is the base model's); an unload
+    posted while the adapter's request runs reaches the scheduler only after
+    that request finished, and then the adapter is gone."""
+    load = ctx.load_lora_adapter("lora0")
+    yield from load.wait()
+    assert load.success, f"load_lora_adapter('lora0') refused: {load.answer!r}"
+    assert ctx.loaded_lora_adapters == ("lora0",), ctx.loaded_lora_adapters
+    with_adapter = ctx.start_req(input_ids=PROMPT, max_new_tokens=6, ignore_eos=True, temperature=0.0, lora="lora0")
+    base = ctx.start_req(input_ids=PROMPT, max_new_tokens=6, ignore_eos=True, temperature=0.0)
+    yield from ctx.steps(2)
+    unload = ctx.unload_lora_adapter("lora0")
+    for _ in range(60):
+        if with_adapter.status in ("finished", "aborted"):
+            break
+        assert not unload.processed, "the unload reached the scheduler while a request using the adapter ran"
+        yield
+    yield from ctx.wait_finished(with_adapter, base, max_steps=60)
+    assert with_adapter.output_ids != base.output_ids, "the adapter changed nothing"
+    yield from unload.wait(max_steps=200)
+    assert unload.success, f"unload_lora_adapter('lora0') refused: {unload.answer!r}"
+    assert ctx.loaded_lora_adapters == (), ctx.loaded_lora_adapters
+    return {"with_adapter": with_adapter.output_ids, "base": base.output_ids}
+
+
+def three_adapters_two_slots(ctx):
+    """Three adapters, two slots a batch (``max_loras_per_batch=2``): three
+    requests, one per adapter, all finish; a forward never holds more
+    adapters than the slots (the ``lora`` contract checks every forward)."""
+    for name in ("lora0", "lora1", "lora2"):
+        op = ctx.load_lora_adapter(name)
+        yield from op.wait()
+        assert op.success, f"load_lora_adapter({name!r}) refused: {op.answer!r}"
+    reqs = [ctx.start_req(input_ids=prompt_ids(i, 16), max_new_tokens=4, ignore_eos=True,
+                          temperature=0.0, lora=name) for i, name in enumerate(("lora0", "lora1", "lora2"))]
+    yield from ctx.wait_finished(*reqs, max_steps=120)
+    return [r.output_ids for r in reqs]

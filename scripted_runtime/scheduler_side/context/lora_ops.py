@@ -1,0 +1,149 @@
+"""LoRA adapters at run time (part of ``ctx``): ``load_lora_adapter``,
+``unload_lora_adapter``, the adapters a LoRA server offers and the ones
+loaded. Requests name their adapter with ``ctx.start_req(lora=NAME)``.
+
+Only on a server started with ``--enable-lora`` (the ``pp1-lora``
+topology; on CPU the ``torch_native`` backend, hooks/cpu_enablement.py
+item 6). What SGLang's tokenizer does first matters for when each reaches
+the scheduler (``managers/tokenizer_control_mixin.py``): a load is sent at
+once (under the tokenizer's LoRA update lock, one load or unload at a time);
+an unload first stops new requests from using the adapter, then **waits
+until every request using it has finished**, and only then reaches the
+scheduler. Contract ``lora``: docs/checks.md.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Dict, Optional, Tuple
+
+from scripted_runtime.hooks import sglang_compat
+from scripted_runtime.protocol import ENV_LORA_ADAPTERS
+from scripted_runtime.scheduler_side import state
+from scripted_runtime.scheduler_side.control import ControlOp
+from scripted_runtime.scheduler_side.inbox import ArrivalTimeout, NO_FRAME_GRACE_S
+
+LORA_REQUEST_TYPES = ("LoadLoRAAdapterReqInput", "UnloadLoRAAdapterReqInput")
+LOAD_ANSWER_TIMEOUT_S = 10.0  # the tokenizer registers a load the scheduler answered without further iterations
+UNLOAD_ARRIVAL_TIMEOUT_S = 10.0  # an unload whose adapter's requests all finished reaches the scheduler by then
+
+
+class LoraOps:
+    """Mixed into ``ScriptContext`` (which provides ``_control``,
+    ``unsettled_ops_of_type`` and ``_scheduler``)."""
+
+    @property
+    def lora_adapters(self) -> Dict[str, str]:
+        """The adapters this server offers its scripts: name -> folder
+        (written by the harness, ``user_side/models/lora_adapters.py``);
+        empty on a server without LoRA."""
+        return dict(json.loads(os.environ.get(ENV_LORA_ADAPTERS) or "{}"))
+
+    @property
+    def loaded_lora_adapters(self) -> Tuple[str, ...]:
+        """The names of the adapters the scheduler's LoRA manager holds now, sorted."""
+        return sglang_compat.loaded_lora_names(self._scheduler)
+
+    def lora_in_use(self, name: str) -> bool:
+        """Whether the scheduler holds an unfinished request served with
+        adapter ``name`` (what SGLang's tokenizer waits for before it sends
+        an unload on)."""
+        ids = [lora_id for lora_id, n in sglang_compat.loaded_loras(self._scheduler).items() if n == name]
+        return any(getattr(r, "lora_id", None) in ids and not r.finished()
+                   for r in state.live_reqs(self._scheduler).values())
+
+    def await_arrival(self, op: ControlOp, timeout_s: float) -> bool:
+        """Block, without stepping the scheduler, until ``op``'s request
+        reached the scheduler's socket (it is then processed in the next
+        iteration) or ``timeout_s`` passed; True when it arrived. For an op
+        SGLang's tokenizer sends after a wait of its own that needs no
+        scheduler iteration (an unload once its adapter's requests have
+        finished): waiting by iterations would make the program's steps
+        depend on the tokenizer's timing."""
+        if op.arrived or op.processed:
+            return True
+        done_at = []
+
+        def settled() -> bool:  # arrived, or answered over HTTP without a frame (the tokenizer refused it)
+            if op.arrived:
+                return True
+            if not op.http.done:
+                return False
+            done_at.append(time.monotonic())
+            return done_at[-1] - done_at[0] >= NO_FRAME_GRACE_S
+
+        try:
+            self._inbox.wait_for(None, timeout_s=timeout_s, what=f"{op.name} ({op.request_type})",
+                                 already_arrived=settled)
+        except ArrivalTimeout:
+            return op.arrived
+        return op.arrived
+
+    def _refuse_lora_op(self, what: str) -> None:
+        if not sglang_compat.lora_enabled(self._scheduler):
+            raise RuntimeError(f"{what}: LoRA is not enabled on this server (start it with --enable-lora, e.g. the "
+                               "pp1-lora topology: scripted-runtime run --sglang-arg enable_lora=true ...)")
+        for request_type in LORA_REQUEST_TYPES:
+            pending = self.unsettled_ops_of_type(request_type)
+            if pending:
+                raise RuntimeError(
+                    f"{what}: {pending[0].name} posted at step {pending[0].posted_step} has not been processed yet, "
+                    "and SGLang's tokenizer sends one LoRA load or unload at a time (under its LoRA update lock, "
+                    "until the scheduler answered), so this one could not reach the scheduler; "
+                    "`yield from op.wait()` first")
+
+    def _lora_ready_for_request(self, name: str) -> None:
+        """Before a request names adapter ``name``: the scheduler holds it,
+        and the tokenizer registered it (a load is registered when its
+        answer comes back, after the scheduler processed it: waited for
+        here, a bounded wall-clock wait). Else SGLang's tokenizer would load
+        it again on its own before sending the request on, a load that needs
+        scheduler iterations while this script holds the scheduler frozen:
+        that raises at once instead."""
+        if not sglang_compat.lora_enabled(self._scheduler):
+            raise RuntimeError(f"start_req(lora={name!r}): LoRA is not enabled on this server (start it with "
+                               "--enable-lora, e.g. the pp1-lora topology)")
+        if name not in self.loaded_lora_adapters:
+            raise RuntimeError(f"start_req(lora={name!r}): the scheduler does not hold that adapter (loaded: "
+                               f"{', '.join(self.loaded_lora_adapters) or 'none'}); SGLang's tokenizer would load it "
+                               "itself before the request, which the frozen scheduler cannot answer: "
+                               f"ctx.load_lora_adapter({name!r}) and `yield from op.wait()` first")
+        unloading = [op for op in self.unsettled_ops_of_type("UnloadLoRAAdapterReqInput")
+                     if op.name == f"unload_lora_adapter({name!r})"]
+        if unloading:
+            raise RuntimeError(f"start_req(lora={name!r}): the unload of that adapter posted at step "
+                               f"{unloading[0].posted_step} is still pending (SGLang's tokenizer sends it once the "
+                               "adapter's requests finished); the tokenizer would hold this request until then and "
+                               "load the adapter again itself, which the frozen scheduler cannot answer: "
+                               "`yield from op.wait()` on the unload, then load it again")
+        loads = [op for op in self.control_ops if op.name == f"load_lora_adapter({name!r})"]
+        if loads and not loads[-1].http.wait(LOAD_ANSWER_TIMEOUT_S):
+            raise RuntimeError(f"start_req(lora={name!r}): the load of the adapter was processed at step "
+                               f"{loads[-1].processed_step} but not answered over HTTP within "
+                               f"{LOAD_ANSWER_TIMEOUT_S:.0f}s (SGLang's tokenizer registers it on that answer)")
+
+    def load_lora_adapter(self, name: str, path: Optional[str] = None, *, pinned: bool = False) -> ControlOp:
+        """POST ``/load_lora_adapter``: load adapter ``name`` from ``path``
+        (default: the harness's adapter of that name, ``ctx.lora_adapters``).
+        Returns once it reached the scheduler; ``op.success`` after the next
+        iteration. SGLang refuses a name already loaded."""
+        self._refuse_lora_op(f"load_lora_adapter({name!r})")
+        if path is None:
+            offered = self.lora_adapters
+            if name not in offered:
+                raise ValueError(f"load_lora_adapter({name!r}): no adapter of that name here (offered: "
+                                 f"{', '.join(sorted(offered)) or 'none'}); pass path=FOLDER")
+            path = offered[name]
+        return self._control(f"load_lora_adapter({name!r})", "/load_lora_adapter",
+                             {"lora_name": name, "lora_path": path, "pinned": pinned}, "LoadLoRAAdapterReqInput")
+
+    def unload_lora_adapter(self, name: str) -> ControlOp:
+        """POST ``/unload_lora_adapter``: SGLang's tokenizer stops new
+        requests from using ``name`` at once, and sends the unload to the
+        scheduler only after every request using it has finished, so this
+        returns before it arrived: ``yield from op.wait()`` steps until it
+        was processed."""
+        self._refuse_lora_op(f"unload_lora_adapter({name!r})")
+        return self._control(f"unload_lora_adapter({name!r})", "/unload_lora_adapter", {"lora_name": name},
+                             "UnloadLoRAAdapterReqInput", await_arrival=False)
