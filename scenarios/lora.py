@@ -46,3 +46,37 @@ def three_adapters_two_slots(ctx):
                           temperature=0.0, lora=name) for i, name in enumerate(("lora0", "lora1", "lora2"))]
     yield from ctx.wait_finished(*reqs, max_steps=120)
     return [r.output_ids for r in reqs]
+
+
+def nothing_loaded(ctx):
+    """After the engine reset nothing a script loaded is left: the reset
+    unloads every adapter (a name still loaded would be refused by the next
+    script's load)."""
+    assert ctx.loaded_lora_adapters == (), f"left loaded after the reset: {ctx.loaded_lora_adapters}"
+    return sorted(ctx.lora_adapters)
+    yield
+
+
+def refusals(ctx):
+    """What ``ctx`` refuses, each with its reason in one line: a request
+    naming an adapter the scheduler does not hold (SGLang's tokenizer would
+    load it itself, which the frozen scheduler cannot answer), a second LoRA
+    update before the first was processed, an adapter the harness does not
+    offer, and a raw post of the scripted route."""
+    out = {}
+    for key, call in (("unloaded", lambda: ctx.start_req(prompt_len=8, max_new_tokens=2, lora="lora1")),
+                      ("unknown", lambda: ctx.load_lora_adapter("no-such-adapter")),
+                      ("raw", lambda: ctx.post_http("/load_lora_adapter", {"lora_name": "lora1"}))):
+        try:
+            call()
+            out[key] = None
+        except (RuntimeError, ValueError) as exc:
+            out[key] = str(exc)
+    first = ctx.load_lora_adapter("lora1")
+    try:
+        ctx.unload_lora_adapter("lora1")
+        out["second"] = None
+    except RuntimeError as exc:
+        out["second"] = str(exc)
+    yield from first.wait()
+    return out

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.protocol import ENV_LORA_ADAPTERS
@@ -47,11 +47,19 @@ class LoraOps:
 
     def lora_in_use(self, name: str) -> bool:
         """Whether the scheduler holds an unfinished request served with
-        adapter ``name`` (what SGLang's tokenizer waits for before it sends
-        an unload on)."""
+        adapter ``name``. SGLang's tokenizer sends an unload on only once no
+        request using the adapter is unfinished or unanswered
+        (``lora_requests_unanswered``: the last answers follow by the clock)."""
         ids = [lora_id for lora_id, n in sglang_compat.loaded_loras(self._scheduler).items() if n == name]
         return any(getattr(r, "lora_id", None) in ids and not r.finished()
                    for r in state.live_reqs(self._scheduler).values())
+
+    def lora_requests_unanswered(self, name: str) -> List[Any]:
+        """This script's requests served with adapter ``name`` whose HTTP
+        answer has not come yet (finished at the scheduler and on their way,
+        or held by the tokenizer: a pause)."""
+        return [h for h in self._tracker.handles
+                if getattr(h, "lora", None) == name and h.http is not None and not h.http.done]
 
     def await_arrival(self, op: ControlOp, timeout_s: float) -> bool:
         """Block, without stepping the scheduler, until ``op``'s request

@@ -368,6 +368,7 @@ def session_op(ctx, kind: str):
 # Iterations a LoRA helper waits for the program's earlier LoRA update (an unload waits at the
 # tokenizer until the adapter's requests finished) before it gives up on its own.
 LORA_WAIT_STEPS = 120
+LORA_ANSWER_WAIT_S = 5.0  # for the HTTP answers of an adapter's finished requests, before its unload
 
 
 def _after_lora_ops(ctx):
@@ -433,6 +434,10 @@ def lora_op(ctx, kind: str, name: str):
                 break
             yield
         else:
+            return None
+        # the users' answers follow by the clock (one the tokenizer holds, a paused one, never: skipped)
+        deadline = time.monotonic() + LORA_ANSWER_WAIT_S
+        if not all(h.http.wait(max(0.0, deadline - time.monotonic())) for h in ctx.lora_requests_unanswered(name)):
             return None
         op = ctx.unload_lora_adapter(name)
         ctx.await_arrival(op, UNLOAD_ARRIVAL_TIMEOUT_S)

@@ -1,0 +1,87 @@
+"""LoRA adapters loaded and unloaded at run time on a real pp1-lora server
+(issue 35, control-request rows 36 and 38): the scenarios with the ``lora``
+contract and every check on, the reset's unloads, ``ctx``'s refusals; in
+the slow lane a ci exploration of the topology and the kill table of the
+LoRA mutants. The contract on fakes: tests/logic/test_lora_contract.py."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+S = "scenarios/lora.py"
+
+
+@pytest.fixture(scope="module")
+def lora_server():
+    """One pp1-lora server (LoRA on, torch_native backend, two adapters a batch)."""
+    from scripted_runtime import ScriptedServer
+
+    server = ScriptedServer.start(topology="pp1-lora")
+    yield server
+    server.shutdown()
+
+
+def _run(server, target):
+    result = server.run(f"{S}:{target}")
+    assert result.passed, result.summary()
+    return result
+
+
+def test_adapters_load_serve_and_unload_with_every_check_on(lora_server):
+    """An adapter changes the output; an unload posted while its request runs
+    reaches the scheduler only after it finished; three adapters' requests
+    share two slots and all finish (the lora contract judges every forward);
+    the reset unloads all three."""
+    served = _run(lora_server, "load_serve_unload").value
+    assert served["with_adapter"] != served["base"] and len(served["with_adapter"]) == 6
+    outputs = _run(lora_server, "three_adapters_two_slots").value
+    assert len(outputs) == 3 and all(len(o) == 4 for o in outputs)
+    assert len({tuple(o) for o in outputs}) == 3, "three adapters, three different outputs"
+    assert _run(lora_server, "nothing_loaded").value == ["lora0", "lora1", "lora2"]
+
+
+def test_ctx_refuses_what_would_wedge_or_bypass_it_with_one_line(lora_server):
+    out = _run(lora_server, "refusals").value
+    assert "does not hold that adapter" in out["unloaded"] and "ctx.load_lora_adapter('lora1')" in out["unloaded"]
+    assert "no adapter of that name here (offered: lora0, lora1, lora2)" in out["unknown"]
+    assert "script it with ctx.load_lora_adapter" in out["raw"]
+    assert "has not been processed yet" in out["second"]
+    assert all("\n" not in v for v in out.values())
+
+
+@pytest.mark.slow  # a server of its own and the ci budget (~90 s)
+def test_a_ci_lora_exploration_of_the_release_finds_nothing_and_covers_load_and_unload(tmp_path):
+    """``explore --topology pp1-lora --profile ci``: the LoRA corpus (three
+    adapters for two slots, an unload of an adapter in use, adapters
+    rotating) then the derandomized search; no failure on 0.5.23, both LoRA
+    operations in the coverage table, the longest program deterministic."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripted_runtime.user_side.cli", "explore", "--topology", "pp1-lora",
+         "--profile", "ci", "--out", str(tmp_path / "found")],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "failures: none" in proc.stdout and "NONDETERMINISTIC" not in proc.stdout + proc.stderr
+    table = proc.stdout[proc.stdout.index("coverage, control operation"):]
+    for row in ("lora:load", "lora:unload"):
+        assert any(line.strip().startswith(row) for line in table.splitlines()), table
+
+
+@pytest.mark.slow  # three servers and three ci searches (~4 min)
+def test_the_explorer_kills_both_lora_mutants_and_the_kills_replay(tmp_path):
+    out = tmp_path / "table.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--topology", "pp1-lora",
+         "--shrink-time", "5", "--out", str(tmp_path / "found"), "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {r["mutant"]: r for r in json.loads(out.read_text())["rows"]}
+    from scripted_runtime.user_side import mutate
+
+    assert rows[mutate.BASELINE]["status"] == "clean"
+    for name in ("mut_lora_admission_forgets_running", "mut_lora_slot_keeps_stale_weights"):
+        assert rows[name]["status"] == "killed" and rows[name]["replays"] is True, rows[name]
