@@ -634,6 +634,25 @@ def _runtime_context() -> Any:
     return rc
 
 
+def profiler_state(scheduler: Any) -> Dict[str, Any]:
+    """The torch profiler's state on this rank (0.5.23
+    ``SchedulerProfilerManager``): ``in_progress``, ``target`` (the forward
+    count at which a profile started with ``num_steps`` stops itself, or
+    None), ``forward_ct`` (the scheduler's forward count) and ``output_dir``."""
+    manager = getattr(scheduler, "profiler_manager", None)
+    return {"in_progress": bool(getattr(manager, "profile_in_progress", False)),
+            "target": getattr(manager, "profiler_target_forward_ct", None),
+            "forward_ct": int(getattr(scheduler, "forward_ct", 0) or 0),
+            "output_dir": getattr(manager, "torch_profiler_output_dir", None)}
+
+
+def root_log_level() -> str:
+    """The root logger's level name in this process (what ``configure_logging`` sets)."""
+    import logging
+
+    return logging.getLevelName(logging.getLogger().level)
+
+
 def micro_batch_limit(scheduler: Any) -> Optional[int]:
     """The requests one (PP micro)batch may hold, as admission reads it now
     (0.5.23 ``get_num_allocatable_reqs``: ``get_parallel().pp_max_micro_batch_size

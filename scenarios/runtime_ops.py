@@ -121,3 +121,43 @@ def slow_down_then_serve(ctx, seconds=0.01):
     yield from clear.wait()
     end = yield from explore.end_state_checks(ctx, [r])
     return {"cleared": ctx.scheduler.forward_sleep_time is None, "outputs_compared": end["outputs_compared"]}
+
+
+def diagnostics_while_serving(ctx):
+    """The diagnostics routes while a request decodes (contract
+    ``diagnostics`` on every one): ``configure_logging`` sets the
+    scheduler's log level; a profile of two forwards stops by itself and
+    writes its trace; a second start while a profile runs is refused
+    (SGLang's rule), the running one stopped by hand; the request's output
+    is untouched (the output oracle, at the end)."""
+    return (yield from _diagnostics(ctx))
+
+
+def _diagnostics(ctx):
+    import os
+
+    level = ctx.configure_logging("INFO" if ctx.log_level != "INFO" else "WARNING")
+    yield from level.wait()
+    set_to = ctx.log_level
+    req = ctx.start_req(input_ids=explore.prompt_ids(0, 65), max_new_tokens=10, ignore_eos=True, temperature=0.0)
+    yield from ctx.steps(2)
+    auto = ctx.start_profile(num_steps=2)
+    yield from auto.wait()
+    assert auto.success and ctx.profiling, auto.message
+    for _ in range(10):
+        if not ctx.profiling:
+            break
+        yield
+    assert not ctx.profiling, "a profile of 2 forwards still runs after 10 iterations"
+    manual = ctx.start_profile()
+    yield from manual.wait()
+    refused = ctx.start_profile()
+    yield from refused.wait()
+    stop = ctx.stop_profile()
+    yield from stop.wait()
+    out = {"level": set_to, "auto": auto.success, "manual": manual.success, "refused": refused.success,
+           "stopped": stop.success, "profiling": ctx.profiling,
+           "traces": len([f for f in os.listdir(auto.payload["output_dir"]) if ".trace" in f])}
+    end = yield from explore.end_state_checks(ctx, [req])
+    out["outputs_compared"] = end["outputs_compared"]
+    return out

@@ -16,7 +16,7 @@ routes, and one of
 * ``sglang_refuses``: on the CPU default SGLang answers it with a refusal
   and goes on (the measured answer is ``reason``); ``ctx.post_http`` sends it;
 * ``open``: runs on the CPU default (measured) but is not scripted yet;
-  ``ctx.post_http`` sends it;
+  ``ctx.post_http`` sends it (none on 0.5.23 now);
 * ``internal``: no HTTP route reaches it (sent by SGLang's own processes).
 
 ``reason`` is one line, measured on 0.5.23 (2026-11-27, CPU default,
@@ -116,8 +116,7 @@ CATALOG: Tuple[ControlRequest, ...] = (
     _c("SlowDownReqInput", 27, ("/slow_down",), "scripted", ctx="ctx.slow_down"),
     _c("PdRoleSwitchReqInput", 28, ("/pd_role_switch",), "sglang_refuses",
        reason="400 '--enable-pd-role-switch is not set on this server' (disaggregation is not a harness topology)"),
-    _c("ProfileReq", 29, ("/start_profile", "/stop_profile"), "open",
-       reason="200 'Start profiling.' / 'Stop profiling.' with activities ['CPU'] (not scripted yet)"),
+    _c("ProfileReq", 29, ("/start_profile", "/stop_profile"), "scripted", ctx="ctx.start_profile / ctx.stop_profile"),
     _c("FreezeGCReq", 30, ("/freeze_gc",), "scripted", ctx="ctx.freeze_gc"),
     _c("ShutdownReq", 31, (), "internal",
        reason="sent by the tokenizer's SIGTERM watchdog on graceful shutdown (read off the code)"),
@@ -138,8 +137,7 @@ CATALOG: Tuple[ControlRequest, ...] = (
     _c("UnloadLoRAAdapterReqInput", 38, ("/unload_lora_adapter",), "scripted", ctx="ctx.unload_lora_adapter"),
     _c("PauseGenerationReqInput", 39, ("/pause_generation",), "scripted", ctx="ctx.pause_generation"),
     _c("ContinueGenerationReqInput", 40, ("/continue_generation",), "scripted", ctx="ctx.continue_generation"),
-    _c("ConfigureLoggingReq", 41, ("/configure_logging",), "open",
-       reason="200 (not scripted yet: nothing the scheduler decides depends on the log level)"),
+    _c("ConfigureLoggingReq", 41, ("/configure_logging",), "scripted", ctx="ctx.configure_logging"),
     _c("ScaleElasticEPReqInput", 42, ("/scale_elastic_ep",), "sglang_refuses",
        reason="404 'elastic EP is not enabled (set --elastic-ep-backend)'"),
     _c("DumperControlReqInput", 43, ("/dumper/{method}",), "sglang_refuses",

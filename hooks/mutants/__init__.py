@@ -103,6 +103,7 @@ ORDER = (
     "mut_weight_checksum_cached",
     "mut_tensor_update_skips_flush",
     "mut_session_close_always_deferred",
+    "mut_profile_num_steps_ignored",
     "mut_lora_admission_forgets_running",
     "mut_lora_slot_keeps_stale_weights",
     # written blind (issue 34, item 5)

@@ -120,3 +120,38 @@ def _install_mut_session_close_always_deferred(scheduler_module: Any) -> None:
         return None
 
     replace_attr(cls, "_close", _close, original)
+
+
+PROFILER_MANAGER = "sglang.srt.managers.scheduler_components.profiler_manager"
+
+
+@mutant("mut_profile_num_steps_ignored", topologies=ALL,
+        summary="a profile started with num_steps and no start_step never stops by itself",
+        expected="contract diagnostics (a profile started with num_steps still runs past its target)")
+def _install_mut_profile_num_steps_ignored(scheduler_module: Any) -> None:
+    """``SchedulerProfilerManager._init_profile`` sets the forward count at
+    which a profile stops itself only when the request also names a
+    ``start_step``: ``/start_profile {"num_steps": N}`` profiles until a
+    ``/stop_profile`` comes, and one never comes from a client that asked
+    for N steps (the trace is never written, the profiler's overhead stays).
+
+    Plausible: the ``num_steps`` branch sits next to the ``start_step`` one,
+    and a refactor that moves it under ``if start_step:`` passes every test
+    that starts at a step.
+
+    Seen by: contract diagnostics, which computes the target from the
+    request (the forward count at the start + num_steps + 1), once the
+    scheduler ran past it with the profile still running."""
+    name = "mut_profile_num_steps_ignored"
+    scheduler_class(scheduler_module, name)
+    cls = find_attr(find_module(PROFILER_MANAGER, name), "SchedulerProfilerManager", name,
+                    f"{PROFILER_MANAGER}.SchedulerProfilerManager")
+    original = find_method(cls, "_init_profile", name, ("output_dir", "start_step", "num_steps"))
+
+    def _init_profile(self, output_dir, start_step, num_steps, *args, **kwargs):
+        out = original(self, output_dir, start_step, num_steps, *args, **kwargs)
+        if not start_step:
+            self.profiler_target_forward_ct = None  # MUTANT: num_steps honoured only with a start_step
+        return out
+
+    replace_attr(cls, "_init_profile", _init_profile, original)

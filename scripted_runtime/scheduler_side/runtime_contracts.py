@@ -37,6 +37,13 @@
     digest equals the one at the last ``snapshot`` (and fails without a
     snapshot: SGLang asserts one inside its ``try``).
   - ``update_weight_version(v)`` leaves the served version label at ``v``.
+* ``diagnostics``: ``configure_logging(log_level=L)`` leaves the
+  scheduler's root logger at ``L``; ``start_profile`` answering success
+  leaves a profile running (and is refused while one runs), one started
+  with ``num_steps`` stops by itself once the forward count reaches its
+  target (``_profile_batch_predicate``), ``stop_profile`` answering success
+  leaves none running and a new trace file in the output directory; neither
+  changes a pool.
 * ``sessions``: ``open_session(id)`` answers success exactly when ``id``
   was not open (``SessionController.open``), and then it is open;
   ``close_session(id)`` of an open session closes it at once, or marks it
@@ -56,7 +63,7 @@ from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import check_registry, contracts, memory_occupation
 from scripted_runtime.scheduler_side.check_registry import Violation
 
-NAMES = ("runtime_limits", "weight_queries", "sessions")
+NAMES = ("runtime_limits", "weight_queries", "sessions", "diagnostics")
 DOCS = {
     "runtime_limits": "set_internal_state answers and applies SGLang's micro-batch limit; every prefill admits "
                       "within the limit; slow_down sets forward_sleep_time",
@@ -64,6 +71,9 @@ DOCS = {
                       "check_weights checksums and compares agree with the weights; update_weight_version sets it",
     "sessions": "open_session succeeds exactly for an id not open and opens it; close_session closes it at once "
                 "when no request of it is unfinished",
+    "diagnostics": "configure_logging sets the scheduler's log level; a profile started runs, one started with "
+                   "num_steps stops by itself at its target and writes its trace, stop_profile stops it; neither "
+                   "changes a pool",
 }
 
 SET_STATE_TYPE = "SetInternalStateReq"
@@ -75,11 +85,17 @@ SERVER_INFO_TYPE = "GetInternalStateReq"
 UPDATE_DISK_TYPE = "UpdateWeightFromDiskReqInput"
 OPEN_SESSION_TYPE = "OpenSessionReqInput"
 CLOSE_SESSION_TYPE = "CloseSessionReqInput"
+LOGGING_TYPE = "ConfigureLoggingReq"
+PROFILE_TYPE = "ProfileReq"
+# forwards past a profile's target count before "it did not stop by itself" (SGLang checks the target
+# before each batch: the forward that reaches it is the last one profiled)
+PROFILE_STOP_SLACK = 2
 # (what a weight update loaded is noted by ``after_dispatch`` for every script, a release's loss by
 # ``memory_occupation``: neither needs the contracts' bookkeeping)
 TYPES = frozenset({SET_STATE_TYPE, SLOW_DOWN_TYPE, VERSION_TYPE, GET_WEIGHTS_TYPE, CHECK_WEIGHTS_TYPE,
-                   SERVER_INFO_TYPE, OPEN_SESSION_TYPE, CLOSE_SESSION_TYPE})
+                   SERVER_INFO_TYPE, OPEN_SESSION_TYPE, CLOSE_SESSION_TYPE, LOGGING_TYPE, PROFILE_TYPE})
 QUERY_TYPES = frozenset({GET_WEIGHTS_TYPE, CHECK_WEIGHTS_TYPE, SERVER_INFO_TYPE})
+DIAGNOSTIC_TYPES = frozenset({LOGGING_TYPE, PROFILE_TYPE})
 
 # Per rank (scheduler id), kept across scripts like the weights themselves: the checkpoint
 # the served weights were last loaded from (None: unknown, random after a reset_tensors), and
@@ -152,12 +168,18 @@ class RuntimeMemory:
     # digest of the weights -> the checksum SGLang's checker answered for them (this script's: a
     # failure must replay on a fresh server from the script alone)
     checksums: Dict[str, str] = field(default_factory=dict)
+    # the forward count at which a profile started with num_steps must have stopped (SGLang's rule:
+    # the forward count at the start + num_steps + 1), None when none was started so
+    profile_stop_at: Optional[int] = None
 
     def before_dispatch(self, s: Any, recv_req: Any) -> Any:
         kind = type(recv_req).__name__
         before: Dict[str, Any] = {}
-        if kind in QUERY_TYPES:
+        if kind in QUERY_TYPES or kind in DIAGNOSTIC_TYPES:
             before["pools"] = contracts.pools(s)
+        if kind == PROFILE_TYPE:
+            before["profile"] = sglang_compat.profiler_state(s)
+            before["traces"] = _trace_files(before["profile"]["output_dir"])
         if kind == SET_STATE_TYPE:
             before["limit"] = sglang_compat.micro_batch_limit(s)
         if kind in (OPEN_SESSION_TYPE, CLOSE_SESSION_TYPE):
@@ -179,6 +201,11 @@ class RuntimeMemory:
             changed = contracts.pools_changed(before["pools"], contracts.pools(s))
             if changed:
                 self.problems.append(("weight_queries", f"the query {kind} changed the pools: {', '.join(changed)}"))
+        if kind in DIAGNOSTIC_TYPES:
+            changed = contracts.pools_changed(before["pools"], contracts.pools(s))
+            if changed:
+                self.problems.append(("diagnostics", f"{kind} changed the pools: {', '.join(changed)}"))
+            self._on_diagnostic(s, recv_req, output, before)
         if kind == SET_STATE_TYPE:
             self._on_set(s, recv_req, output, before)
         elif kind == SLOW_DOWN_TYPE:
@@ -263,6 +290,37 @@ class RuntimeMemory:
             self.problems.append(("weight_queries", f"get_weights_by_name({name!r}, {n}) answered values that are "
                                                     f"not the checkpoint's it was loaded from ({path}): {diff}"))
 
+    def _on_diagnostic(self, s: Any, recv_req: Any, output: Any, before: Dict[str, Any]) -> None:
+        if type(recv_req).__name__ == LOGGING_TYPE:
+            level = getattr(recv_req, "log_level", None)
+            got = sglang_compat.root_log_level()
+            if level is not None and got != str(level).upper():
+                self.problems.append(("diagnostics", f"configure_logging(log_level={level!r}) left the scheduler's "
+                                                     f"log level at {got}"))
+            return
+        after = sglang_compat.profiler_state(s)
+        success = bool(getattr(output, "success", False))
+        start = str(getattr(getattr(recv_req, "req_type", None), "name", "")).startswith("START")
+        if start and success and not getattr(recv_req, "start_step", None):
+            steps = getattr(recv_req, "num_steps", None)
+            self.profile_stop_at = before["profile"]["forward_ct"] + steps + 1 if steps else None
+        if not start and success:
+            self.profile_stop_at = None
+        if start and success and not getattr(recv_req, "start_step", None) and not after["in_progress"]:
+            self.problems.append(("diagnostics", "start_profile answered success, yet no profile runs"))
+        elif start and success and before["profile"]["in_progress"]:
+            self.problems.append(("diagnostics", "start_profile answered success while a profile was running "
+                                                 "(SGLang refuses that)"))
+        elif not start and success:
+            if after["in_progress"]:
+                self.problems.append(("diagnostics", "stop_profile answered success, yet the profile still runs"))
+            elif len(_trace_files(before["profile"]["output_dir"])) <= len(before["traces"]):
+                self.problems.append(("diagnostics", "stop_profile answered success, yet it wrote no trace in "
+                                                     f"{before['profile']['output_dir']}"))
+        elif not start and not success and before["profile"]["in_progress"]:
+            self.problems.append(("diagnostics", "stop_profile of a running profile was refused: "
+                                                 f"{getattr(output, 'message', '')!r}"))
+
     def _on_check_weights(self, s: Any, recv_req: Any, output: Any, before: Dict[str, Any]) -> None:
         action = getattr(recv_req, "action", "checksum")
         key = id(s)
@@ -306,6 +364,30 @@ class RuntimeMemory:
             seen[digest] = checksum
 
 
+def _trace_files(directory: Any) -> List[str]:
+    """The profiler's trace files in ``directory`` (none when it is unset or missing)."""
+    if not directory or not os.path.isdir(str(directory)):
+        return []
+    return sorted(f for f in os.listdir(str(directory)) if ".trace" in f)
+
+
+def check_profile_stopped(s: Any, mem: "RuntimeMemory") -> Optional[str]:
+    """A profile started with ``num_steps`` must stop by itself once the
+    forward count passed the target its start implies (the count then +
+    num_steps + 1, SGLang's ``_init_profile``; ``PROFILE_STOP_SLACK``
+    forwards of slack); the message when it did not."""
+    p = sglang_compat.profiler_state(s)
+    if not p["in_progress"]:
+        mem.profile_stop_at = None
+        return None
+    target = mem.profile_stop_at
+    if target is not None and p["forward_ct"] > target + PROFILE_STOP_SLACK:
+        mem.profile_stop_at = None
+        return (f"the profile started with num_steps should have stopped at forward {target}; the scheduler "
+                f"ran {p['forward_ct']} forwards and it still runs")
+    return None
+
+
 def after_dispatch(s: Any, recv_req: Any, output: Any) -> None:
     """Called by the driver's dispatcher after SGLang handled ``recv_req``,
     whether or not the contracts run (the explorer's own weight restores
@@ -343,6 +425,10 @@ def check(view: Any, memory: Any) -> Optional[Violation]:
         if enabled(contract):
             mem.problems.clear()
             return Violation(contract, message, {})
+    if enabled("diagnostics"):
+        stuck = check_profile_stopped(view.s, mem)
+        if stuck:
+            return Violation("diagnostics", stuck, {})
     batch_log = inputs.batch_log
     launched = batch_log[mem.batch_cursor:]
     mem.batch_cursor = len(batch_log)

@@ -1,5 +1,6 @@
 """The runtime knobs a script may turn (``ctx.set_internal_state``,
-``ctx.slow_down``, ``ctx.update_weight_version``), the weight-update
+``ctx.slow_down``, ``ctx.update_weight_version``, ``ctx.configure_logging``,
+``ctx.start_profile``, ``ctx.load_lora_adapter``), the weight-update
 session and the sessions it may leave open (``ctx.begin_weight_update``,
 ``ctx.open_session``), and how the reset turns them back (scheduler
 process, driver rank).
@@ -22,13 +23,16 @@ VERSION = "weight version (update_weight_version)"
 SESSION = "weight-update session open (begin_weight_update)"
 SESSIONS = "open sessions (open_session)"
 LORAS = "LoRA adapters loaded (load_lora_adapter)"
+PROFILING = "torch profiler running (start_profile)"
+LOG_LEVEL = "log level (configure_logging)"
 
 
 def take(s: Any) -> Dict[str, Any]:
     """The knobs' values now (part of the reset fingerprint)."""
     return {LIMIT: sglang_compat.micro_batch_limit(s), SLEEP: sglang_compat.forward_sleep_time(s),
             VERSION: sglang_compat.served_weight_version(), SESSION: sglang_compat.weight_update_session_open(s),
-            SESSIONS: sglang_compat.open_sessions(s), LORAS: sglang_compat.loaded_lora_names(s)}
+            SESSIONS: sglang_compat.open_sessions(s), LORAS: sglang_compat.loaded_lora_names(s),
+            PROFILING: sglang_compat.profiler_state(s)["in_progress"], LOG_LEVEL: sglang_compat.root_log_level()}
 
 
 def restore(ctx: Any, fresh: Dict[str, Any]) -> List[Any]:
@@ -50,6 +54,10 @@ def restore(ctx: Any, fresh: Dict[str, Any]) -> List[Any]:
     for session_id in now[SESSIONS]:
         if session_id not in fresh.get(SESSIONS, ()):
             ops.append(ctx.close_session(session_id))  # its id would be refused by the next open
+    if now[PROFILING] and not fresh.get(PROFILING):
+        ops.append(ctx.stop_profile())  # a running profile refuses the next start
+    if LOG_LEVEL in fresh and now[LOG_LEVEL] != fresh[LOG_LEVEL]:
+        ops.append(ctx.configure_logging(fresh[LOG_LEVEL]))
     extra = [name for name in now[LORAS] if name not in fresh.get(LORAS, ())]
     if extra:
         ops.append(ctx.unload_lora_adapter(extra[0]))  # a name loaded is refused by the next load

@@ -20,7 +20,7 @@ from tests.logic.test_hicache_gate import _host_scheduler, _node, _scheduler
 
 BUILTIN_ORDER = ("idle_gate", "slot_ownership", "radix_locks", "pool_accounting", "hicache_load_before_read",
                  "hicache_transfer_slots", "hicache_host_accounting", "pause", "continue", "abort", "flush",
-                 "update_weights", "memory_occupation", "runtime_limits", "weight_queries", "sessions", "lora",
+                 "update_weights", "memory_occupation", "runtime_limits", "weight_queries", "sessions", "diagnostics", "lora",
                  "greedy_output", "request_semantics", "answer_delivery", "request_survival")
 
 

@@ -23,7 +23,7 @@ from scripted_runtime.hooks.patch_base import ALL_TOPOLOGIES, Patch
 ROOT = Path(__file__).resolve().parents[2]
 
 # Words the ``expected`` field is written in (mutate.caught_by's vocabulary).
-CHECK_WORDS = ("contract sessions", "invariant idle_gate", "invariant slot_ownership", "invariant radix_locks",
+CHECK_WORDS = ("contract sessions", "contract diagnostics", "contract lora", "invariant idle_gate", "invariant slot_ownership", "invariant radix_locks",
                "invariant pool_accounting", "invariant hicache_load_before_read", "invariant hicache_transfer_slots",
                "invariant hicache_host_accounting", "contract pause", "contract abort", "contract flush",
                "contract update_weights", "contract continue", "contract memory_occupation", "contract runtime_limits",
@@ -186,6 +186,8 @@ PINNED = [
      'oracle (a prefix hit reads KV computed under the old weights)'),
     ('mut_session_close_always_deferred', ('pp1-overlap', 'pp1-normal', 'pp4'),
      'contract sessions (a closed idle session is still open right after the close)'),
+    ('mut_profile_num_steps_ignored', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'contract diagnostics (a profile started with num_steps still runs past its target)'),
     ('mut_lora_admission_forgets_running', ('pp1-lora',),
      'crash (fetch_new_loras asserts more adapters than slots), contract lora (a forward holds more adapters than '
      'max_loras_per_batch)'),

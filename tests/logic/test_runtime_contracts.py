@@ -167,3 +167,51 @@ def test_sessions_open_exactly_new_ids_and_close_at_once_when_idle(run, monkeypa
     assert [m.split(",")[0] for _, m in mem.problems] == [
         "open_session('b') answered success=False", "open_session('b') answered success=True",
         "close_session('b') left the session open"]
+
+
+def test_diagnostics_a_profile_past_its_target_and_a_log_level_not_applied_are_violations(tmp_path):
+    s = SimpleNamespace(forward_ct=10, profiler_manager=SimpleNamespace(
+        profile_in_progress=True, profiler_target_forward_ct=8, torch_profiler_output_dir=str(tmp_path)))
+    mem = runtime_contracts.RuntimeMemory()
+    assert runtime_contracts.check_profile_stopped(s, mem) is None, "no num_steps: runs until stopped"
+    # started at forward 5 with num_steps=2: it must have stopped at forward 8 (SGLang's target, computed
+    # from the request, not read from SGLang)
+    start = type("ProfileReq", (SimpleNamespace,), {})(req_type=SimpleNamespace(name="START_PROFILE"), num_steps=2,
+                                                       start_step=None)
+    mem._on_diagnostic(s, start, SimpleNamespace(success=True), {"profile": {"in_progress": False, "forward_ct": 5,
+                                                                             "output_dir": str(tmp_path)},
+                                                                 "traces": []})
+    assert mem.profile_stop_at == 8 and not mem.problems
+    assert runtime_contracts.check_profile_stopped(s, mem) is None, "within the slack of 2 forwards"
+    s.forward_ct = 11
+    assert "should have stopped at forward 8" in runtime_contracts.check_profile_stopped(s, mem)
+    # configure_logging: the level it asked for, in the scheduler's root logger
+    import logging
+
+    req = type("ConfigureLoggingReq", (SimpleNamespace,), {})(log_level="error")
+    before = mem.before_dispatch(s, req) if hasattr(s, "tree_cache") else {"pools": None}
+    root = logging.getLogger()
+    old = root.level
+    try:
+        root.setLevel("ERROR")
+        mem._on_diagnostic(s, req, None, before)
+        assert not mem.problems
+        root.setLevel("INFO")
+        mem._on_diagnostic(s, req, None, before)
+        assert mem.problems and "left the scheduler's log level at INFO" in mem.problems[0][1]
+    finally:
+        root.setLevel(old)
+    # a stop that answered success but wrote no trace
+    mem.problems.clear()
+    stop = type("ProfileReq", (SimpleNamespace,), {})(req_type=SimpleNamespace(name="STOP_PROFILE"))
+    s.profiler_manager.profile_in_progress = False
+    mem._on_diagnostic(s, stop, SimpleNamespace(success=True), {"profile": {"in_progress": True,
+                                                                            "output_dir": str(tmp_path)},
+                                                                "traces": []})
+    assert mem.problems and "wrote no trace" in mem.problems[0][1]
+    mem.problems.clear()
+    (tmp_path / "x.trace.json.gz").write_text("{}")
+    mem._on_diagnostic(s, stop, SimpleNamespace(success=True), {"profile": {"in_progress": True,
+                                                                            "output_dir": str(tmp_path)},
+                                                                "traces": []})
+    assert not mem.problems

@@ -115,3 +115,35 @@ def test_sessions_open_once_close_and_the_reset_closes_what_is_left(server_pool)
     value = run_ok(server, script_sessions).value
     assert value == {"first": True, "again": False, "opened": ["s1"], "after_close": ["s2"]}, value
     assert run_ok(server, script_sessions).value == value
+
+
+def script_leave_a_profile_running(ctx):
+    """A profile started and a log level changed, neither undone."""
+    level = ctx.configure_logging("INFO" if ctx.log_level != "INFO" else "WARNING")
+    yield from level.wait()
+    op = ctx.start_profile()
+    yield from op.wait()
+    return {"profiling": ctx.profiling, "level": ctx.log_level}
+
+
+def script_read_the_diagnostics(ctx):
+    return {"profiling": ctx.profiling, "level": ctx.log_level}
+    yield
+
+
+def test_diagnostics_routes_hold_their_contract_and_the_reset_undoes_them(server_pool):
+    """configure_logging sets the scheduler's level; a profile of two
+    forwards stops by itself and writes its trace; a second start while one
+    runs is refused; the request decoding beside them outputs its reference
+    (every check on, the diagnostics contract included). A profile and a
+    level a script leaves behind are undone by the next reset."""
+    server = server_pool.get("pp1-overlap")
+    fresh = run_ok(server, script_read_the_diagnostics).value
+    out = run_ok(server, f"{OPS}:diagnostics_while_serving").value
+    assert out["auto"] and out["manual"] and out["stopped"] and not out["profiling"], out
+    assert out["refused"] is False, "SGLang refuses a start while a profile runs"
+    assert out["traces"] >= 2 and out["outputs_compared"] == 1, out
+    assert out["level"] != fresh["level"]
+    left = run_ok(server, script_leave_a_profile_running).value
+    assert left["profiling"] and left["level"] != fresh["level"], left
+    assert run_ok(server, script_read_the_diagnostics).value == fresh

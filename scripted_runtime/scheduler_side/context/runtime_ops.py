@@ -1,6 +1,7 @@
 """The runtime knobs and weight queries a script can post (part of ``ctx``):
 ``set_internal_state``, ``slow_down``, ``freeze_gc``, ``update_weight_version``,
-``get_weights_by_name``, ``check_weights`` and the ``server_info`` query.
+``get_weights_by_name``, ``check_weights``, the ``server_info`` query, and the
+diagnostics ``configure_logging``, ``start_profile`` and ``stop_profile``.
 
 Each posts SGLang's own HTTP route and returns a ``ControlOp`` once the
 request reached the scheduler's socket (processed in the next iteration;
@@ -10,12 +11,24 @@ and its contract: docs/control-requests.md, docs/checks.md
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any, Dict, Optional
 
 from scripted_runtime.hooks import sglang_compat
+from scripted_runtime.protocol import ENV_CRASH_DIR
 from scripted_runtime.scheduler_side.control import ControlOp
 
 CHECK_WEIGHTS_ACTIONS = ("checksum", "snapshot", "compare", "reset_tensors")
+
+
+def profile_dir() -> str:
+    """Where ``ctx.start_profile`` writes by default: ``profiles/`` in the
+    server's work directory (beside the crash reports; the user's own files
+    are never written to)."""
+    crash_dir = os.environ.get(ENV_CRASH_DIR)
+    base = os.path.dirname(crash_dir.rstrip("/")) if crash_dir else tempfile.gettempdir()
+    return os.path.join(base, "profiles")
 OPEN_ANSWER_TIMEOUT_S = 10.0  # the tokenizer answers an open the scheduler processed without further iterations
 
 
@@ -74,6 +87,42 @@ class RuntimeOps:
         generation. Nothing the scheduler decides depends on it; not undone
         by the reset (SGLang has no route to unfreeze)."""
         return self._control("freeze_gc", "/freeze_gc", None, "FreezeGCReq")
+
+    def configure_logging(self, log_level: str) -> ControlOp:
+        """POST ``/configure_logging {"log_level": L}``: the tokenizer, the
+        scheduler and the detokenizer set their root logger's level (the
+        tokenizer checks the name first: a bad one is answered there and
+        never reaches the scheduler). The reset puts the level back."""
+        return self._runtime_op(f"configure_logging({log_level!r})", "/configure_logging",
+                                {"log_level": log_level}, "ConfigureLoggingReq")
+
+    @property
+    def log_level(self) -> str:
+        """The scheduler's root logger level name now."""
+        return sglang_compat.root_log_level()
+
+    def start_profile(self, *, num_steps: Optional[int] = None, output_dir: Optional[str] = None) -> ControlOp:
+        """POST ``/start_profile``: the torch profiler with CPU activities
+        (no stacks, no shapes: the trace of the tiny model stays small),
+        writing into ``output_dir`` (default: ``profiles/`` in the server's
+        work directory). With ``num_steps`` it stops by itself after that
+        many forwards and writes its trace. SGLang refuses a start while a
+        profile runs. The reset stops a profile a script left running."""
+        payload = {"output_dir": output_dir or profile_dir(), "activities": ["CPU"], "with_stack": False,
+                   "record_shapes": False}
+        if num_steps:
+            payload["num_steps"] = int(num_steps)
+        return self._runtime_op(f"start_profile(num_steps={num_steps!r})", "/start_profile", payload, "ProfileReq")
+
+    def stop_profile(self) -> ControlOp:
+        """POST ``/stop_profile``: the profiler stops and writes its trace
+        (SGLang refuses one when no profile runs)."""
+        return self._runtime_op("stop_profile", "/stop_profile", None, "ProfileReq")
+
+    @property
+    def profiling(self) -> bool:
+        """Whether the torch profiler runs on this rank."""
+        return sglang_compat.profiler_state(self._scheduler)["in_progress"]
 
     def update_weight_version(self, version: str) -> ControlOp:
         """POST ``/update_weight_version`` (``abort_all_requests=False``: the

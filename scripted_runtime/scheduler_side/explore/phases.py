@@ -91,6 +91,6 @@ def op_kind(name: str, payload: Any) -> str:
     if name.startswith("unload_lora_adapter("):
         return "lora:unload"
     if name.startswith(("set_internal_state(", "slow_down(", "get_weights_by_name(", "update_weight_version(",
-                        "open_session(", "close_session(")):
+                        "open_session(", "close_session(", "configure_logging(", "start_profile(")):
         return name.partition("(")[0]
     return name

@@ -285,7 +285,8 @@ def rl_cycle(ctx, reqs, *, pause_mode: str, tags: str, gap: int, tensor: bool = 
 # The request type of each runtime op a helper posts (SGLang's tokenizer sends one of a type at a time).
 _RUNTIME_TYPES = {"set_internal_state": "SetInternalStateReq", "slow_down": "SlowDownReqInput",
                   "check_weights": "CheckWeightsReqInput", "get_weights_by_name": "GetWeightsByNameReqInput",
-                  "update_weight_version": "UpdateWeightVersionReqInput", "server_info": "GetInternalStateReq"}
+                  "update_weight_version": "UpdateWeightVersionReqInput", "server_info": "GetInternalStateReq",
+                  "configure_logging": "ConfigureLoggingReq", "profile": "ProfileReq"}
 
 
 def _after_earlier(ctx, request_type: str):
@@ -318,7 +319,9 @@ def set_micro_batch_limit(ctx, value: str):
 def weight_query(ctx, kind: str):
     """``yield from weight_query(ctx, kind)``: one weight or state query
     (``WeightQuery``), once an earlier one of its type was processed; None when the weights are
-    released (reading them would fault on a GPU). ``compare`` compares
+    released (reading them would fault on a GPU). The diagnostics ride along: ``log_level``
+    (``configure_logging``), ``profile`` (a CPU profile of ``PROFILE_STEPS`` forwards) and
+    ``profile_stop``. ``compare`` compares
     against a snapshot this program took, on a device where SGLang's
     comparator runs (CUDA); otherwise it is a ``checksum``."""
     if kind == "compare":
@@ -327,6 +330,12 @@ def weight_query(ctx, kind: str):
         kind = "compare" if took and cuda else "checksum"
     if kind == "freeze_gc":  # sent without waiting for an answer: never queued behind another
         return ctx.freeze_gc()
+    if kind == "log_level":  # the other of two levels each time (the reset puts the server's back)
+        yield from _after_earlier(ctx, _RUNTIME_TYPES["configure_logging"])
+        return ctx.configure_logging("INFO" if ctx.log_level != "INFO" else "WARNING")
+    if kind in ("profile", "profile_stop"):  # a profile of two forwards, stopping itself; or a stop
+        yield from _after_earlier(ctx, _RUNTIME_TYPES["profile"])
+        return ctx.start_profile(num_steps=PROFILE_STEPS) if kind == "profile" else ctx.stop_profile()
     op_name = {"checksum": "check_weights", "snapshot": "check_weights", "compare": "check_weights",
                "get_weights": "get_weights_by_name", "version": "update_weight_version",
                "server_info": "server_info"}.get(kind)
@@ -444,6 +453,9 @@ def lora_op(ctx, kind: str, name: str):
         return op
     raise ValueError(f"unknown LoRA operation {kind!r}")
 
+
+# The forwards a drawn profile (``WeightQuery("profile")``) records before it stops itself.
+PROFILE_STEPS = 2
 
 # A parameter that every Llama/Qwen2-shaped checkpoint holds under its own name (not a stacked one).
 WEIGHT_QUERY_PARAMETER = "model.layers.0.mlp.down_proj.weight"

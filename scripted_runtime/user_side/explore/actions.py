@@ -30,7 +30,8 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # 6: the RL weight-sync cycle: Pause mode "abort", ReleaseMemory, ResumeMemory, RlCycle;
 # Continue resumes released memory first; Starts are skipped while memory is released.
 # 7: runtime knobs and weight queries: SetLimit, SlowDown, WeightQuery; UpdateWeights.tensor; SessionOp.
-# 8: LoRA (a LoRA topology only): Start.lora (a request served with an adapter), LoraOp (load, unload).
+# 8: LoRA (a LoRA topology only): Start.lora (a request served with an adapter), LoraOp (load, unload);
+# WeightQuery kinds log_level (configure_logging), profile and profile_stop (the torch profiler).
 GRAMMAR_VERSION = 8
 # The harness's LoRA adapters (user_side/models/lora_adapters.py ADAPTERS) and the prompt lengths a
 # request with one draws (the output oracle computes each adapter's references of them up front).
@@ -236,8 +237,10 @@ class WeightQuery:
     """A weight or state query (``program.weight_query``): ``checksum``,
     ``snapshot``, ``compare`` (against the program's own snapshot, else a
     checksum), ``get_weights`` (a few rows of a parameter), ``version``
-    (a new weight-version label), ``server_info``, ``freeze_gc``. Nothing
-    while the weights are released."""
+    (a new weight-version label), ``server_info``, ``freeze_gc``; and the
+    diagnostics: ``log_level`` (``configure_logging``), ``profile`` (a CPU
+    profile of two forwards), ``profile_stop``. Nothing that reads the
+    weights while they are released."""
 
     kind: str
 

@@ -77,7 +77,9 @@ OPERATIONS: Dict[str, List[A.Action]] = {
     "knobs_and_queries": [A.SlowDown(1), A.SetLimit("above"), A.WeightQuery("server_info"),
                           A.WeightQuery("version"), A.WeightQuery("get_weights"), A.WeightQuery("snapshot"),
                           A.WeightQuery("compare"), A.WeightQuery("freeze_gc"), A.SlowDown(0),
-                          A.SessionOp("open"), A.SessionOp("reopen"), A.SessionOp("close")],
+                          A.SessionOp("open"), A.SessionOp("reopen"), A.SessionOp("close"),
+                          A.WeightQuery("log_level"), A.WeightQuery("profile"), A.Steps(4),
+                          A.WeightQuery("profile_stop")],
 }
 
 

@@ -14,7 +14,8 @@ OPS = ("flush_cache", "update_weights(flush)", "update_weights(no_flush)", "upda
        "pause(retract)", "pause(abort)", "continue", "abort", "abort_all", "release(all)", "release(kv_cache)",
        "release(weights)", "resume(weights)", "resume(kv_cache)", "resume(all)", "set_internal_state", "slow_down",
        "check_weights(checksum)", "check_weights(snapshot)", "check_weights(compare)", "get_weights_by_name",
-       "update_weight_version", "server_info", "freeze_gc", "open_session", "close_session")
+       "update_weight_version", "server_info", "freeze_gc", "open_session", "close_session", "configure_logging",
+       "start_profile", "stop_profile")
 
 
 @dataclass

@@ -75,7 +75,8 @@ def rl_cycles() -> st.SearchStrategy:
 # The runtime knobs and weight queries (grammar 7): limits SGLang accepts first, then refused ones.
 LIMIT_VALUES = ("1", "2", "default", "zero", "above")
 SLOW_DOWN_MS = (1, 0)
-WEIGHT_QUERIES = ("checksum", "snapshot", "compare", "get_weights", "version", "server_info", "freeze_gc")
+WEIGHT_QUERIES = ("checksum", "snapshot", "compare", "get_weights", "version", "server_info", "freeze_gc",
+                  "log_level", "profile", "profile_stop")
 
 
 SESSION_OPS = ("open", "close", "reopen")
