@@ -57,8 +57,13 @@ class KnownBug:
     masked_by: Tuple[Tuple[str, str], ...] = ()
 
     def applies(self, topology: str, sglang_version: Optional[str]) -> bool:
-        """Whether the bug is registered for this topology and release."""
-        return topology in self.topologies and affects(self.releases, sglang_version)
+        """Whether the bug is registered for this topology and release. A
+        feature topology (pp1-lora, pp1-hicache) has its plain topology's
+        bugs: the same loop with a feature added."""
+        from scripted_runtime.user_side.engine_config import base_topology
+
+        registered = topology in self.topologies or base_topology(topology) in self.topologies
+        return registered and affects(self.releases, sglang_version)
 
     def matches(self, signature: Optional[str], *, topology: str, sglang_version: Optional[str],
                 message: str = "", ops: Optional[Sequence[str]] = None) -> bool:

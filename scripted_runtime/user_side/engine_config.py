@@ -136,6 +136,16 @@ def hicache_cpu_args(overrides: Dict[str, Any]) -> Dict[str, Any]:
     return {**HICACHE_CPU, **({} if sized else HICACHE_CPU_DEFAULTS)}
 
 
+def base_topology(topology: str) -> str:
+    """The plain topology a feature topology adds its feature to (the same
+    loop and PP size): pp1-hicache -> pp1-normal, pp1-lora -> pp1-overlap;
+    a plain topology is its own."""
+    if topology in TOPOLOGIES or topology not in FEATURE_TOPOLOGIES:
+        return topology
+    args = FEATURE_TOPOLOGIES[topology]
+    return topology_for(int(args.get("pp_size", 1) or 1), not _truthy(args.get("disable_overlap_schedule")))
+
+
 def topology_for(pp: int, overlap: bool) -> str:
     if pp == 4:
         return "pp4"

@@ -290,3 +290,18 @@ def test_a_request_is_compared_only_on_kv_of_the_weights_it_runs_under():
     refused = _Op("update_weights_from_disk", 10, {"flush_cache": True}, success=False)
     assert not oracle.comparable_after_updates(12, [refused])
     assert oracle.comparable_after_updates(12, [refused, _Op("flush_cache", 11)])
+
+
+def test_a_feature_topology_has_the_bugs_of_its_plain_topology():
+    """pp1-lora is pp1-overlap with LoRA on, pp1-hicache pp1-normal with
+    HiCache: a bug of the loop shows there too (a pp1-lora dev exploration
+    met the abort-pause wedge and reported it as new before this)."""
+    from scripted_runtime.user_side import engine_config
+
+    assert engine_config.base_topology("pp1-lora") == "pp1-overlap"
+    assert engine_config.base_topology("pp1-hicache") == "pp1-normal"
+    assert engine_config.base_topology("pp4") == "pp4"
+    wedge = known_bugs.by_name("abort_pause_during_in_place_pause")
+    assert wedge.applies("pp1-lora", "0.5.23") and wedge.applies("pp1-hicache", "0.5.23")
+    assert not wedge.applies("pp4", "0.5.23")
+    assert not known_bugs.by_name("pp_pause_ignored").applies("pp1-lora", "0.5.23")
