@@ -354,12 +354,20 @@ def expert_distribution_route_without_recorder(ctx):
     parent to quit: one GET takes the server down
     (docs/upstream/expert-distribution-route-without-recorder.md).
     """
-    answer = ctx.post_http("/start_expert_distribution_record", unchecked=True)
+    yield from _post_then_serve(ctx, "/start_expert_distribution_record")
+
+
+
+def _post_then_serve(ctx, route, body=None):
+    """Post ``route`` as a client would (``unchecked``: ``ctx.post_http``
+    refuses the routes that kill the scheduler), let it be processed, then
+    serve one request: the server must still answer."""
+    answer = ctx.post_http(route, body, unchecked=True)
+    answer.wait(1.0)  # the scheduler is frozen: this only lets the request reach its socket
     yield from ctx.steps(10)
     answer.wait(10)
     req = ctx.start_req(prompt_len=8, max_new_tokens=2, ignore_eos=True)
     yield from ctx.wait_finished(req, max_steps=50)
-
 
 
 def release_memory_syncs_build_device(ctx):
@@ -404,12 +412,7 @@ def resume_memory_not_released(ctx):
     ``ctx.resume_memory_occupation`` refuses such a call, so this posts it
     with ``ctx.post_http``.
     """
-    answer = ctx.post_http("/resume_memory_occupation", {"tags": ["kv_cache"]}, unchecked=True)
-    answer.wait(1.0)  # the scheduler is frozen: this only lets the request reach its socket
-    yield from ctx.steps(10)
-    answer.wait(10)
-    req = ctx.start_req(prompt_len=8, max_new_tokens=2, ignore_eos=True)
-    yield from ctx.wait_finished(req, max_steps=50)
+    yield from _post_then_serve(ctx, "/resume_memory_occupation", {"tags": ["kv_cache"]})
 
 
 def send_weights_without_send_group(ctx):
@@ -427,14 +430,8 @@ def send_weights_without_send_group(ctx):
     sends this route (docs/control-requests.md, row 16), so this posts it
     with ``ctx.post_http``.
     """
-    answer = ctx.post_http("/send_weights_to_remote_instance",
-                           {"master_address": "127.0.0.1", "ports": "29999", "group_name": "never_initialized"},
-                           unchecked=True)
-    answer.wait(1.0)  # the scheduler is frozen: this only lets the request reach its socket
-    yield from ctx.steps(10)
-    answer.wait(10)
-    req = ctx.start_req(prompt_len=8, max_new_tokens=2, ignore_eos=True)
-    yield from ctx.wait_finished(req, max_steps=50)
+    yield from _post_then_serve(ctx, "/send_weights_to_remote_instance",
+                                {"master_address": "127.0.0.1", "ports": "29999", "group_name": "never_initialized"})
 
 
 def abort_pause_during_in_place_pause(ctx):
