@@ -434,6 +434,28 @@ def send_weights_without_send_group(ctx):
                                 {"master_address": "127.0.0.1", "ports": "29999", "group_name": "never_initialized"})
 
 
+def profile_start_while_running_accepted(ctx):
+    """A ``/start_profile`` while a profile runs is refused ("Profiling is
+    already in progress. Call /stop_profile first.", the handler's own
+    message) and the running profile goes on to its stop.
+
+    On 0.5.23 ``SchedulerProfilerManager._profile`` calls ``_init_profile``
+    (which returns that refusal) and discards its answer, then calls
+    ``_start_profile`` again: a second torch profiler replaces the first,
+    which is never stopped, its trace lost, and the call answers success
+    (docs/upstream/profile-start-while-running-accepted.md). The
+    ``diagnostics`` contract sees the success.
+    """
+    first = ctx.start_profile()
+    yield from first.wait()
+    second = ctx.start_profile()
+    yield from second.wait()
+    stop = ctx.stop_profile()
+    yield from stop.wait()
+    req = ctx.start_req(prompt_len=8, max_new_tokens=2, ignore_eos=True)
+    yield from ctx.wait_finished(req, max_steps=50)
+
+
 def abort_pause_during_in_place_pause(ctx):
     """``pause_generation(abort)`` while an ``in_place`` pause holds a
     running request must end: the request is aborted, the call answers, and

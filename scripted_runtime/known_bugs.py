@@ -330,6 +330,21 @@ REGISTRY: Tuple[KnownBug, ...] = (
         slow_topologies=("pp1-normal", "pp4"),
     ),
     KnownBug(
+        name="profile_start_while_running_accepted",
+        title="/start_profile while a profile runs answers success and starts a second torch profiler over the "
+              "first (the handler's 'already in progress' refusal is discarded): the first profile is never "
+              "stopped and its trace is lost",
+        signature=r"ContractViolation\[diagnostics\]",
+        message=r"start_profile answered success while a profile was running",
+        topologies=("pp1-overlap", "pp1-normal", "pp4"),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:profile_start_while_running_accepted",
+        report="docs/upstream/profile-start-while-running-accepted.md",
+        # one code path on every topology (the profiler manager's start): pp1-overlap in the default lane
+        slow_topologies=("pp1-normal", "pp4"),
+    ),
+    KnownBug(
         name="abort_pause_during_in_place_pause",
         title="pause_generation(abort) while an in_place pause holds a running request never returns (the request "
               "cannot finish while paused) and holds the tokenizer's pause lock, so continue_generation can never "

@@ -133,15 +133,14 @@ def script_read_the_diagnostics(ctx):
 
 def test_diagnostics_routes_hold_their_contract_and_the_reset_undoes_them(server_pool):
     """configure_logging sets the scheduler's level; a profile of two
-    forwards stops by itself and writes its trace; a second start while one
-    runs is refused; the request decoding beside them outputs its reference
+    forwards stops by itself and writes its trace; another is stopped by
+    hand and writes its own; the request decoding beside them outputs its reference
     (every check on, the diagnostics contract included). A profile and a
     level a script leaves behind are undone by the next reset."""
     server = server_pool.get("pp1-overlap")
     fresh = run_ok(server, script_read_the_diagnostics).value
     out = run_ok(server, f"{OPS}:diagnostics_while_serving").value
     assert out["auto"] and out["manual"] and out["stopped"] and not out["profiling"], out
-    assert out["refused"] is False, "SGLang refuses a start while a profile runs"
     assert out["traces"] >= 2 and out["outputs_compared"] == 1, out
     assert out["level"] != fresh["level"]
     left = run_ok(server, script_leave_a_profile_running).value
