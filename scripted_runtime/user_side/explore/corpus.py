@@ -74,11 +74,12 @@ OPERATIONS: Dict[str, List[A.Action]] = {
     "checksums_around_update": [A.WeightQuery("checksum"), A.UpdateWeights(flush=True), A.WeightQuery("checksum")],
     # the trainer's path: the same weights as tensors, inside a begin/end session, while paused
     "tensor_update_retract_pause": [A.Pause("retract"), A.UpdateWeights(flush=True, tensor=True), A.Continue()],
+    # (a profile of two forwards, then eight iterations: past its target, it must have stopped itself)
     "knobs_and_queries": [A.SlowDown(1), A.SetLimit("above"), A.WeightQuery("server_info"),
                           A.WeightQuery("version"), A.WeightQuery("get_weights"), A.WeightQuery("snapshot"),
                           A.WeightQuery("compare"), A.WeightQuery("freeze_gc"), A.SlowDown(0),
                           A.SessionOp("open"), A.SessionOp("reopen"), A.SessionOp("close"),
-                          A.WeightQuery("log_level"), A.WeightQuery("profile"), A.Steps(4),
+                          A.WeightQuery("log_level"), A.WeightQuery("profile"), A.Steps(8),
                           A.WeightQuery("profile_stop")],
 }
 
