@@ -268,14 +268,11 @@ def loaded_lora_names(scheduler: Any) -> Tuple[str, ...]:
     return tuple(sorted(loaded_loras(scheduler).values()))
 
 
-def lora_slots(scheduler: Any) -> Tuple[int, Dict[Any, int]]:
-    """(max_loras_per_batch, lora_id -> buffer slot) of the LoRA memory
-    pool (None is the base model's slot when it holds one)."""
-    manager = lora_manager(scheduler)
-    pool = getattr(manager, "memory_pool", None)
-    if pool is None:
-        return 0, {}
-    return int(getattr(pool, "max_loras_per_batch", 0) or 0), dict(getattr(pool, "uid_to_buffer_id", {}) or {})
+def max_loras_per_batch(scheduler: Any) -> int:
+    """The adapters one batch may hold (the LoRA memory pool's slots; the
+    base model counts as one); 0 without LoRA."""
+    pool = getattr(lora_manager(scheduler), "memory_pool", None)
+    return int(getattr(pool, "max_loras_per_batch", 0) or 0)
 
 
 def dispatched_request_types() -> Tuple[str, ...]:
@@ -636,12 +633,10 @@ def _runtime_context() -> Any:
 
 def profiler_state(scheduler: Any) -> Dict[str, Any]:
     """The torch profiler's state on this rank (0.5.23
-    ``SchedulerProfilerManager``): ``in_progress``, ``target`` (the forward
-    count at which a profile started with ``num_steps`` stops itself, or
-    None), ``forward_ct`` (the scheduler's forward count) and ``output_dir``."""
+    ``SchedulerProfilerManager``): ``in_progress``, ``forward_ct`` (the
+    scheduler's forward count) and ``output_dir``."""
     manager = getattr(scheduler, "profiler_manager", None)
     return {"in_progress": bool(getattr(manager, "profile_in_progress", False)),
-            "target": getattr(manager, "profiler_target_forward_ct", None),
             "forward_ct": int(getattr(scheduler, "forward_ct", 0) or 0),
             "output_dir": getattr(manager, "torch_profiler_output_dir", None)}
 

@@ -91,7 +91,7 @@ def check(view: Any, memory: Any) -> Optional[Violation]:
     mem.batch_cursor = len(inputs.batch_log)
     if not sglang_compat.lora_enabled(s):
         return None
-    limit, _ = sglang_compat.lora_slots(s)
+    limit = sglang_compat.max_loras_per_batch(s)
     by_rid = {r.rid: r for r in view.reqs}
     for b in launched:
         reqs = [by_rid[rid] for rid in b.rids if rid in by_rid]

@@ -246,8 +246,9 @@ def _run_alone(ctx: Any, prompt: Tuple[int, ...], n: int, lora: Optional[str] = 
     slots = _slots(ctx)
     yield from ctx.wait_idle(max_steps=60 * slots)
     yield from flush_unseen(ctx, "before a reference run")
-    if lora is not None:
-        yield from _lora_loaded(ctx, lora)
+    if lora is not None and not (yield from ctx.lora_held(lora, max_steps=REFERENCE_STEPS)):
+        raise OutputMismatch(f"LoRA adapter {lora!r} could not be loaded for a reference run (loaded: "
+                             f"{', '.join(ctx.loaded_lora_adapters) or 'none'})")
     h = ctx.start_req(input_ids=list(prompt), max_new_tokens=max(n, REFERENCE_TOKENS), ignore_eos=True,
                       temperature=GREEDY, top_logprobs=2, lora=lora)
     yield from ctx.wait_finished(h, max_steps=REFERENCE_STEPS * slots)
@@ -256,28 +257,6 @@ def _run_alone(ctx: Any, prompt: Tuple[int, ...], n: int, lora: Optional[str] = 
     out = h.output_ids
     yield from ctx.wait_idle(max_steps=60 * slots)
     return out, comparable_prefix(h.top_logprobs, len(out))
-
-
-def _lora_loaded(ctx: Any, lora: str):
-    """``yield from _lora_loaded(ctx, lora)``: LoRA adapter ``lora`` held by
-    the scheduler, right before a reference run names it: a LoRA load or
-    unload the program left pending is let through first (an unload reaches
-    the scheduler by the tokenizer's clock once nothing uses the adapter),
-    then the adapter is loaded unless it is held."""
-    from scripted_runtime.scheduler_side.context.lora_ops import LORA_REQUEST_TYPES, UNLOAD_ARRIVAL_TIMEOUT_S
-
-    for _ in range(REFERENCE_STEPS):
-        pending = [op for t in LORA_REQUEST_TYPES for op in ctx.unsettled_ops_of_type(t)]
-        if not pending:
-            break
-        if not pending[0].arrived:
-            ctx.await_arrival(pending[0], UNLOAD_ARRIVAL_TIMEOUT_S)
-        yield
-    if lora not in ctx.loaded_lora_adapters:
-        op = ctx.load_lora_adapter(lora)
-        yield from op.wait()
-        if not op.success:
-            raise OutputMismatch(f"loading LoRA adapter {lora!r} for a reference run was refused: {op.message}")
 
 
 def verify_disk_cache(ctx: Any, prompt: Sequence[int], n: int = REFERENCE_TOKENS):

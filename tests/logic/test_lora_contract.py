@@ -49,7 +49,7 @@ def test_the_compat_layer_reads_the_lora_manager():
     s = _lora_scheduler([], {"id0": "lora0", "id1": "lora1"}, slots=2)
     assert sglang_compat.lora_enabled(s)
     assert sglang_compat.loaded_lora_names(s) == ("lora0", "lora1")
-    assert sglang_compat.lora_slots(s) == (2, {})
+    assert sglang_compat.max_loras_per_batch(s) == 2
     plain = FakeScheduler()
     assert not sglang_compat.lora_enabled(plain) and sglang_compat.loaded_lora_names(plain) == ()
 

@@ -26,7 +26,7 @@ from scripted_runtime.scheduler_side.context.runtime_ops import RuntimeOps, Sess
 from scripted_runtime.scheduler_side.context.tensor_updates import TensorUpdates
 from scripted_runtime.scheduler_side.control import ControlLedger, ControlOp
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
-from scripted_runtime.scheduler_side.inbox import NO_FRAME_GRACE_S, TokenizerInbox
+from scripted_runtime.scheduler_side.inbox import NO_FRAME_GRACE_S, ArrivalTimeout, TokenizerInbox
 from scripted_runtime.scheduler_side.rank_ops import KvPressure
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters
@@ -225,29 +225,48 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, LoraOps):
         )
         op.describe = self.describe
         if await_arrival:
-            done_at: List[float] = []
-
-            def answered_without_frame() -> bool:
-                if op.arrived:
-                    return True
-                if not answer.done:
-                    return False
-                done_at.append(time.monotonic())
-                return done_at[-1] - done_at[0] >= NO_FRAME_GRACE_S
-
-            # Arrival is the ledger's verdict (it pairs frames with ops in
-            # order): an earlier op's frame of the same type, still buffered,
-            # must not count as this one's.
-            self._inbox.wait_for(
-                None,
-                timeout_s=ARRIVAL_TIMEOUT_S,
-                what=f"{name} ({request_type})",
-                already_arrived=answered_without_frame,
-            )
+            self._wait_arrival(op, ARRIVAL_TIMEOUT_S)
         self._counters.io_s += time.monotonic() - t0
         for listener in self.control_listeners:
             listener(op, payload)
         return op
+
+    def _wait_arrival(self, op: ControlOp, timeout_s: float) -> None:
+        """Block, without stepping, until ``op`` reached the scheduler's
+        socket, or was answered over HTTP and no frame followed within
+        ``NO_FRAME_GRACE_S`` (the tokenizer answered it itself); raises
+        ``ArrivalTimeout`` after ``timeout_s``. Arrival is the ledger's
+        verdict (it pairs frames with ops in order): an earlier op's frame of
+        the same type, still buffered, must not count as this one's."""
+        done_at: List[float] = []
+
+        def arrived_or_answered() -> bool:
+            if op.arrived:
+                return True
+            if not op.http.done:
+                return False
+            done_at.append(time.monotonic())
+            return done_at[-1] - done_at[0] >= NO_FRAME_GRACE_S
+
+        self._inbox.wait_for(None, timeout_s=timeout_s, what=f"{op.name} ({op.request_type})",
+                             already_arrived=arrived_or_answered)
+
+    def await_arrival(self, op: ControlOp, timeout_s: float) -> bool:
+        """Block, without stepping the scheduler, until ``op``'s request
+        reached the scheduler's socket (it is then processed in the next
+        iteration) or was answered over HTTP without reaching it, or
+        ``timeout_s`` passed; True when it arrived. For an op SGLang's
+        tokenizer sends after a wait of its own that needs no scheduler
+        iteration (a LoRA unload once its adapter's requests have finished):
+        waiting by iterations would make a program's steps depend on the
+        tokenizer's timing."""
+        if op.arrived or op.processed:
+            return True
+        try:
+            self._wait_arrival(op, timeout_s)
+        except ArrivalTimeout:
+            pass
+        return op.arrived
 
     def flush_cache(self) -> ControlOp:
         """Ask for a cache flush. ``op.success`` is False when the scheduler's

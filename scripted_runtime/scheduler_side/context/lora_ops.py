@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.protocol import ENV_LORA_ADAPTERS
 from scripted_runtime.scheduler_side import state
 from scripted_runtime.scheduler_side.control import ControlOp
-from scripted_runtime.scheduler_side.inbox import ArrivalTimeout, NO_FRAME_GRACE_S
 
 LORA_REQUEST_TYPES = ("LoadLoRAAdapterReqInput", "UnloadLoRAAdapterReqInput")
 LOAD_ANSWER_TIMEOUT_S = 10.0  # the tokenizer registers a load the scheduler answered without further iterations
@@ -31,7 +29,7 @@ UNLOAD_ARRIVAL_TIMEOUT_S = 10.0  # an unload whose adapter's requests all finish
 
 class LoraOps:
     """Mixed into ``ScriptContext`` (which provides ``_control``,
-    ``unsettled_ops_of_type`` and ``_scheduler``)."""
+    ``unsettled_ops_of_type``, ``await_arrival`` and ``_scheduler``)."""
 
     @property
     def lora_adapters(self) -> Dict[str, str]:
@@ -61,32 +59,39 @@ class LoraOps:
         return [h for h in self._tracker.handles
                 if getattr(h, "lora", None) == name and h.http is not None and not h.http.done]
 
-    def await_arrival(self, op: ControlOp, timeout_s: float) -> bool:
-        """Block, without stepping the scheduler, until ``op``'s request
-        reached the scheduler's socket (it is then processed in the next
-        iteration) or ``timeout_s`` passed; True when it arrived. For an op
-        SGLang's tokenizer sends after a wait of its own that needs no
-        scheduler iteration (an unload once its adapter's requests have
-        finished): waiting by iterations would make the program's steps
-        depend on the tokenizer's timing."""
-        if op.arrived or op.processed:
-            return True
-        done_at = []
-
-        def settled() -> bool:  # arrived, or answered over HTTP without a frame (the tokenizer refused it)
-            if op.arrived:
+    def settle_lora_ops(self, max_steps: int):
+        """``yield from ctx.settle_lora_ops(max_steps)``: until no LoRA load
+        or unload of this script is unsettled (SGLang's tokenizer sends one
+        at a time); True when none is. It steps only while a pending unload's
+        adapter still serves an unfinished request (at most ``max_steps``
+        iterations); once none does, the tokenizer sends the unload on by
+        itself, which is waited for by the clock without stepping
+        (``await_arrival``), so the steps never depend on the tokenizer's
+        timing."""
+        for _ in range(max_steps):
+            pending = [op for t in LORA_REQUEST_TYPES for op in self.unsettled_ops_of_type(t)]
+            if not pending:
                 return True
-            if not op.http.done:
-                return False
-            done_at.append(time.monotonic())
-            return done_at[-1] - done_at[0] >= NO_FRAME_GRACE_S
+            op = pending[0]
+            name = (op.payload or {}).get("lora_name")
+            if not op.arrived and not (name and self.lora_in_use(name)):
+                if not self.await_arrival(op, UNLOAD_ARRIVAL_TIMEOUT_S):
+                    return False
+            yield
+        return not any(self.unsettled_ops_of_type(t) for t in LORA_REQUEST_TYPES)
 
-        try:
-            self._inbox.wait_for(None, timeout_s=timeout_s, what=f"{op.name} ({op.request_type})",
-                                 already_arrived=settled)
-        except ArrivalTimeout:
-            return op.arrived
-        return op.arrived
+    def lora_held(self, name: str, *, max_steps: int):
+        """``yield from ctx.lora_held(name, max_steps=N)``: whether the
+        scheduler holds adapter ``name`` after this script's pending LoRA
+        updates settled (``settle_lora_ops``) and, if it did not hold it, a
+        load was processed. False when they do not settle within
+        ``max_steps`` or the load is refused."""
+        if not (yield from self.settle_lora_ops(max_steps)):
+            return False
+        if name not in self.loaded_lora_adapters:
+            op = self.load_lora_adapter(name)
+            yield from op.wait()
+        return name in self.loaded_lora_adapters
 
     def _refuse_lora_op(self, what: str) -> None:
         if not sglang_compat.lora_enabled(self._scheduler):

@@ -380,42 +380,15 @@ LORA_WAIT_STEPS = 120
 LORA_ANSWER_WAIT_S = 5.0  # for the HTTP answers of an adapter's finished requests, before its unload
 
 
-def _after_lora_ops(ctx):
-    """Until no LoRA load or unload of the program is unsettled (SGLang's
-    tokenizer sends one at a time); True when none is. It steps only while
-    a pending unload's adapter still serves an unfinished request (bounded by
-    ``LORA_WAIT_STEPS``); once none does, the tokenizer sends the unload on
-    by itself, which is waited for by the clock without stepping, so the
-    program's steps never depend on the tokenizer's timing."""
-    from scripted_runtime.scheduler_side.context.lora_ops import LORA_REQUEST_TYPES, UNLOAD_ARRIVAL_TIMEOUT_S
-
-    for _ in range(LORA_WAIT_STEPS):
-        pending = [op for t in LORA_REQUEST_TYPES for op in ctx.unsettled_ops_of_type(t)]
-        if not pending:
-            return True
-        op = pending[0]
-        name = (op.payload or {}).get("lora_name")
-        if not op.arrived and not (name and ctx.lora_in_use(name)):
-            if not ctx.await_arrival(op, UNLOAD_ARRIVAL_TIMEOUT_S):
-                return False
-        yield
-    return not any(ctx.unsettled_ops_of_type(t) for t in LORA_REQUEST_TYPES)
-
-
 def ensure_lora(ctx, name: str):
     """``yield from ensure_lora(ctx, name)``: whether a request may name
-    LoRA adapter ``name`` now. After the program's earlier LoRA update
-    settled (an unload of it arrives once its requests finished), loads it
-    unless the scheduler holds it. False (the request is not sent) when the
-    earlier update does not settle within ``LORA_WAIT_STEPS`` or the load is
-    refused: SGLang's tokenizer would otherwise hold the request and load the
-    adapter itself, a load the frozen scheduler cannot answer."""
-    if not (yield from _after_lora_ops(ctx)):
-        return False
-    if name not in ctx.loaded_lora_adapters:
-        op = ctx.load_lora_adapter(name)
-        yield from op.wait()
-    return name in ctx.loaded_lora_adapters
+    LoRA adapter ``name`` now (``ctx.lora_held``: the program's earlier LoRA
+    updates settled, then loaded unless the scheduler holds it). False (the
+    request is not sent) when the earlier update does not settle within
+    ``LORA_WAIT_STEPS`` or the load is refused: SGLang's tokenizer would
+    otherwise hold the request and load the adapter itself, a load the
+    frozen scheduler cannot answer."""
+    return (yield from ctx.lora_held(name, max_steps=LORA_WAIT_STEPS))
 
 
 def lora_op(ctx, kind: str, name: str):
@@ -431,7 +404,7 @@ def lora_op(ctx, kind: str, name: str):
     ``scenarios/lora.py:load_serve_unload``)."""
     from scripted_runtime.scheduler_side.context.lora_ops import UNLOAD_ARRIVAL_TIMEOUT_S
 
-    if not (yield from _after_lora_ops(ctx)):
+    if not (yield from ctx.settle_lora_ops(LORA_WAIT_STEPS)):
         return None
     if kind == "load":
         op = ctx.load_lora_adapter(name)

@@ -263,7 +263,7 @@ class ExampleRunner:
 
         # every (family, length) a Start can draw; a Resend's longer prompt is one of them too
         prompts = [prompt_ids(family, n) for n in A.PROMPT_LENGTHS for family in strategies.PROMPT_FAMILIES]
-        features = (getattr(self, "config", None) or ServerConfig(self.topology)).features()
+        features = self.features()
         # a LoRA topology: every adapter's references of the prompts a request with one draws
         lora_prompts = ([prompt_ids(family, n) for n in A.LORA_PROMPT_LENGTHS for family in strategies.PROMPT_FAMILIES]
                         if "lora" in features else [])
@@ -318,6 +318,10 @@ class ExampleRunner:
     def history(self) -> List[Any]:
         """What the live server ran since it started (see ``histories``)."""
         return self.histories.setdefault(self._server_key(), []) if self.server is not None else []
+
+    def features(self) -> Tuple[str, ...]:
+        """The engine features of the server this runner runs programs on."""
+        return (getattr(self, "config", None) or ServerConfig(self.topology)).features()
 
     def _server_key(self) -> str:
         """The live server's identity (a new one at each start and restart)."""

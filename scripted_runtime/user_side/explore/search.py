@@ -238,7 +238,7 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
     t0 = time.monotonic()
     last_note = [t0]
 
-    features = (getattr(runner, "config", None) or ServerConfig(topology)).features()
+    features = runner.features() if hasattr(runner, "features") else ServerConfig(topology).features()
     seeds = corpus_mod.programs(topology, features) if settings.corpus else []
     stored = store.programs() if store is not None else []
     stored_keys = {tuple(program) for program in stored}
