@@ -19,13 +19,21 @@ class Patch:
     (``sglang.srt.managers.scheduler``) and patches whatever it needs.
 
     ``topologies``: where its effect can be seen at all (a mutant of the PP
-    loop is invisible at pp=1); ``expected``: which check should see it."""
+    loop is invisible at pp=1); ``unreachable_on``: ``DEVICE:TOPOLOGY``
+    pairs of those where the code it breaks cannot run (the harness refuses
+    the operation there, measured, e.g. ``cpu:pp4``); ``expected``: which
+    check should see it."""
 
     name: str
     summary: str
     install: Callable[[Any], None]
     topologies: Tuple[str, ...] = ALL_TOPOLOGIES
     expected: str = ""
+    unreachable_on: Tuple[str, ...] = ()
+
+    def applies(self, topology: str, device: str = "cpu") -> bool:
+        """Whether its effect can be seen on ``topology`` with ``device``."""
+        return topology in self.topologies and f"{device}:{topology}" not in self.unreachable_on
 
 
 

@@ -48,14 +48,18 @@ PATCHED_MODULES = (SCHEDULE_BATCH, MEMORY_POOL, TOKEN_ALLOCATOR, UNIFIED_RADIX_C
 DECLARED: Dict[str, Patch] = {}
 
 
-def mutant(name: str, *, topologies: Sequence[str], summary: str, expected: str) -> Callable:
+def mutant(name: str, *, topologies: Sequence[str], summary: str, expected: str,
+           unreachable_on: Sequence[str] = ()) -> Callable:
     """Declare the decorated ``_install_<name>(scheduler_module)`` as mutant
     ``name``: ``summary`` is one line saying what it breaks, ``topologies``
     where its effect can be seen, ``expected`` which check should see it (in
-    ``mutate.caught_by``'s words; the package docstring lists them). The
+    ``mutate.caught_by``'s words; the package docstring lists them),
+    ``unreachable_on`` the ``DEVICE:TOPOLOGY`` pairs where the code it
+    breaks cannot run (``mutate`` leaves those rows out). The
     docstring of the install function says the rest: the bug, why it is
     plausible, and how and when the check sees it."""
-    return declaring(DECLARED, lambda install: Patch(name, summary, install, tuple(topologies), expected))
+    return declaring(DECLARED, lambda install: Patch(name, summary, install, tuple(topologies), expected,
+                                                              tuple(unreachable_on)))
 
 
 def in_order(names: Iterable[str]) -> Dict[str, Patch]:

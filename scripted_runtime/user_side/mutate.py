@@ -64,14 +64,17 @@ def caught_by(signature: str) -> str:
     return "script error" if signature else ""
 
 
-def applicable(spec: str, topology: str) -> bool:
-    """Whether a mutant can be seen on a topology at all (its ``topologies``;
-    a user's patch that declares none applies everywhere)."""
+def applicable(spec: str, topology: str, device: str = "cpu") -> bool:
+    """Whether a mutant can be seen on a topology with ``device`` at all (its
+    ``topologies`` less its ``unreachable_on``; a user's patch that declares
+    none applies everywhere)."""
     try:
         patch = patch_specs.load(spec)
     except patch_specs.PatchError:
         return True
-    return topology in getattr(patch, "topologies", (topology,))
+    if topology not in getattr(patch, "topologies", (topology,)):
+        return False
+    return f"{device}:{topology}" not in getattr(patch, "unreachable_on", ())
 
 
 def expected_of(spec: str) -> str:
@@ -104,7 +107,7 @@ def run_table(config: ServerConfig = ServerConfig(), settings: ExploreSettings =
 
     explore_fn = explore_fn or explorer.explore
     rows: List[KillRow] = []
-    plan = [(t, m) for t in topologies for m in [BASELINE, *[m for m in mutants if applicable(m, t)]]]
+    plan = [(t, m) for t in topologies for m in [BASELINE, *[m for m in mutants if applicable(m, t, config.device)]]]
     t_start = time.monotonic()
     for i, (topology, mutant) in enumerate(plan, 1):
         label = f"[mutate {i}/{len(plan)} {topology} {mutant}]"

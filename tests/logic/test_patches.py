@@ -152,3 +152,15 @@ def test_a_baseline_failure_voids_the_table():
     assert rows[0].status == "FAILED"
     assert mutate.void_topologies(rows) == ["pp1-overlap"]
     assert "VOID on pp1-overlap" in mutate.format_table(rows)
+
+
+def test_a_mutant_is_left_out_where_the_code_it_breaks_cannot_run():
+    # the tensor update cannot run under PP on CPU (ctx refuses it): its mutant has no pp4 row
+    # there, and has one on a GPU runner
+    assert not mutate.applicable("mut_tensor_update_skips_flush", "pp4", "cpu")
+    assert mutate.applicable("mut_tensor_update_skips_flush", "pp4", "cuda")
+    assert mutate.applicable("mut_tensor_update_skips_flush", "pp1-overlap", "cpu")
+    explore, calls = _fake_explore({})
+    mutate.run_table(topologies=["pp4"], mutants=["mut_tensor_update_skips_flush", "mut_abort_keeps_row"],
+                     explore_fn=explore, progress=lambda line: None)
+    assert [p for _, p, _ in calls] == [(), ("mut_abort_keeps_row",)]
