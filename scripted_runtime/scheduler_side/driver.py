@@ -315,6 +315,7 @@ class Driver:
             # time: again until nothing is left
             # (an op SGLang's tokenizer sends after a wait of its own, a LoRA unload after the adapter's
             # requests answered, arrives after a wall-clock time, not a number of iterations)
+            before = runtime_knobs.take(s)
             knobs = runtime_knobs.restore(ctx, self._fresh_fingerprint)
             while knobs:
                 restore_deadline = time.monotonic() + RESTORE_OP_WAIT_S
@@ -334,6 +335,17 @@ class Driver:
                             ctx.await_arrival(op, max(0.0, restore_deadline - time.monotonic()))
                     yield
                     steps += 1
+                after = runtime_knobs.take(s)
+                if after == before:
+                    # processed, yet nothing they restore changed: posting them again would
+                    # loop until the harness's script timeout (a close_session SGLang
+                    # deferred on an idle engine, measured with a planted bug)
+                    left = [f"{key}: {after[key]!r}, fresh {self._fresh_fingerprint.get(key)!r}"
+                            for key in after if after[key] != self._fresh_fingerprint.get(key)]
+                    raise ResetError(f"the reset's {', '.join(op.name for op in knobs)} "
+                                     f"{'was' if len(knobs) == 1 else 'were'} processed but left the engine as it "
+                                     f"was ({'; '.join(left)}); state: {state.describe(s)}")
+                before = after
                 knobs = runtime_knobs.restore(ctx, self._fresh_fingerprint)
         raw, req = sglang_compat.reset_flush_frame()
         self._reset_flush_answer = None

@@ -146,3 +146,36 @@ def test_diagnostics_routes_hold_their_contract_and_the_reset_undoes_them(server
     left = run_ok(server, script_leave_a_profile_running).value
     assert left["profiling"] and left["level"] != fresh["level"], left
     assert run_ok(server, script_read_the_diagnostics).value == fresh
+
+
+def script_leave_a_session_open(ctx):
+    op = ctx.open_session("left-open")
+    yield from op.wait()
+    return list(ctx.open_sessions)
+
+
+def script_after_the_session(ctx):
+    yield
+
+
+@pytest.mark.slow
+def test_a_reset_whose_restore_changes_nothing_fails_at_once_naming_it():
+    """With close_session deferring every close (a planted bug), the reset's
+    close of the session a script left open is processed and leaves it open:
+    the reset names it at once, instead of posting the close again until the
+    harness's 120 s script timeout (measured before this rule: a pp4
+    exploration hung there and killed the server)."""
+    import time
+
+    from scripted_runtime import ScriptedServer
+
+    server = ScriptedServer.start(topology="pp1-normal", patches=["mut_session_close_always_deferred"])
+    try:
+        assert run_ok(server, script_leave_a_session_open).value == ["left-open"]
+        t0 = time.monotonic()
+        after = server.run(script_after_the_session)
+        assert time.monotonic() - t0 < 30
+        assert not after.passed and after.error.startswith("ResetError: the reset's close_session"), after.error
+        assert "processed but left the engine as it was" in after.error and "left-open" in after.error, after.error
+    finally:
+        server.shutdown()
