@@ -61,6 +61,9 @@ def caught_by(signature: str) -> str:
         return "answer delivery"
     if signature.startswith("server start"):
         return "server start"
+    if signature.startswith("ResetError"):
+        # the reset before the next program: its fingerprint or a restore that changed nothing
+        return "reset"
     return "script error" if signature else ""
 
 
