@@ -467,9 +467,30 @@ def test_new_actions_round_trip_through_the_failure_database():
                A.SetLimit("above"), A.SlowDown(1), A.WeightQuery("checksum"),
                A.OnPhase("decode", A.SetLimit("1"), 24), A.OnWindow("x", A.WeightQuery("version"), 24),
                A.Start(65, 1, 4, lora="lora2"), A.LoraOp("unload", "lora0"),
-               A.OnPhase("decode", A.LoraOp("load", "lora1"), 24)]
+               A.OnPhase("decode", A.LoraOp("load", "lora1"), 24), A.Start(8, 0, 4, beside=1)]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 8
+    assert A.GRAMMAR_VERSION == 9
+
+
+def test_a_start_beside_a_live_request_is_drawn_under_pp_only_and_waits_for_its_slot():
+    from hypothesis import given, settings as h_settings
+
+    from scripted_runtime.user_side.explore import strategies
+
+    seen = {"pp4": set(), "pp1-overlap": set()}
+    for topology in seen:
+        @h_settings(max_examples=300, database=None, derandomize=True)
+        @given(strategies.programs(topology))
+        def draw(program):
+            seen[topology].update(a.beside for a in program if isinstance(a, A.Start))
+
+        draw()
+    assert seen["pp1-overlap"] == {None}  # one running batch at pp=1: the pp1 draws are as before
+    assert {None, 0, 1, 2} <= seen["pp4"]
+    text = A.to_source([A.Start(8, 0, 12), A.Steps(3), A.Start(8, 1, 4, beside=0)]).text
+    compile(text, "<program>", "exec")
+    assert "yield from explore.join_batch_of(ctx, reqs, 0)\n    reqs.append(ctx.start_req(" in text
+    assert "in the micro-batch of live request #0" in text
 
 
 def test_the_rl_grammar_compiles_to_its_helpers_and_holds_requests_back_while_memory_is_released():

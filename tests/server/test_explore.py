@@ -24,6 +24,7 @@ from scripted_runtime import known_bugs
 from scripted_runtime.user_side.explore import explorer
 from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
 from scripted_runtime.user_side.server_config import ServerConfig
+from tests.helpers import run_ok
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -115,3 +116,36 @@ def test_without_the_registry_the_pp_pause_bug_is_a_new_shrunk_finding(server_po
     assert "pause_generation" in source and "# <-- FAILS here" in source
     assert new.replay_matches, new.replay_verdict
     print("shrunk:", *new.program_lines, sep="\n  ")
+
+
+def script_join_a_busy_micro_batch(ctx, beside):
+    """The explorer's source for: start (12 new tokens), 3 steps, start
+    (``beside``: in the first's micro-batch), then the slot each request's
+    running batch is in."""
+    from scripted_runtime.user_side.explore import actions as A
+
+    namespace = {}
+    exec(A.to_source([A.Start(8, 0, 12), A.Steps(3), A.Start(8, 1, 4, beside=beside)]).text, namespace)
+    gen = namespace["program"](ctx)
+    slots = None
+    for _ in gen:  # run its actions; read the slots once both requests decode
+        handles = [h for h in gen.gi_frame.f_locals["reqs"] if not h.finished] if gen.gi_frame else []
+        running = [[r.rid for r in b.reqs] if b is not None else [] for b in ctx.scheduler.running_mbs]
+        held = [next((i for i, rids in enumerate(running) if h.rid in rids), None) for h in handles]
+        if slots is None and len(handles) == 2 and None not in held:
+            slots = held
+        yield
+    return slots
+
+
+@pytest.mark.pp4
+def test_a_start_beside_a_live_request_joins_its_micro_batch_under_pp(server_pool):
+    """Start.beside steps to the live request's micro-batch slot before the
+    start, so both decode in one running batch (the merge of a prefill into a
+    decoding micro-batch); without it, 3 steps later the second lands in
+    another slot."""
+    server = server_pool.get("pp4")
+    joined = run_ok(server, script_join_a_busy_micro_batch, 0).value
+    assert joined is not None and joined[0] == joined[1], joined
+    apart = run_ok(server, script_join_a_busy_micro_batch, None).value
+    assert apart is not None and apart[0] != apart[1], apart

@@ -75,6 +75,38 @@ def wait_for_phase(ctx, phase: str, *, max_steps: int):
     return False
 
 
+def _slot_holding(s: Any, rid: str) -> Optional[int]:
+    """The PP micro-batch slot whose batches hold request ``rid`` (its
+    running batch, the batch in flight in it, or the prefill batch it ran
+    last), or None."""
+    for name in ("running_mbs", "mbs", "last_mbs"):
+        for i, batch in enumerate(getattr(s, name, None) or ()):
+            if batch is not None and any(getattr(r, "rid", None) == rid for r in (getattr(batch, "reqs", None) or ())):
+                return i
+    return None
+
+
+def join_batch_of(ctx, reqs, pick: int):
+    """``yield from join_batch_of(ctx, reqs, pick)`` before a start: under PP,
+    step until the loop is about to run the micro-batch slot that holds live
+    request ``pick`` (modulo their number), so the request started next is
+    admitted into that slot and merged into its running batch (a batch of
+    requests of different ages in one micro-batch; with requests arriving
+    at random steps it takes ``pp_loop_size`` turns of luck). At most one
+    turn of the loop; nothing at pp=1 (one running batch: any overlap
+    merges) or when no slot holds that request."""
+    s = ctx.scheduler
+    alive = live(well_formed(reqs))
+    if not alive or not state.mbs_slots(s):
+        return
+    rid = alive[pick % len(alive)].rid
+    for _ in range(state.mbs_slots(s)):
+        slot = _slot_holding(s, rid)
+        if slot is None or state.pp_slot(s) == slot:
+            return
+        yield
+
+
 def abort_one(ctx, reqs, pick: int):
     """Abort live request ``pick`` (modulo their number); None when none is live."""
     alive = live(well_formed(reqs))

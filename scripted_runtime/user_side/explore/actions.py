@@ -32,7 +32,8 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # 7: runtime knobs and weight queries: SetLimit, SlowDown, WeightQuery; UpdateWeights.tensor; SessionOp.
 # 8: LoRA (a LoRA topology only): Start.lora (a request served with an adapter), LoraOp (load, unload);
 # WeightQuery kinds log_level (configure_logging), profile and profile_stop (the torch profiler).
-GRAMMAR_VERSION = 8
+# 9: Start.beside (under PP: the start waits for the micro-batch slot of a live request).
+GRAMMAR_VERSION = 9
 # The harness's LoRA adapters (user_side/models/lora_adapters.py ADAPTERS) and the prompt lengths a
 # request with one draws (the output oracle computes each adapter's references of them up front).
 LORA_ADAPTERS = ("lora0", "lora1", "lora2")
@@ -85,11 +86,15 @@ class Start:
     stop_at: Optional[int] = None
     stream: bool = False
     lora: Optional[str] = None  # a LoRA adapter (LORA_ADAPTERS), loaded first if it is not
+    # under PP: started when the loop comes to the micro-batch slot of live request #beside
+    # (``program.join_batch_of``), so it is merged into that slot's running batch
+    beside: Optional[int] = None
 
     def describe(self) -> str:
         return (f"start: {_prompt_words(self.family, self.prompt_len)}, "
                 f"{_request_words(self.max_new_tokens, self.ignore_eos, self.stop_at, self.stream)}"
-                + (f", LoRA adapter {self.lora}" if self.lora else ""))
+                + (f", LoRA adapter {self.lora}" if self.lora else "")
+                + (f", in the micro-batch of live request #{self.beside}" if self.beside is not None else ""))
 
 
 @dataclass(frozen=True)
@@ -547,6 +552,8 @@ def to_source(actions: Sequence[Action], *, docstring: str = "", mark: Optional[
             if getattr(action, "lora", None):  # its adapter loaded first, or the request is not sent
                 guards.append(f"(yield from explore.ensure_lora(ctx, {action.lora!r}))")
             body = [f"if {' and '.join(guards)}:", "    " + call] if guards else [call]
+            if getattr(action, "beside", None) is not None:
+                body = [f"yield from explore.join_batch_of(ctx, reqs, {action.beside})"] + body
         elif isinstance(action, ExhaustKv):
             body = _op_lines(action)
         elif isinstance(action, FuzzRequest):

@@ -120,9 +120,20 @@ def _request_semantics() -> dict:
             "stream": st.booleans()}
 
 
-def starts(lengths=PROMPT_LENGTHS) -> st.SearchStrategy:
+# Under PP, which live request's micro-batch a Start may join (Start.beside): none (first), or
+# one of the first few. At pp=1 there is one running batch, so it is not drawn there.
+BESIDE_PICKS = 3
+
+
+def starts(lengths=PROMPT_LENGTHS, *, pipeline: bool = False) -> st.SearchStrategy:
+    """A request; under PP (``pipeline``) it may wait for the micro-batch
+    slot of a live request first: a request admitted into a micro-batch that
+    is decoding others (its prefill merged into their running batch) needs
+    its arrival to line up with that slot, one turn in ``pp_loop_size``
+    (6 at pp=4) when started after a random number of steps."""
+    extra = {"beside": st.one_of(st.none(), st.integers(0, BESIDE_PICKS - 1))} if pipeline else {}
     return st.builds(A.Start, prompt_len=st.sampled_from(lengths), family=st.sampled_from(PROMPT_FAMILIES),
-                     **_request_semantics())
+                     **_request_semantics(), **extra)
 
 
 def lora_starts() -> st.SearchStrategy:
@@ -211,7 +222,8 @@ def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None,
     names = windows_for(topology, features)
     choices = [
         st.builds(A.Steps, n=st.integers(1, MAX_STEPS_ACTION[topology])),
-        starts(HICACHE_PROMPT_LENGTHS if "hicache" in features else PROMPT_LENGTHS),
+        starts(HICACHE_PROMPT_LENGTHS if "hicache" in features else PROMPT_LENGTHS,
+               pipeline=LOOP_OF_TOPOLOGY[topology] == "pp"),
         control_ops(),
         st.builds(A.OnWindow, window=st.sampled_from(names),
                   op=control_ops().filter(_placed),
