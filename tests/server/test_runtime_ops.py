@@ -148,7 +148,7 @@ def test_diagnostics_routes_hold_their_contract_and_the_reset_undoes_them(server
     assert run_ok(server, script_read_the_diagnostics).value == fresh
 
 
-def script_leave_a_session_open(ctx):
+def script_leave_a_named_session_open(ctx):
     op = ctx.open_session("left-open")
     yield from op.wait()
     return list(ctx.open_sessions)
@@ -171,7 +171,7 @@ def test_a_reset_whose_restore_changes_nothing_fails_at_once_naming_it():
 
     server = ScriptedServer.start(topology="pp1-normal", patches=["mut_session_close_always_deferred"])
     try:
-        assert run_ok(server, script_leave_a_session_open).value == ["left-open"]
+        assert run_ok(server, script_leave_a_named_session_open).value == ["left-open"]
         t0 = time.monotonic()
         after = server.run(script_after_the_session)
         assert time.monotonic() - t0 < 30
