@@ -316,7 +316,7 @@ class Driver:
             # (an op SGLang's tokenizer sends after a wait of its own, a LoRA unload after the adapter's
             # requests answered, arrives after a wall-clock time, not a number of iterations)
             before = runtime_knobs.take(s)
-            knobs = runtime_knobs.restore(ctx, self._fresh_fingerprint)
+            knobs = runtime_knobs.restore(ctx, self._fresh_fingerprint, before)
             while knobs:
                 restore_deadline = time.monotonic() + RESTORE_OP_WAIT_S
                 while not all(op.processed for op in knobs):
@@ -340,13 +340,12 @@ class Driver:
                     # processed, yet nothing they restore changed: posting them again would
                     # loop until the harness's script timeout (a close_session SGLang
                     # deferred on an idle engine, measured with a planted bug)
-                    left = [f"{key}: {after[key]!r}, fresh {self._fresh_fingerprint.get(key)!r}"
-                            for key in after if after[key] != self._fresh_fingerprint.get(key)]
+                    left = reset_fingerprint.diff({key: self._fresh_fingerprint.get(key) for key in after}, after)
                     raise ResetError(f"the reset's {', '.join(op.name for op in knobs)} "
                                      f"{'was' if len(knobs) == 1 else 'were'} processed but left the engine as it "
                                      f"was ({'; '.join(left)}); state: {state.describe(s)}")
                 before = after
-                knobs = runtime_knobs.restore(ctx, self._fresh_fingerprint)
+                knobs = runtime_knobs.restore(ctx, self._fresh_fingerprint, after)
         raw, req = sglang_compat.reset_flush_frame()
         self._reset_flush_answer = None
         self._reset_flushes_queued += 1

@@ -13,7 +13,7 @@ like the script's was.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from scripted_runtime.hooks import sglang_compat
 
@@ -35,13 +35,15 @@ def take(s: Any) -> Dict[str, Any]:
             PROFILING: sglang_compat.profiler_state(s)["in_progress"], LOG_LEVEL: sglang_compat.root_log_level()}
 
 
-def restore(ctx: Any, fresh: Dict[str, Any]) -> List[Any]:
+def restore(ctx: Any, fresh: Dict[str, Any], now: Optional[Dict[str, Any]] = None) -> List[Any]:
     """Post what turns every knob that differs from ``fresh`` (a fingerprint
     of the engine as it came up) back; returns the ops posted (processed in
-    the next iteration). LoRA adapters a script loaded are unloaded one per
-    call (SGLang's tokenizer sends one LoRA update at a time): the reset
-    calls this again until it posts nothing."""
-    now = take(ctx.scheduler)
+    the next iteration). ``now``: ``take`` of the engine now, when the caller
+    has it. LoRA adapters a script loaded are unloaded one per call
+    (SGLang's tokenizer sends one LoRA update at a time): the reset calls
+    this again until it posts nothing."""
+    if now is None:
+        now = take(ctx.scheduler)
     ops = []
     if LIMIT in fresh and now[LIMIT] != fresh[LIMIT] and fresh[LIMIT] is not None:
         ops.append(ctx.set_internal_state(**{sglang_compat.MICRO_BATCH_KNOB: fresh[LIMIT]}))

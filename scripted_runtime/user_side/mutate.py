@@ -75,9 +75,9 @@ def applicable(spec: str, topology: str, device: str = "cpu") -> bool:
         patch = patch_specs.load(spec)
     except patch_specs.PatchError:
         return True
-    if topology not in getattr(patch, "topologies", (topology,)):
-        return False
-    return f"{device}:{topology}" not in getattr(patch, "unreachable_on", ())
+    applies = getattr(patch, "applies", None)  # a Patch: its own rule
+    return applies(topology, device) if applies is not None else topology in getattr(patch, "topologies",
+                                                                                          (topology,))
 
 
 def expected_of(spec: str) -> str:

@@ -79,10 +79,10 @@ def _slot_holding(s: Any, rid: str) -> Optional[int]:
     """The PP micro-batch slot whose batches hold request ``rid`` (its
     running batch, the batch in flight in it, or the prefill batch it ran
     last), or None."""
-    for name in ("running_mbs", "mbs", "last_mbs"):
-        for i, batch in enumerate(getattr(s, name, None) or ()):
-            if batch is not None and any(getattr(r, "rid", None) == rid for r in (getattr(batch, "reqs", None) or ())):
-                return i
+    slot_lists = ("running_mbs", "mbs", "last_mbs")
+    for name, i, _, reqs in state.places(s, pp_slots=slot_lists):
+        if name in slot_lists and any(r.rid == rid for r in reqs):
+            return i
     return None
 
 
