@@ -239,6 +239,38 @@ class Driver:
                 idle_streak = 0
                 time.sleep(0.001)  # free-running before warmup: do not spin hot
 
+    def _resume_released_memory(self, deadline: float) -> Generator[None, None, int]:
+        """Resume what the previous script left released, counting what it
+        posted and SGLang has not processed yet (a release still to land is
+        resumed after it; a resume already posted is not posted again: SGLang's
+        handler would raise KeyError on the second), and wait until SGLang's
+        ``offload_tags`` is empty. A posted operation arrives after HTTP round
+        trips, so the wait is bounded by the clock as well as by iterations.
+        Returns the iterations used."""
+        s = self.scheduler
+        ctx = self.ctx
+        to_resume = sorted(ctx._released_once_processed())
+        if to_resume:
+            try:
+                ctx.resume_memory_occupation(to_resume)
+            except (RuntimeError, ValueError) as e:
+                raise ResetError(f"the reset could not resume the memory the previous script released: {e}; "
+                                 f"state: {state.describe(s)}") from e
+        steps = 0
+        while ctx.released_memory or ctx._released_once_processed():
+            if steps >= RESET_MAX_STEPS and time.monotonic() > deadline:
+                posted = [op.name for op in self.ledger.ops if not op.processed
+                          and op.name.startswith(("release_memory_occupation", "resume_memory_occupation"))]
+                raise ResetError(
+                    f"the reset waited {steps} iterations for SGLang to resume the released memory "
+                    f"({', '.join(ctx.released_memory) or 'none released now'}; posted and not processed: "
+                    f"{', '.join(posted) or 'nothing'}); state: {state.describe(s)}")
+            yield
+            steps += 1
+            if steps > RESET_MAX_STEPS // 4:
+                time.sleep(0.001)  # waiting for an HTTP round trip, not for iterations: do not spin hot
+        return steps
+
     def _reset(self, deadline: float = float("inf"), tokenizer_paused: bool = False) -> Generator[None, None, int]:
         """Bring the engine back to a clean idle state; returns iterations
         used. ``deadline`` (the script's own, monotonic) also bounds the wait
@@ -254,18 +286,10 @@ class Driver:
         hicache_gate.gate().reset()  # nothing held into the next script (copies the held ones now)
         if self._needs_drain() or tokenizer_paused:
             self._raise_if_tokenizer_wedged()
-            released = ctx.released_memory
-            if released:
+            if ctx.released_memory or ctx._released_once_processed():
                 # the RL order: memory back before generation continues (a continue
                 # over released memory is refused: a GPU would fault)
-                resume = ctx.resume_memory_occupation(list(released))
-                while not resume.processed:
-                    if steps >= RESET_MAX_STEPS:
-                        raise ResetError(f"the reset's resume_memory_occupation({', '.join(released)}) was not "
-                                         f"processed within {RESET_MAX_STEPS} iterations; "
-                                         f"state: {state.describe(s)}")
-                    yield
-                    steps += 1
+                steps += yield from self._resume_released_memory(min(deadline, time.monotonic() + LEFTOVER_OP_WAIT_S))
             if sglang_compat.is_paused(s) or tokenizer_paused:
                 ctx.continue_generation()
             self.kv_holds.release()

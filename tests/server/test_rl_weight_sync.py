@@ -90,6 +90,35 @@ def test_a_script_that_leaves_lost_weights_is_named_by_the_next_reset(tmp_path):
         server.shutdown()
 
 
+def script_post_a_resume_and_leave(ctx):
+    release = ctx.release_memory_occupation(["kv_cache"])
+    yield from release.wait()
+    ctx.resume_memory_occupation(["kv_cache"])  # posted, not waited for: the reset finds it unprocessed
+
+
+def script_post_a_release_and_leave(ctx):
+    ctx.release_memory_occupation(["kv_cache"])
+    yield
+
+
+def script_nothing_released(ctx):
+    assert ctx.released_memory == (), ctx.released_memory
+    yield
+
+
+def test_the_reset_after_a_posted_resume_or_release_resumes_once(server_pool):
+    """A script that ends with its resume (or its release) posted and not
+    processed: the reset counts it, resumes what will be released once it
+    lands (not the tag its resume already covers: SGLang's handler raises
+    KeyError on a second resume and the scheduler dies), and the next script
+    finds nothing released."""
+    server = server_pool.get("pp1-overlap")
+    for leave in (script_post_a_resume_and_leave, script_post_a_release_and_leave):
+        result = run_ok(server, leave)
+        assert any(op["op"].startswith("release_memory_occupation") for op in result.control_log), result.control_log
+        run_ok(server, script_nothing_released)
+
+
 def test_a_release_behind_an_unprocessed_continue_is_not_allowed(server_pool):
     run_ok(server_pool.get("pp1-overlap"), f"{CYCLE}:release_behind_a_continue")
 
