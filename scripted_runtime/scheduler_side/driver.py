@@ -249,7 +249,7 @@ class Driver:
         Returns the iterations used."""
         s = self.scheduler
         ctx = self.ctx
-        to_resume = sorted(ctx._released_once_processed())
+        to_resume = sorted(ctx.released_memory_once_processed())
         if to_resume:
             try:
                 ctx.resume_memory_occupation(to_resume)
@@ -257,7 +257,7 @@ class Driver:
                 raise ResetError(f"the reset could not resume the memory the previous script released: {e}; "
                                  f"state: {state.describe(s)}") from e
         steps = 0
-        while ctx.released_memory or ctx._released_once_processed():
+        while ctx.released_memory or ctx.released_memory_once_processed():
             if steps >= RESET_MAX_STEPS and time.monotonic() > deadline:
                 posted = [op.name for op in self.ledger.ops if not op.processed
                           and op.name.startswith(("release_memory_occupation", "resume_memory_occupation"))]
@@ -286,7 +286,7 @@ class Driver:
         hicache_gate.gate().reset()  # nothing held into the next script (copies the held ones now)
         if self._needs_drain() or tokenizer_paused:
             self._raise_if_tokenizer_wedged()
-            if ctx.released_memory or ctx._released_once_processed():
+            if ctx.released_memory or ctx.released_memory_once_processed():
                 # the RL order: memory back before generation continues (a continue
                 # over released memory is refused: a GPU would fault)
                 steps += yield from self._resume_released_memory(min(deadline, time.monotonic() + LEFTOVER_OP_WAIT_S))

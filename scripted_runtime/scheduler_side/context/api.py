@@ -399,7 +399,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, LoraOps):
         kill the scheduler on its assert."""
         return sglang_compat.memory_release_allowed(self._scheduler) and not self._queued_ahead()
 
-    def _released_once_processed(self) -> set:
+    def released_memory_once_processed(self) -> set:
         """SGLang's released tags once the releases and resumes this script
         posted, not processed yet, are (in posting order)."""
         tags = set(self.released_memory)
@@ -439,7 +439,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, LoraOps):
         a GPU loses it: weights must be loaded again (an update) before
         generation continues."""
         names = self._memory_tags(tags, "release_memory_occupation")
-        again = [t for t in names if t in self._released_once_processed()]
+        again = [t for t in names if t in self.released_memory_once_processed()]
         if again:
             raise RuntimeError(f"release_memory_occupation: {', '.join(again)} already released, or its release "
                                f"posted (SGLang's offload_tags: {', '.join(self.released_memory) or 'empty'}); "
@@ -466,7 +466,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, LoraOps):
         ``set.remove`` (a KeyError in the scheduler). After resuming
         ``weights`` on the CPU default, the parameters are the garbage the
         release left until a weight update loads them (as on a GPU)."""
-        released = self._released_once_processed()
+        released = self.released_memory_once_processed()
         if not tags:  # everything released, named (SGLang's "no tags" means all three)
             tags = sorted(released)
             if not tags:
