@@ -616,6 +616,74 @@ def served_model(scheduler: Any) -> Any:
     return getattr(runner, "model", None)
 
 
+# --- init_weights_update_group / update_weights_from_distributed (a trainer's broadcast) --------------
+# 0.5.23: the model runner's WeightUpdater keeps the groups by name (``_model_update_group``); the
+# scheduler's handler refuses a distributed update outside a begin/end session before it receives,
+# and the receive asserts the group (model_executor/model_runner_components/weight_updater.py).
+DISTRIBUTED_UPDATE_TYPE = "UpdateWeightsFromDistributedReqInput"
+
+
+def model_weight_updater(scheduler: Any) -> Any:
+    """The model runner's weight updater (the one holding the process groups
+    a trainer broadcasts over), None where this release has none."""
+    worker = getattr(scheduler, "tp_worker", None)
+    runner = getattr(worker, "model_runner", None) or getattr(getattr(worker, "worker", None), "model_runner", None)
+    return getattr(runner, "weight_updater", None)
+
+
+def weight_update_groups(scheduler: Any) -> Tuple[str, ...]:
+    """The names of the weight-update process groups this rank joined
+    (``init_weights_update_group``) and has not destroyed, sorted."""
+    return tuple(sorted(getattr(model_weight_updater(scheduler), "_model_update_group", None) or ()))
+
+
+def distributed_update_receives(scheduler: Any, recv_req: Any) -> bool:
+    """Whether SGLang's handler, given ``recv_req`` now, receives the
+    trainer's broadcast: a weight-update session is open (else it answers
+    ``success=False`` first) and the group is initialized (else the receive
+    asserts)."""
+    return (weight_update_session_open(scheduler)
+            and getattr(recv_req, "group_name", None) in weight_update_groups(scheduler))
+
+
+def distributed_update_supported(scheduler: Any) -> Optional[str]:
+    """None when the harness can run a trainer rank for this server; else why not."""
+    pp_size = rank_info(scheduler)[2] or 1
+    if pp_size > 1:
+        return (f"init_weights_update_group under PP (pp_size {pp_size}): every pipeline stage joins the group as "
+                "rank rank_offset + tp_rank, the same rank for each stage (read off 0.5.23's "
+                "WeightUpdater.init_weights_update_group), so a trainer cannot form it; use update_weights_from_disk")
+    return None
+
+
+# Where SGLang's own group constructor lives (the scheduler's side of the join); the trainer's
+# side below mirrors it, and tests/logic/test_sglang_compat.py reads its source to keep them alike.
+CUSTOM_PROCESS_GROUP_FUNCTION = ("sglang.srt.utils.common", "init_custom_process_group")
+
+
+def join_custom_process_group(*, backend: str, init_method: str, world_size: int, rank: int,
+                              group_name: str) -> Any:
+    """Join the group the scheduler's ``init_weights_update_group`` joins,
+    as SGLang's ``init_custom_process_group`` (0.5.23, utils/common.py)
+    builds it: the rendezvous store wrapped in ``PrefixStore(group_name)``,
+    then torch's group helper, ranks mapped one to one. Mirrored here with
+    torch alone so the trainer rank does not import SGLang (3.6 s of its
+    5 s start on 2 cores, measured)."""
+    import torch
+    from torch.distributed.distributed_c10d import (Backend, PrefixStore, _new_process_group_helper, _world,
+                                                    default_pg_timeout, rendezvous)
+
+    store, rank, world_size = next(rendezvous(init_method, rank, world_size, timeout=default_pg_timeout))
+    store.set_timeout(default_pg_timeout)
+    store = PrefixStore(group_name, store)
+    options = ("backend_options" if tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 6)
+               else "pg_options")
+    pg, _ = _new_process_group_helper(world_size, rank, [], Backend(backend), store, group_name=group_name,
+                                      **{options: None}, timeout=default_pg_timeout)
+    _world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
+    return pg
+
+
 # --- runtime knobs and weight queries (set_internal_state, slow_down, update_weight_version,
 # get_weights_by_name, weights_checker) -----------------------------------------------------
 # The one set_internal_state key the CPU default can change (0.5.23 internal_state.py

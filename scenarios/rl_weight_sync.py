@@ -14,7 +14,7 @@ output oracle reports at the end.
 from scripted_runtime.scheduler_side.explore import program as explore
 
 
-def cycle_with_requests(ctx, pause_mode="retract", tags="all", gap=1, tensor=False):
+def cycle_with_requests(ctx, pause_mode="retract", tags="all", gap=1, tensor=False, distributed=False):
     """A request decoding and one mid-chunk when the cycle starts; after it,
     the same prompts again (their prefix was flushed with the KV cache), and
     every greedy output must be its reference's: the ones that ran across
@@ -25,13 +25,18 @@ def cycle_with_requests(ctx, pause_mode="retract", tags="all", gap=1, tensor=Fal
     loaded, the tree keeps KV of the old ones), so the requests after it,
     which hit that KV, are not compared either. ``tensor=True``: the update
     is the trainer's path, the same checkpoint's tensors through
-    ``update_weights_from_tensor`` inside a begin/end weight-update session."""
+    ``update_weights_from_tensor`` inside a begin/end weight-update session.
+    ``distributed=True``: the trainer's broadcast, the harness's trainer rank
+    joining a gloo weight-update group with the scheduler and broadcasting
+    the checkpoint while ``update_weights_from_distributed`` receives it, in
+    such a session (pp=1 only: under PP every stage claims the same rank)."""
     reqs = [
         ctx.start_req(input_ids=explore.prompt_ids(0, 100), max_new_tokens=12, ignore_eos=True, temperature=0.0),
         ctx.start_req(input_ids=explore.prompt_ids(1, 150), max_new_tokens=6, ignore_eos=True, temperature=0.0),
     ]
     yield from ctx.steps(3 * max(1, ctx.pp_loop_size))
-    yield from explore.rl_cycle(ctx, reqs, pause_mode=pause_mode, tags=tags, gap=gap, tensor=tensor)
+    yield from explore.rl_cycle(ctx, reqs, pause_mode=pause_mode, tags=tags, gap=gap, tensor=tensor,
+                                 distributed=distributed)
     reqs.append(ctx.start_req(input_ids=explore.prompt_ids(0, 100), max_new_tokens=8, ignore_eos=True,
                               temperature=0.0))
     reqs.append(ctx.start_req(input_ids=explore.prompt_ids(1, 150), max_new_tokens=8, ignore_eos=True,

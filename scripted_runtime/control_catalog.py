@@ -85,11 +85,10 @@ CATALOG: Tuple[ControlRequest, ...] = (
     _c("CloseSessionReqInput", 11, ("/close_session",), "scripted", ctx="ctx.close_session"),
     _c("UpdateWeightFromDiskReqInput", 12, ("/update_weights_from_disk",), "scripted",
        ctx="ctx.update_weights_from_disk"),
-    _c("InitWeightsUpdateGroupReqInput", 13, ("/init_weights_update_group",), "blocks",
-       reason="the scheduler joins a torch process group and waits in init_process_group for the trainer's "
-              "rank, a process the harness does not run (not scripted yet)"),
-    _c("DestroyWeightsUpdateGroupReqInput", 14, ("/destroy_weights_update_group",), "sglang_refuses",
-       reason="400 'The group to be destroyed does not exist.' (no group can be made: row 13)"),
+    _c("InitWeightsUpdateGroupReqInput", 13, ("/init_weights_update_group",), "scripted",
+       ctx="ctx.init_weights_update_group (the harness runs the trainer's rank 0 over gloo; pp=1)"),
+    _c("DestroyWeightsUpdateGroupReqInput", 14, ("/destroy_weights_update_group",), "scripted",
+       ctx="ctx.destroy_weights_update_group"),
     _c("InitWeightsSendGroupForRemoteInstanceReqInput", 15, ("/init_weights_send_group_for_remote_instance",),
        "blocks",
        reason="the scheduler joins a torch process group and waits for the remote instance's ranks, "
@@ -99,9 +98,8 @@ CATALOG: Tuple[ControlRequest, ...] = (
        reason="without an initialized send group the handler raises KeyError instead of refusing"),
     _c("BeginWeightUpdateReqInput", 17, ("/begin_weight_update",), "scripted", ctx="ctx.begin_weight_update"),
     _c("EndWeightUpdateReqInput", 18, ("/end_weight_update",), "scripted", ctx="ctx.end_weight_update"),
-    _c("UpdateWeightsFromDistributedReqInput", 19, ("/update_weights_from_distributed",), "sglang_refuses",
-       reason="400 'update_weights_from_distributed must run between begin_weight_update() and "
-              "end_weight_update()'; it also needs row 13's group"),
+    _c("UpdateWeightsFromDistributedReqInput", 19, ("/update_weights_from_distributed",), "scripted",
+       ctx="ctx.update_weights_from_distributed (the trainer rank broadcasts; in a begin/end session)"),
     _c("UpdateWeightsFromTensorReqInput", 20, ("/update_weights_from_tensor",), "scripted",
        ctx="ctx.update_weights_from_tensor"),
     _c("UpdateWeightsFromIPCReqInput", 21, ("/update_weights_from_ipc",), "sglang_refuses",

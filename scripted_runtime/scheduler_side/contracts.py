@@ -52,10 +52,14 @@ loop does otherwise, the contract reports it (a finding), it does not bend.
   shut), nor under PP (the gate also waits for the microbatches in flight
   between ranks, which the driver rank's scan does not see whole).
 * ``update_weights``: ``update_weights_from_disk(flush_cache=True)`` (and
-  ``update_weights_from_tensor``'s, which flushes the same way) that
+  ``update_weights_from_tensor``'s and ``update_weights_from_distributed``'s,
+  which flush the same way) that
   answers success was processed with no live request holding KV and
   leaves the pools as an accepted flush does; one that
-  answers failure (the flush was refused: 0.5.22+) changed no pool. 0.5.23
+  answers failure (the flush was refused: 0.5.22+) changed no pool, and
+  is not refused when nothing is held (as ``flush``), unless its own
+  precondition failed first (a tensor or distributed update outside a
+  begin/end session, a distributed one over a group not joined). 0.5.23
   processes a weight update in any scheduler state, so no state is
   forbidden.
 * ``memory_occupation``: a ``release_memory_occupation`` naming
@@ -115,7 +119,9 @@ ABORT_TYPE = "AbortReq"
 FLUSH_TYPE = "FlushCacheReqInput"
 UPDATE_TYPE = "UpdateWeightFromDiskReqInput"
 TENSOR_UPDATE_TYPE = "UpdateWeightsFromTensorReqInput"  # the same flush after the load (flush_cache_after_weight_update)
-UPDATE_TYPES = (UPDATE_TYPE, TENSOR_UPDATE_TYPE)
+DISTRIBUTED_UPDATE_TYPE = "UpdateWeightsFromDistributedReqInput"  # the same flush again
+UPDATE_TYPES = (UPDATE_TYPE, TENSOR_UPDATE_TYPE, DISTRIBUTED_UPDATE_TYPE)
+SESSION_UPDATE_TYPES = (TENSOR_UPDATE_TYPE, DISTRIBUTED_UPDATE_TYPE)  # refused outside a begin/end session
 RELEASE_TYPE = "ReleaseMemoryOccupationReqInput"
 RESUME_TYPE = "ResumeMemoryOccupationReqInput"
 OBSERVED_TYPES = frozenset({PAUSE_TYPE, CONTINUE_TYPE, ABORT_TYPE, FLUSH_TYPE, *UPDATE_TYPES, RELEASE_TYPE, RESUME_TYPE})
@@ -132,6 +138,16 @@ def pools(s: Any) -> Dict[str, Any]:
             "kv_free": stats["kv_pool_free"], "busy": busy, "rows_total": stats["req_pool_total"],
             "kv_total": int(getattr(s, "max_total_num_tokens", 0) or stats["kv_pool_total"]),
             "must_accept": must_accept_flush(s)}
+
+
+def _update_will_load(s: Any, name: str, recv_req: Any) -> bool:
+    """Whether a tensor or distributed update's own precondition holds, so
+    that only its flush can refuse it: a weight-update session open (0.5.23
+    answers ``success=False`` without one, before loading or flushing) and,
+    for a distributed one, the group joined."""
+    if name == DISTRIBUTED_UPDATE_TYPE:
+        return sglang_compat.distributed_update_receives(s, recv_req)
+    return sglang_compat.weight_update_session_open(s)
 
 
 def must_accept_flush(s: Any) -> Optional[str]:
@@ -224,7 +240,10 @@ class ContractMemory:
         abort matches and where they are held (abort)."""
         name = type(recv_req).__name__
         if name == FLUSH_TYPE or (name in UPDATE_TYPES and getattr(recv_req, "flush_cache", False)):
-            return pools(s)
+            before = pools(s)
+            if name in SESSION_UPDATE_TYPES and not _update_will_load(s, name, recv_req):
+                before["must_accept"] = None  # refused for its own precondition, before any flush
+            return before
         if name == ABORT_TYPE:
             return _abort_targets(s, recv_req)
         if name == RELEASE_TYPE and "weights" in memory_occupation.tags_of(recv_req):
@@ -308,7 +327,8 @@ class ContractMemory:
     def _on_flush(self, s: Any, name: str, output: Any, before: Dict[str, int]) -> None:
         contract = "flush" if name == FLUSH_TYPE else "update_weights"
         what = {FLUSH_TYPE: "flush_cache", UPDATE_TYPE: "update_weights_from_disk(flush_cache=True)",
-                TENSOR_UPDATE_TYPE: "update_weights_from_tensor(flush_cache=True)"}[name]
+                TENSOR_UPDATE_TYPE: "update_weights_from_tensor(flush_cache=True)",
+                DISTRIBUTED_UPDATE_TYPE: "update_weights_from_distributed(flush_cache=True)"}[name]
         success = getattr(output, "success", None)
         if success is None:
             return

@@ -36,9 +36,13 @@ from scripted_runtime.scheduler_side.rank_ops import KvPressure, RankKvOp
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters
 from scripted_runtime.scheduler_side.step_observer import StepObserver
+from scripted_runtime.scheduler_side.weight_trainer import WeightTrainer
 
 WARMUP_TIMEOUT_S = 180.0
 RESET_MAX_STEPS = 400
+# the requests whose handling the trainer rank of a distributed weight update takes part in
+WEIGHT_TRAINER_TYPES = frozenset({"InitWeightsUpdateGroupReqInput", "UpdateWeightsFromDistributedReqInput",
+                                  "DestroyWeightsUpdateGroupReqInput"})
 # Seconds the reset gives an unanswered pause_generation(abort) (SGLang's tokenizer re-checks
 # its lock once a second) before it calls the tokenizer wedged.
 ABORT_PAUSE_GRACE_S = 3.0
@@ -76,9 +80,10 @@ class Driver:
         self.kv_holds = KvPressure(scheduler, self.inbox, pipelined=sglang_compat.rank_info(scheduler)[2] > 1)
         self.observer = StepObserver(scheduler=scheduler, counters=counters, tracker=self.tracker,
                                      ledger=self.ledger, kv_holds=self.kv_holds)
+        self.weight_trainer = WeightTrainer()
         self.ctx = ScriptContext(scheduler=scheduler, counters=counters, ledger=self.ledger, poster=self.poster,
                                  tracker=self.tracker, inbox=self.inbox, kv_holds=self.kv_holds,
-                                 observer=self.observer)
+                                 observer=self.observer, weight_trainer=self.weight_trainer)
         for entry in reversed(os.environ.get(protocol.ENV_SYS_PATH, "").split(os.pathsep)):
             if entry and entry not in sys.path:
                 sys.path.insert(0, entry)
@@ -171,7 +176,11 @@ class Driver:
                     observers.append((memory, memory.before_dispatch(self.scheduler, recv_req)))
                 except Exception:  # noqa: BLE001 - a harness bug must not kill the scheduler
                     memory.harness_error = traceback.format_exc(limit=4)
+            if kind in WEIGHT_TRAINER_TYPES:
+                self.weight_trainer.before_dispatch(self.scheduler, recv_req)
             output = dispatcher(recv_req)
+            if kind in WEIGHT_TRAINER_TYPES:
+                self.weight_trainer.after_dispatch(self.scheduler, recv_req, output)
             memory_occupation.after_dispatch(self.scheduler, recv_req, output)
             runtime_contracts.after_dispatch(self.scheduler, recv_req, output)
             for memory, before in observers:
@@ -284,6 +293,7 @@ class Driver:
         ctx = self.ctx
         steps = 0
         hicache_gate.gate().reset()  # nothing held into the next script (copies the held ones now)
+        self.weight_trainer.forget_pending()  # its error, if any, was the previous script's failure
         if self._needs_drain() or tokenizer_paused:
             self._raise_if_tokenizer_wedged()
             if ctx.released_memory or ctx.released_memory_once_processed():
@@ -402,6 +412,9 @@ class Driver:
             yield
             steps += 1
             turned += 1
+        if self.weight_trainer.error:  # failed on an operation the previous script left to the reset
+            raise ResetError(f"the trainer rank of a distributed weight update failed during the reset: "
+                             f"{self.weight_trainer.error}")
         self._check_fingerprint()
         return steps
 
@@ -544,6 +557,11 @@ class Driver:
                 return done(False, f"{violation.headline()} (iteration {violation.iteration})"
                             + (f"; owners: {owners}" if owners else ""),
                             violation=violation.as_dict(), reset_steps=reset_steps, stack=stack)
+            if self.weight_trainer.error:
+                stack = script_stack(gen)
+                gen.close()
+                return done(False, f"TrainerError: {self.weight_trainer.error}", reset_steps=reset_steps,
+                            stack=stack)
             if finished:
                 return done(True, value=value, reset_steps=reset_steps)
             problem = None

@@ -395,7 +395,8 @@ def after_dispatch(s: Any, recv_req: Any, output: Any) -> None:
     kind = type(recv_req).__name__
     if kind == UPDATE_DISK_TYPE and getattr(output, "success", False):
         _loaded_from[id(s)] = getattr(recv_req, "model_path", None)
-    elif kind == "UpdateWeightsFromTensorReqInput" and getattr(output, "success", False):
+    elif kind in ("UpdateWeightsFromTensorReqInput", "UpdateWeightsFromDistributedReqInput") and getattr(
+            output, "success", False):
         _loaded_from[id(s)] = None  # tensors from anywhere: no checkpoint file to compare against
     elif (kind == CHECK_WEIGHTS_TYPE and getattr(recv_req, "action", "") == "reset_tensors"
           and getattr(output, "success", False)):

@@ -1,8 +1,9 @@
 """The runtime knobs a script may turn (``ctx.set_internal_state``,
 ``ctx.slow_down``, ``ctx.update_weight_version``, ``ctx.configure_logging``,
 ``ctx.start_profile``, ``ctx.load_lora_adapter``), the weight-update
-session and the sessions it may leave open (``ctx.begin_weight_update``,
-``ctx.open_session``), and how the reset turns them back (scheduler
+session, the sessions and the weight-update process groups it may leave
+open (``ctx.begin_weight_update``, ``ctx.open_session``,
+``ctx.init_weights_update_group``), and how the reset turns them back (scheduler
 process, driver rank).
 
 A knob changes what every later script sees (how many requests a batch
@@ -25,6 +26,7 @@ SESSIONS = "open sessions (open_session)"
 LORAS = "LoRA adapters loaded (load_lora_adapter)"
 PROFILING = "torch profiler running (start_profile)"
 LOG_LEVEL = "log level (configure_logging)"
+GROUPS = "weight-update process groups (init_weights_update_group)"
 
 
 def take(s: Any) -> Dict[str, Any]:
@@ -32,7 +34,8 @@ def take(s: Any) -> Dict[str, Any]:
     return {LIMIT: sglang_compat.micro_batch_limit(s), SLEEP: sglang_compat.forward_sleep_time(s),
             VERSION: sglang_compat.served_weight_version(), SESSION: sglang_compat.weight_update_session_open(s),
             SESSIONS: sglang_compat.open_sessions(s), LORAS: sglang_compat.loaded_lora_names(s),
-            PROFILING: sglang_compat.profiler_state(s)["in_progress"], LOG_LEVEL: sglang_compat.root_log_level()}
+            PROFILING: sglang_compat.profiler_state(s)["in_progress"], LOG_LEVEL: sglang_compat.root_log_level(),
+            GROUPS: sglang_compat.weight_update_groups(s)}
 
 
 def restore(ctx: Any, fresh: Dict[str, Any], now: Optional[Dict[str, Any]] = None) -> List[Any]:
@@ -60,6 +63,9 @@ def restore(ctx: Any, fresh: Dict[str, Any], now: Optional[Dict[str, Any]] = Non
         ops.append(ctx.stop_profile())  # a running profile refuses the next start
     if LOG_LEVEL in fresh and now[LOG_LEVEL] != fresh[LOG_LEVEL]:
         ops.append(ctx.configure_logging(fresh[LOG_LEVEL]))
+    for group in now.get(GROUPS, ()):
+        if group not in fresh.get(GROUPS, ()):
+            ops.append(ctx.destroy_weights_update_group(group))  # a joined name is refused by the next init
     extra = [name for name in now[LORAS] if name not in fresh.get(LORAS, ())]
     if extra:
         ops.append(ctx.unload_lora_adapter(extra[0]))  # a name loaded is refused by the next load

@@ -13,6 +13,7 @@ from scripted_runtime.scheduler_side.rank_ops import KvPressure
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters
 from scripted_runtime.scheduler_side.step_observer import StepObserver
+from scripted_runtime.scheduler_side.weight_trainer import WeightTrainer
 from tests.fakes import TOTAL, FakeReq, FakeScheduler
 
 
@@ -36,7 +37,7 @@ def _wired(s):
     kv_holds = KvPressure(s, None, pipelined=False)
     observer = StepObserver(scheduler=s, counters=counters, tracker=tracker, ledger=ledger, kv_holds=kv_holds)
     ctx = ScriptContext(scheduler=s, counters=counters, ledger=ledger, poster=None, tracker=tracker, inbox=None,
-                        kv_holds=kv_holds, observer=observer)
+                        kv_holds=kv_holds, observer=observer, weight_trainer=WeightTrainer())
     return ctx, counters, tracker, kv_holds, observer
 
 

@@ -24,7 +24,7 @@ class PauseFails:
 
     def run(self, program, trace=False):
         self.ran.append(failure_db.encode(program).decode())
-        fails = any(isinstance(a, A.Pause) for a in program)
+        fails = any(isinstance(a, (A.Pause, A.RlCycle)) for a in program)  # an RL cycle pauses first
         return Outcome(signature="ContractViolation[pause]" if fails else None, message="planted")
 
 

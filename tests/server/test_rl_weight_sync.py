@@ -134,3 +134,56 @@ def test_the_cycle_with_the_trainer_s_tensor_update_serves_the_new_weights(serve
     assert names.index("begin_weight_update") < names.index("update_weights_from_tensor") < names.index(
         "end_weight_update"), names
     assert result.value["outputs_compared"] >= 2, result.value
+
+
+def test_the_cycle_with_the_trainer_s_broadcast_serves_the_new_weights(server_pool):
+    """The update as an RL trainer broadcasts it: the harness's trainer rank
+    joins a gloo weight-update group with the scheduler and broadcasts the
+    checkpoint while update_weights_from_distributed receives it. The cycle
+    released the weights (the harness overwrote them, as a GPU loses them),
+    so the requests after it match their references only if the broadcast
+    loaded every tensor."""
+    result = run_ok(server_pool.get("pp1-overlap"), f"{CYCLE}:cycle_with_requests", distributed=True)
+    names = [op["op"] for op in result.control_log]
+    assert names.count("init_weights_update_group") == 1, names
+    assert any(op["op"].startswith("release_memory_occupation") and "weights" in op["op"]
+               for op in result.control_log), names
+    update = [op for op in result.control_log if op["op"] == "update_weights_from_distributed"]
+    assert len(update) == 1 and update[0]["success"], result.control_log
+    assert names.index("begin_weight_update") < names.index("update_weights_from_distributed") < names.index(
+        "end_weight_update"), names
+    assert result.value["outputs_compared"] >= 2, result.value
+
+
+def script_join_and_leave_it_joined(ctx):
+    assert ctx.weight_update_groups == (), ctx.weight_update_groups
+    join = ctx.init_weights_update_group("left_joined")
+    yield from join.wait()
+    assert join.success and ctx.weight_update_groups == ("left_joined",), (join.message, ctx.weight_update_groups)
+    return ctx.weight_trainer.pid
+
+
+def script_join_again_then_destroy(ctx):
+    assert ctx.weight_update_groups == (), ctx.weight_update_groups  # the reset destroyed it
+    join = ctx.init_weights_update_group("left_joined")
+    yield from join.wait()
+    assert join.success, join.message
+    outside = ctx.update_weights_from_distributed("left_joined")  # no begin_weight_update: refused, nothing sent
+    yield from outside.wait()
+    assert outside.success is False and "begin_weight_update" in (outside.message or ""), outside.message
+    destroy = ctx.destroy_weights_update_group("left_joined")
+    yield from destroy.wait()
+    assert destroy.success and ctx.weight_update_groups == (), destroy.message
+    return ctx.weight_trainer.pid
+
+
+def test_a_group_left_joined_is_destroyed_by_the_reset_and_the_trainer_is_reused(server_pool):
+    """The reset destroys a weight-update group a script left joined (its
+    name would be taken by the next join); one trainer process serves every
+    script of a server; an update outside a begin/end session is refused by
+    SGLang before it receives, so the trainer is not told to broadcast (a
+    broadcast nobody receives would hang it)."""
+    server = server_pool.get("pp1-overlap")
+    first = run_ok(server, script_join_and_leave_it_joined).value
+    second = run_ok(server, script_join_again_then_destroy).value
+    assert first == second and first is not None, (first, second)

@@ -20,6 +20,7 @@ from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime.protocol import ENV_CHECKPOINT
 from scripted_runtime.scheduler_side import control, hicache_state, state, windows
 from scripted_runtime.scheduler_side.context import radix, waits
+from scripted_runtime.scheduler_side.context.distributed_updates import DistributedUpdates
 from scripted_runtime.scheduler_side.context.lora_ops import LoraOps
 from scripted_runtime.scheduler_side.context.requests import ReqHandle
 from scripted_runtime.scheduler_side.context.runtime_ops import RuntimeOps, SessionOps
@@ -31,6 +32,7 @@ from scripted_runtime.scheduler_side.rank_ops import KvPressure
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters
 from scripted_runtime.scheduler_side.step_observer import StepObserver
+from scripted_runtime.scheduler_side.weight_trainer import WeightTrainer
 
 ARRIVAL_TIMEOUT_S = 30.0
 
@@ -42,15 +44,16 @@ def _new_rid() -> str:
     return f"r{next(_rid_counter)}-{os.getpid()}-{time.monotonic_ns() % 10**6}"
 
 
-class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, LoraOps):
+class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, LoraOps):
     """Built by the driver, which hands it the parts of the run it works
     with: the scheduler, the run's counters, the control ledger, the HTTP
     poster, the request tracker, the tokenizer inbox, the KV the script
-    holds and the step observer (windows and checks)."""
+    holds, the step observer (windows and checks) and the trainer rank of
+    distributed weight updates."""
 
     def __init__(self, *, scheduler: Any, counters: RunCounters, ledger: ControlLedger, poster: HttpPoster,
                  tracker: RequestTracker, inbox: TokenizerInbox, kv_holds: KvPressure,
-                 observer: StepObserver) -> None:
+                 observer: StepObserver, weight_trainer: WeightTrainer) -> None:
         self._scheduler = scheduler
         self._counters = counters
         self._ledger = ledger
@@ -59,6 +62,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, LoraOps):
         self._inbox = inbox
         self._kv_holds = kv_holds
         self._observer = observer
+        self.weight_trainer = weight_trainer
         # Called as listener(op, payload) right after each control operation
         # is posted (the state then is what the next iteration starts from).
         self.control_listeners: List[Callable[[ControlOp, Optional[dict]], None]] = []

@@ -76,6 +76,8 @@ def op_kind(name: str, payload: Any) -> str:
         return f"update_weights({'flush' if flush else 'no_flush'})"
     if name == "update_weights_from_tensor":
         return "update_weights(tensor)"
+    if name == "update_weights_from_distributed":
+        return "update_weights(distributed)"
     if name.startswith(("release_memory_occupation", "resume_memory_occupation")):
         # release(all) / release(kv_cache) / resume(weights): KV and weights together are "all";
         # cuda_graph (nothing on CPU) is named only alone

@@ -149,11 +149,14 @@ def raise_if_lost(ctx, reqs) -> None:
                             f"yet never finished or aborted; state: {ctx.describe()}")
 
 
-def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = None, tensor: bool = False):
+def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = None, tensor: bool = False,
+                   distributed: bool = False):
     """``yield from update_weights(ctx, reqs, flush_cache=...)``: post
     update_weights_from_disk (``tensor=True``: the same checkpoint's tensors
     through update_weights_from_tensor, inside a begin/end weight-update
-    session, each processed before the next) so that it reaches the scheduler before the next
+    session, each processed before the next; ``distributed=True``: broadcast
+    by the harness's trainer rank through update_weights_from_distributed in
+    such a session, the group joined first where it is not) so that it reaches the scheduler before the next
     iteration. While paused the tokenizer sends it at once; otherwise it waits
     behind every running request, so first step (bounded) until all of them
     finished in the scheduler. The op is processed in the next iteration
@@ -193,16 +196,26 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
                                           when="the weight update, which the tokenizer holds behind it")
     if tensor and sglang_compat.cpu_tensor_update_supported(ctx.scheduler):
         tensor = False  # CPU tensors under PP: one rank only could rebuild them (measured); the disk path instead
-    if not tensor:
+    if distributed and sglang_compat.distributed_update_supported(ctx.scheduler):
+        distributed = False  # under PP every stage claims the same rank of the group; the disk path instead
+    if not tensor and not distributed:
         op = ctx.update_weights_from_disk(flush_cache=flush_cache, await_arrival=True)
         yield from _answered(ctx, op)
         return op
+    if distributed and DISTRIBUTED_GROUP not in ctx.weight_update_groups:
+        join = ctx.init_weights_update_group(DISTRIBUTED_GROUP)
+        yield from _answered(ctx, join)
     begin = ctx.begin_weight_update(await_arrival=True)
     yield from _answered(ctx, begin)
-    op = ctx.update_weights_from_tensor(flush_cache=flush_cache, await_arrival=True)
+    op = (ctx.update_weights_from_distributed(DISTRIBUTED_GROUP, flush_cache=flush_cache, await_arrival=True)
+          if distributed else ctx.update_weights_from_tensor(flush_cache=flush_cache, await_arrival=True))
     yield from _answered(ctx, op)
     yield from _answered(ctx, ctx.end_weight_update(await_arrival=True))
     return op
+
+
+# The weight-update group a distributed update of the explorer's and the scenarios' goes over.
+DISTRIBUTED_GROUP = "harness_trainer"
 
 
 def _answered(ctx, op):
@@ -270,7 +283,7 @@ def release_memory(ctx, tags: str):
     return op
 
 
-def resume_memory(ctx, reqs, *, tensor: bool = False):
+def resume_memory(ctx, reqs, *, tensor: bool = False, distributed: bool = False):
     """``yield from resume_memory(ctx, reqs)``: resume everything released,
     in the RL order: weights first, then a weight update (a release lost
     them: the harness's emulation, a GPU's memory saver; ``tensor``: from
@@ -282,7 +295,7 @@ def resume_memory(ctx, reqs, *, tensor: bool = False):
     if "weights" in released:
         op = ctx.resume_memory_occupation(["weights"])
         yield from op.wait(max_steps=2 * _slots(ctx))
-        yield from update_weights(ctx, reqs, flush_cache=True, tensor=tensor)
+        yield from update_weights(ctx, reqs, flush_cache=True, tensor=tensor, distributed=distributed)
     if ctx.released_memory:
         op = ctx.resume_memory_occupation()
         yield from op.wait(max_steps=2 * _slots(ctx))
@@ -296,20 +309,22 @@ def continue_generation(ctx, reqs):
     return ctx.continue_generation()
 
 
-def rl_cycle(ctx, reqs, *, pause_mode: str, tags: str, gap: int, tensor: bool = False):
+def rl_cycle(ctx, reqs, *, pause_mode: str, tags: str, gap: int, tensor: bool = False,
+             distributed: bool = False):
     """``yield from rl_cycle(ctx, reqs, ...)``: an RL framework's weight
     sync, each step processed before the next: pause (``pause_mode``),
     ``gap`` iterations, release ``tags`` where SGLang allows it (an
     ``in_place`` pause with a batch still running does not: the cycle then
     updates without releasing), resume and update (``resume_memory``; the
     update alone when the weights stayed; ``tensor``: the update from
-    tensors, in a begin/end session), ``gap`` iterations, continue."""
+    tensors, in a begin/end session; ``distributed``: broadcast by the
+    harness's trainer rank, in such a session), ``gap`` iterations, continue."""
     yield from pause(ctx, reqs, pause_mode)
     yield from ctx.steps(gap)
     released = yield from release_memory(ctx, tags)
     if released is None or "weights" not in ctx.released_memory:
-        yield from update_weights(ctx, reqs, flush_cache=True, tensor=tensor)
-    yield from resume_memory(ctx, reqs, tensor=tensor)
+        yield from update_weights(ctx, reqs, flush_cache=True, tensor=tensor, distributed=distributed)
+    yield from resume_memory(ctx, reqs, tensor=tensor, distributed=distributed)
     yield from ctx.steps(gap)
     return ctx.continue_generation()
 

@@ -33,7 +33,9 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # 8: LoRA (a LoRA topology only): Start.lora (a request served with an adapter), LoraOp (load, unload);
 # WeightQuery kinds log_level (configure_logging), profile and profile_stop (the torch profiler).
 # 9: Start.beside (under PP: the start waits for the micro-batch slot of a live request).
-GRAMMAR_VERSION = 9
+# 10: UpdateWeights.distributed and RlCycle.distributed (the trainer rank's broadcast through
+# update_weights_from_distributed, the group joined first; pp=1: under PP the disk update instead).
+GRAMMAR_VERSION = 10
 # The harness's LoRA adapters (user_side/models/lora_adapters.py ADAPTERS) and the prompt lengths a
 # request with one draws (the output oracle computes each adapter's references of them up front).
 LORA_ADAPTERS = ("lora0", "lora1", "lora2")
@@ -156,8 +158,14 @@ class Flush:
 class UpdateWeights:
     flush: bool
     tensor: bool = False  # the checkpoint's tensors through update_weights_from_tensor (a begin/end session)
+    # the harness's trainer rank broadcasts the checkpoint through update_weights_from_distributed
+    # (a begin/end session; the weight-update group joined first)
+    distributed: bool = False
 
     def describe(self) -> str:
+        if self.distributed:
+            return (f"update_weights_from_distributed(flush_cache={self.flush}) in a begin/end weight-update "
+                    "session, the trainer rank broadcasting")
         if self.tensor:
             return f"update_weights_from_tensor(flush_cache={self.flush}) in a begin/end weight-update session"
         return f"update_weights_from_disk(flush_cache={self.flush})"
@@ -208,9 +216,11 @@ class RlCycle:
     pause_mode: str
     tags: str
     gap: int = 0
+    distributed: bool = False  # the update broadcast by the trainer rank (update_weights_from_distributed)
 
     def describe(self) -> str:
-        return (f"RL weight sync: pause({self.pause_mode}), release({self.tags}) if allowed, update, resume, "
+        return (f"RL weight sync: pause({self.pause_mode}), release({self.tags}) if allowed, "
+                f"{'broadcast update' if self.distributed else 'update'}, resume, "
                 f"continue ({self.gap} steps between)")
 
 
@@ -393,7 +403,7 @@ def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
         return ["yield from explore.flush_cache(ctx)"]
     if isinstance(op, UpdateWeights):
         return [f"yield from explore.update_weights(ctx, reqs, flush_cache={op.flush}"
-                + (", tensor=True)" if op.tensor else ")")]
+                + (", tensor=True" if op.tensor else "") + (", distributed=True" if op.distributed else "") + ")"]
     if isinstance(op, Pause):
         if op.mode == "abort":
             return [f"yield from explore.pause(ctx, reqs, {op.mode!r})"]
@@ -406,7 +416,7 @@ def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
         return ["yield from explore.resume_memory(ctx, reqs)"]
     if isinstance(op, RlCycle):
         return [f"yield from explore.rl_cycle(ctx, reqs, pause_mode={op.pause_mode!r}, tags={op.tags!r}, "
-                f"gap={op.gap})"]
+                f"gap={op.gap}" + (", distributed=True)" if op.distributed else ")")]
     if isinstance(op, SetLimit):
         return [f"yield from explore.set_micro_batch_limit(ctx, {op.value!r})"]
     if isinstance(op, SlowDown):

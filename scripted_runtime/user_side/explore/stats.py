@@ -10,7 +10,8 @@ from typing import Dict, Iterable, List, Optional
 
 from scripted_runtime.scheduler_side.explore.phases import FEATURE_PHASES, PHASES
 
-OPS = ("flush_cache", "update_weights(flush)", "update_weights(no_flush)", "update_weights(tensor)", "pause(in_place)",
+OPS = ("flush_cache", "update_weights(flush)", "update_weights(no_flush)", "update_weights(tensor)",
+       "update_weights(distributed)", "pause(in_place)",
        "pause(retract)", "pause(abort)", "continue", "abort", "abort_all", "release(all)", "release(kv_cache)",
        "release(weights)", "resume(weights)", "resume(kv_cache)", "resume(all)", "set_internal_state", "slow_down",
        "check_weights(checksum)", "check_weights(snapshot)", "check_weights(compare)", "get_weights_by_name",

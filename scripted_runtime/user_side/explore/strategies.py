@@ -69,7 +69,8 @@ RL_CYCLE_GAPS = (0, 1, 3)
 
 def rl_cycles() -> st.SearchStrategy:
     return st.builds(A.RlCycle, pause_mode=st.sampled_from(("retract", "in_place", "abort")),
-                     tags=st.sampled_from(MEMORY_TAG_CHOICES), gap=st.sampled_from(RL_CYCLE_GAPS))
+                     tags=st.sampled_from(MEMORY_TAG_CHOICES), gap=st.sampled_from(RL_CYCLE_GAPS),
+                     distributed=st.booleans())
 
 
 # The runtime knobs and weight queries (grammar 7): limits SGLang accepts first, then refused ones.
@@ -95,6 +96,7 @@ def control_ops() -> st.SearchStrategy:
         st.builds(A.AbortOne, pick=st.integers(0, 3)),
         st.just(A.AbortAll()),
         st.builds(A.UpdateWeights, flush=st.booleans(), tensor=st.booleans()),
+        st.builds(A.UpdateWeights, flush=st.booleans(), distributed=st.just(True)),
         st.builds(A.Pause, mode=st.sampled_from(PAUSE_MODES)),
         st.just(A.Continue()),
         st.builds(A.ReleaseMemory, tags=st.sampled_from(MEMORY_TAG_CHOICES)),
