@@ -1,6 +1,6 @@
 """Mutants of the runtime knobs, weight queries, tensor updates and sessions
 (issue 35's ``set_internal_state``, ``weights_checker``,
-``update_weights_from_tensor``, ``close_session``), written with the operations
+``update_weights_from_tensor``, ``update_weights_from_distributed``, ``close_session``), written with the operations
 before the explorer drew them: their ``expected`` is what should notice
 each, measured in the kill table."""
 from __future__ import annotations
@@ -95,6 +95,50 @@ def _install_mut_tensor_update_skips_flush(scheduler_module: Any) -> None:
     name = "mut_tensor_update_skips_flush"
     # the tensor path keeps the old weights' cache
     without_flush(weight_updater_manager(scheduler_module, name), "update_weights_from_tensor", name)
+
+
+@mutant("mut_distributed_update_loads_into_no_runner", topologies=ALL, unreachable_on=("cpu:pp4", "cuda:pp4"),
+        summary="update_weights_from_distributed receives the broadcast, loads it into no runner and answers success",
+        expected="contract update_weights (an accepted broadcast update leaves weights other than its "
+                 "checkpoint's)")
+def _install_mut_distributed_update_loads_into_no_runner(scheduler_module: Any) -> None:
+    """The distributed handler resolves its ``selector`` to no runner: it
+    receives the trainer's broadcast, loads it nowhere, then records the
+    weight version, flushes and answers success, so the trainer believes
+    the engine serves its weights.
+
+    Plausible: the handler's runner list is built by the same selector
+    parser as the draft worker's; a parser that reads ``"all"`` against the
+    draft roles (empty without speculative decoding) yields nothing, and a
+    loop over nothing leaves the initial success standing. The tensor path
+    selects its own runners, so its tests pass. Done by handing this one
+    handler an empty runner list.
+
+    Seen by: contract update_weights (the weights after the accepted
+    update are not its checkpoint's). The output oracle alone does not see
+    it: it compares against references under whatever weights are served
+    (measured: the mutant survived 387 programs before the contract had
+    that rule). Not on pp4 with the CPU default: the distributed update cannot run
+    under PP (every stage claims the same rank of the group), so the
+    explorer updates from disk there and this handler never runs."""
+    name = "mut_distributed_update_loads_into_no_runner"
+    cls = weight_updater_manager(scheduler_module, name)
+    original = find_method(cls, "update_weights_from_distributed", name, ("recv_req",))
+    select = find_method(cls, "_select_runners", name, ("selector",))
+    inside = [False]  # the manager has __slots__: the handler's call is marked here, not on it
+
+    def _select_runners(self, selector="all"):
+        return [] if inside[0] else select(self, selector)  # MUTANT: no runner while the handler asks
+
+    def update_weights_from_distributed(self, recv_req):
+        inside[0] = True
+        try:
+            return original(self, recv_req)
+        finally:
+            inside[0] = False
+
+    replace_attr(cls, "_select_runners", _select_runners, select)
+    replace_attr(cls, "update_weights_from_distributed", update_weights_from_distributed, original)
 
 
 @mutant("mut_session_close_always_deferred", topologies=ALL,

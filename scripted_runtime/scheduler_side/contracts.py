@@ -59,7 +59,14 @@ loop does otherwise, the contract reports it (a finding), it does not bend.
   answers failure (the flush was refused: 0.5.22+) changed no pool, and
   is not refused when nothing is held (as ``flush``), unless its own
   precondition failed first (a tensor or distributed update outside a
-  begin/end session, a distributed one over a group not joined). 0.5.23
+  begin/end session, a distributed one over a group not joined); and one
+  that answers success serves the checkpoint it loaded: the weights'
+  fingerprint equals the one that checkpoint's load gave in the output
+  oracle's warm-up (judged where the harness knows both: a disk update of
+  a checkpoint the warm-up loaded, a tensor or distributed update ``ctx``
+  posted from one; the oracle keys references by the weights served, so
+  without this rule an update that loads nothing and answers success
+  passes). 0.5.23
   processes a weight update in any scheduler state, so no state is
   forbidden.
 * ``memory_occupation``: a ``release_memory_occupation`` naming
@@ -88,7 +95,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from scripted_runtime.hooks import sglang_compat
-from scripted_runtime.scheduler_side import check_registry, hicache_state, memory_occupation, state
+from scripted_runtime.scheduler_side import check_registry, hicache_state, memory_occupation, state, update_sources
 from scripted_runtime.scheduler_side.check_registry import Violation
 
 NAMES = ("pause", "continue", "abort", "flush", "update_weights", "memory_occupation")
@@ -122,6 +129,8 @@ TENSOR_UPDATE_TYPE = "UpdateWeightsFromTensorReqInput"  # the same flush after t
 DISTRIBUTED_UPDATE_TYPE = "UpdateWeightsFromDistributedReqInput"  # the same flush again
 UPDATE_TYPES = (UPDATE_TYPE, TENSOR_UPDATE_TYPE, DISTRIBUTED_UPDATE_TYPE)
 SESSION_UPDATE_TYPES = (TENSOR_UPDATE_TYPE, DISTRIBUTED_UPDATE_TYPE)  # refused outside a begin/end session
+UPDATE_NAMES = {UPDATE_TYPE: "update_weights_from_disk", TENSOR_UPDATE_TYPE: "update_weights_from_tensor",
+                DISTRIBUTED_UPDATE_TYPE: "update_weights_from_distributed"}
 RELEASE_TYPE = "ReleaseMemoryOccupationReqInput"
 RESUME_TYPE = "ResumeMemoryOccupationReqInput"
 OBSERVED_TYPES = frozenset({PAUSE_TYPE, CONTINUE_TYPE, ABORT_TYPE, FLUSH_TYPE, *UPDATE_TYPES, RELEASE_TYPE, RESUME_TYPE})
@@ -232,6 +241,7 @@ class ContractMemory:
     aborts: Dict[str, AbortWatch] = field(default_factory=dict)
     batch_cursor: int = 0  # batch_log entries already looked at
     stashed_buffers: Optional[Dict[str, Any]] = None  # the model's buffers when a release of weights came
+    update_expects: Any = None  # the weights fingerprint the update being dispatched must leave, where known
 
     # --- at dispatch (called by the driver's recording dispatcher) -----------
     def before_dispatch(self, s: Any, recv_req: Any) -> Any:
@@ -239,6 +249,8 @@ class ContractMemory:
         processes it: the pools (flush, update with flush), the requests an
         abort matches and where they are held (abort)."""
         name = type(recv_req).__name__
+        if name in UPDATE_TYPES:
+            self.update_expects = update_sources.expected_fingerprint(recv_req)
         if name == FLUSH_TYPE or (name in UPDATE_TYPES and getattr(recv_req, "flush_cache", False)):
             before = pools(s)
             if name in SESSION_UPDATE_TYPES and not _update_will_load(s, name, recv_req):
@@ -261,6 +273,8 @@ class ContractMemory:
             self._on_abort(before, step)
         elif name in (FLUSH_TYPE, *UPDATE_TYPES) and before is not None:
             self._on_flush(s, name, output, before)
+        if name in UPDATE_TYPES:
+            self._on_update_loaded(s, name, output)
         elif name in (RELEASE_TYPE, RESUME_TYPE):
             self._on_memory(s, recv_req, release=name == RELEASE_TYPE, step=step)
 
@@ -323,6 +337,17 @@ class ContractMemory:
                 # aborted while running, retracted since, aborted again while waiting:
                 # SGLang drops it from the waiting queue (found by the explorer)
                 watch.waiting_only = True
+
+    def _on_update_loaded(self, s: Any, name: str, output: Any) -> None:
+        expected, self.update_expects = self.update_expects, None
+        if expected is None or not getattr(output, "success", False):
+            return
+        served = update_sources.weights_fingerprint(s)
+        if served != expected:
+            what = UPDATE_NAMES[name]
+            self.problems.append(("update_weights", f"{what} answered success, yet the weights served are not the "
+                                                    f"checkpoint's it loaded (fingerprint {served}, that "
+                                                    f"checkpoint's {expected} when the warm-up loaded it)"))
 
     def _on_flush(self, s: Any, name: str, output: Any, before: Dict[str, int]) -> None:
         contract = "flush" if name == FLUSH_TYPE else "update_weights"

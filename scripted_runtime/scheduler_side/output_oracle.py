@@ -59,7 +59,8 @@ import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from scripted_runtime.protocol import ENV_CHECKPOINT
-from scripted_runtime.scheduler_side import check_registry, reference_cache, state
+from scripted_runtime.scheduler_side import check_registry, reference_cache, state, update_sources
+from scripted_runtime.scheduler_side.update_sources import weights_fingerprint
 from scripted_runtime.scheduler_side.explore import prompts
 
 # New tokens computed per reference (the explorer asks for at most 12).
@@ -85,18 +86,6 @@ _served: Dict[str, Any] = {}
 
 class OutputMismatch(AssertionError):
     """A greedy request produced tokens other than its reference's."""
-
-
-def weights_fingerprint(scheduler: Any) -> Any:
-    """A few numbers that change when the weights do: sums of the first 64
-    values of the first three parameters of this rank's model (None when
-    the model cannot be found)."""
-    try:
-        model = scheduler.tp_worker.model_runner.model
-        params = list(zip(range(3), model.named_parameters()))
-    except Exception:  # noqa: BLE001 - another release's layout: one key for all weights
-        return None
-    return tuple(round(float(p.detach().reshape(-1)[:64].double().sum()), 6) for _, (_, p) in params)
 
 
 def is_greedy(params: Any) -> bool:
@@ -410,12 +399,14 @@ def warm(ctx, prompt_list: Sequence[Sequence[int]], n: int = REFERENCE_TOKENS, w
         return {k: computed[k] - before[k] for k in computed}
     _served.setdefault("fingerprint", weights_fingerprint(ctx.scheduler))
     yield from restore_served_weights(ctx)
+    update_sources.note_loaded(path, _served["fingerprint"])
     if prompt_list:
         yield from verify_disk_cache(ctx, prompt_list[-1], n)
     for prompt in prompt_list:
         yield from reference(ctx, tuple(prompt), n)
     if with_update and os.environ.get(ENV_CHECKPOINT) not in (None, "", path):
         yield from _load(ctx, why="(the update checkpoint, for its references)")
+        update_sources.note_loaded(os.environ.get(ENV_CHECKPOINT), weights_fingerprint(ctx.scheduler))
         for prompt in prompt_list:
             yield from reference(ctx, tuple(prompt), n)
         yield from restore_served_weights(ctx)

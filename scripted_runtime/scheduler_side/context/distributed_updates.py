@@ -17,6 +17,7 @@ from typing import Any, Optional, Tuple
 
 from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.protocol import ENV_CHECKPOINT
+from scripted_runtime.scheduler_side import update_sources
 from scripted_runtime.scheduler_side.context.tensor_updates import checkpoint_tensors
 from scripted_runtime.scheduler_side.control import ControlOp
 
@@ -82,12 +83,13 @@ class DistributedUpdates:
         if await_arrival:
             self._refuse_update_behind_lock()
         names = [name for name, _ in tensors]
+        rid = update_sources.note_posted(path)  # the update_weights contract then knows what it loads
         payload = {"names": names, "dtypes": [str(t.dtype).removeprefix("torch.") for _, t in tensors],
                    "shapes": [list(t.shape) for _, t in tensors], "group_name": group_name,
-                   "flush_cache": flush_cache, "abort_all_requests": False}
+                   "flush_cache": flush_cache, "abort_all_requests": False, "rid": rid}
         self.weight_trainer.expect_broadcast(group_name, path, names)
         op = self._control("update_weights_from_distributed", "/update_weights_from_distributed", payload,
-                           sglang_compat.DISTRIBUTED_UPDATE_TYPE, await_arrival=await_arrival)
+                           sglang_compat.DISTRIBUTED_UPDATE_TYPE, rid=rid, await_arrival=await_arrival)
         op.payload = {"group_name": group_name, "flush_cache": flush_cache, "tensors": len(names)}
         return op
 

@@ -17,7 +17,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.protocol import ENV_CHECKPOINT
-from scripted_runtime.scheduler_side import runtime_contracts
+from scripted_runtime.scheduler_side import runtime_contracts, update_sources
 from scripted_runtime.scheduler_side.control import ControlOp
 
 
@@ -75,6 +75,7 @@ class TensorUpdates:
         refused = sglang_compat.cpu_tensor_update_supported(self._scheduler)
         if refused:
             raise RuntimeError(refused)
+        path = None
         if named_tensors is None:
             path = model_path or os.environ.get(ENV_CHECKPOINT)
             if not path:
@@ -84,10 +85,11 @@ class TensorUpdates:
         if await_arrival:
             self._refuse_update_behind_lock()
         named_tensors = list(named_tensors)
+        rid = update_sources.note_posted(path)  # the update_weights contract then knows what it loads
         payload = {"serialized_named_tensors": sglang_compat.serialize_named_tensors(self._scheduler, named_tensors),
-                   "flush_cache": flush_cache, "abort_all_requests": False}
+                   "flush_cache": flush_cache, "abort_all_requests": False, **({"rid": rid} if rid else {})}
         op = self._control("update_weights_from_tensor", "/update_weights_from_tensor", payload,
-                           "UpdateWeightsFromTensorReqInput", await_arrival=await_arrival)
+                           "UpdateWeightsFromTensorReqInput", rid=rid, await_arrival=await_arrival)
         op.payload = {"flush_cache": flush_cache, "tensors": len(named_tensors)}  # not the handles
         op.keep_alive = named_tensors  # the shared memory the handles name, until SGLang loaded it
         return op

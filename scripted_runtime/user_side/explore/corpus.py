@@ -74,6 +74,10 @@ OPERATIONS: Dict[str, List[A.Action]] = {
     "checksums_around_update": [A.WeightQuery("checksum"), A.UpdateWeights(flush=True), A.WeightQuery("checksum")],
     # the trainer's path: the same weights as tensors, inside a begin/end session, while paused
     "tensor_update_retract_pause": [A.Pause("retract"), A.UpdateWeights(flush=True, tensor=True), A.Continue()],
+    # the trainer's broadcast (grammar 10): an RL weight sync whose update the trainer rank broadcasts
+    # after a release that lost the weights, then the next rollout's request on the new weights
+    "rl_cycle_broadcast_then_rollout": [A.RlCycle("retract", "weights", 1, distributed=True),
+                                        A.Start(64, 1, NEW_TOKENS)],
     # (a profile of two forwards, then eight iterations: past its target, it must have stopped itself)
     "knobs_and_queries": [A.SlowDown(1), A.SetLimit("above"), A.WeightQuery("server_info"),
                           A.WeightQuery("version"), A.WeightQuery("get_weights"), A.WeightQuery("snapshot"),
