@@ -325,8 +325,7 @@ MISSING = object()
 report = {"install": {}, "fake_module": {}, "fake_scheduler": {}, "behaviour": {}, "restored": True}
 
 
-def snapshot():
-    """Module dicts and class dicts of every loaded SGLang module."""
+def _take():
     out = {}
     for mn, mod in list(sys.modules.items()):
         if mod is None or not mn.startswith("sglang"):
@@ -338,12 +337,26 @@ def snapshot():
     return out
 
 
+_BASE = {"snap": None, "modules": 0}
+
+
+def snapshot():
+    """Module dicts and class dicts of every loaded SGLang module. Taking one
+    is most of this child's time (thousands of class dicts), so the last one
+    is handed out again while nothing differs from it and no module was
+    imported since (a restore puts every value back)."""
+    base = _BASE["snap"]
+    if base is None or len(sys.modules) != _BASE["modules"] or changes(base):
+        _BASE["snap"], _BASE["modules"] = _take(), len(sys.modules)
+    return _BASE["snap"]
+
+
 def changes(before):
+    """(key, owner, attr, old, new) for every attribute of a module or class
+    in ``before`` whose value is no longer the one it held."""
     found = []
-    for key, (owner, now) in snapshot().items():
-        if key not in before:
-            continue
-        old = before[key][1]
+    for key, (owner, old) in before.items():
+        now = vars(owner)
         for attr, value in now.items():
             if old.get(attr, MISSING) is not value:
                 found.append((key, owner, attr, old.get(attr, MISSING), value))
