@@ -112,9 +112,13 @@ def server_config(args: argparse.Namespace, *, topology: Optional[str] = None,
     from scripted_runtime.user_side.server_config import ServerConfig
 
     if topology is None and getattr(args, "topology", None):
-        if args.topology not in engine_config.FEATURE_TOPOLOGIES:
-            raise UsageError(f"--topology: unknown {args.topology!r}; known: "
-                             f"{', '.join(engine_config.FEATURE_TOPOLOGIES)} (the others: --pp/--no-overlap)")
+        known = (*engine_config.TOPOLOGIES, *engine_config.FEATURE_TOPOLOGIES)
+        if args.topology not in known:
+            raise UsageError(f"--topology: unknown {args.topology!r}; known: {', '.join(known)}")
+        flags = engine_config.topology_for(getattr(args, "pp", 1), getattr(args, "overlap", True))
+        if args.topology in engine_config.TOPOLOGIES and flags not in (args.topology, "pp1-overlap"):
+            raise UsageError(f"--topology {args.topology} contradicts --pp/--no-overlap (which ask for {flags}); "
+                             "give one of them")
         topology = args.topology
     elif topology is None:
         topology = engine_config.topology_for(getattr(args, "pp", 1), getattr(args, "overlap", True))
@@ -484,7 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="do not check this invariant (repeatable): idle_gate, slot_ownership, "
                           "radix_locks, pool_accounting")
     run.add_argument("--topology", metavar="NAME",
-                     help="a feature topology instead of --pp/--overlap: pp1-hicache (docs/hicache.md), "
+                     help="a topology by name instead of --pp/--overlap (pp1-overlap, pp1-normal, pp4), or a "
+                          "feature topology: pp1-hicache (docs/hicache.md), "
                           "pp1-lora (LoRA adapters loaded at run time; docs/writing-scenarios.md)")
     run.add_argument("--trace", metavar="FILE", help="write the step trace (JSON lines) here")
     run.add_argument("--revert-fix", action="append", metavar="NAME",
@@ -521,7 +526,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="ci: derandomized, 1000 programs / 60 s; dev (default): 1000 / 10 min; "
                           "nightly: 20000 / 3 h")
     exp.add_argument("--topology", metavar="NAME",
-                     help="a feature topology instead of --pp/--overlap: pp1-hicache (HiCache on, a 400-token "
+                     help="a topology by name instead of --pp/--overlap: pp1-overlap, pp1-normal, pp4, or a "
+                          "feature topology: pp1-hicache (HiCache on, a 400-token "
                           "device pool, the transfer gate's hold/release actions; docs/hicache.md), pp1-lora "
                           "(LoRA on, two adapters a batch, load/unload actions and requests with an adapter)")
     exp.add_argument("--max-examples", type=int, help="override the profile's program count")

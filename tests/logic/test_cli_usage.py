@@ -39,3 +39,19 @@ def test_fix_toggle_names_are_validated(capsys):
         fix_toggles.validate(["pr1"])
     assert cli.main(["run", "scenarios/demo.py:chunked_then_decode", "--revert-fix", "pr1"]) == 2
     assert "unknown fix toggle(s) ['pr1']" in capsys.readouterr().err
+
+
+def test_topology_names_every_topology_and_may_not_contradict_the_flags():
+    import argparse
+
+    def config(**flags):
+        return cli.server_config(argparse.Namespace(**{"pp": 1, "overlap": True, **flags}))
+
+    assert config(topology="pp1-normal").topology == "pp1-normal"
+    assert config(topology="pp4").topology == "pp4"
+    assert config(topology="pp1-lora").topology == "pp1-lora"
+    assert config(pp=4).topology == "pp4"
+    with pytest.raises(cli.UsageError, match="contradicts --pp/--no-overlap"):
+        config(topology="pp1-overlap", pp=4)
+    with pytest.raises(cli.UsageError, match=r"known: pp1-overlap, pp1-normal, pp4, pp1-hicache, pp1-lora"):
+        config(topology="pp2")
