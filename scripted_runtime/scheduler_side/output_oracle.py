@@ -448,6 +448,10 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
         req = h.last_req
         params = getattr(req, "sampling_params", None) if req is not None else None
         prompt = tuple(getattr(req, "origin_input_ids", ()) or ()) if req is not None else ()
+        if getattr(h, "expected_prompt", None) is not None:
+            # a session turn: its whole history as the client's conversation makes it, not as SGLang
+            # recorded it (a history SGLang built wrong must show as a mismatch)
+            prompt = tuple(h.expected_prompt)
         ends = request_contract.params_of(h)  # (max_new_tokens, ignore_eos, stop tokens) as SGLang matches them
         if not prompt or not is_greedy(params) or ends is None or ends[0] is None:
             continue

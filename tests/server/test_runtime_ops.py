@@ -179,3 +179,35 @@ def test_a_reset_whose_restore_changes_nothing_fails_at_once_naming_it():
         assert "processed but left the engine as it was" in after.error and "left-open" in after.error, after.error
     finally:
         server.shutdown()
+
+
+SESSIONS = f"{Path(__file__).resolve().parents[2] / 'scenarios' / 'sessions.py'}"
+
+
+def test_session_turns_continue_the_history_and_match_its_reference(server_pool):
+    """Three turns of a session (one beside an unrelated request, the last
+    running when the session closes): each turn's prompt as SGLang records
+    it is the client's history, and its greedy output that history's
+    reference (scenarios/sessions.py)."""
+    end = run_ok(server_pool.get("pp1-overlap"), f"{SESSIONS}:three_turns").value
+    assert end["outputs_compared"] >= 4, end
+
+
+def test_a_turn_after_an_unfinished_one_is_aborted(server_pool):
+    run_ok(server_pool.get("pp1-overlap"), f"{SESSIONS}:turn_after_an_unfinished_one")
+
+
+@pytest.mark.slow
+def test_a_turn_history_built_wrong_is_an_output_mismatch():
+    """With a planted fault that drops the last output token from a turn's
+    history (its own server), the scenario fails on the output oracle: the
+    turn is compared with the history the client's conversation makes."""
+    from scripted_runtime import ScriptedServer
+
+    planted = Path(__file__).resolve().parents[1] / "planted" / "session_history_fault.py"
+    server = ScriptedServer.start(topology="pp1-overlap", patches=(f"{planted}:session_drops_output",))
+    try:
+        result = server.run(f"{SESSIONS}:three_turns")
+        assert not result.passed and result.error.startswith("OutputMismatch"), result.error
+    finally:
+        server.shutdown()

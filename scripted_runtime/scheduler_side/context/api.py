@@ -115,6 +115,8 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         top_logprobs: int = 0,
         stream: bool = False,
         lora: Optional[str] = None,
+        session: Optional[str] = None,
+        after: Optional[ReqHandle] = None,
         await_arrival: bool = True,
     ) -> ReqHandle:
         """Send a generate request of ``prompt_len`` copies of ``prompt_token``
@@ -124,7 +126,15 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         ``stream=True`` asks for a streamed answer: ``handle.http.chunks``
         holds every event, ``handle.http.body`` the last. ``lora=NAME``
         serves it with LoRA adapter NAME (loaded: ``ctx.load_lora_adapter``;
-        SGLang's tokenizer refuses a name not loaded)."""
+        SGLang's tokenizer refuses a name not loaded). ``session=ID``: a turn
+        of open session ID (``ctx.open_session``), continuing after request
+        ``after`` of it (a handle; None: the session's first turn): SGLang
+        builds its prompt from the history, ``after``'s prompt and output
+        then ``input_ids``, and the output oracle compares it with a fresh
+        request of that whole history (``handle.expected_prompt``, computed
+        from what this script sent and was answered, not from SGLang's own
+        record). ``after`` must have finished (SGLang aborts a turn after an
+        unfinished one)."""
         if input_ids is None:
             if prompt_len is None or prompt_len < 1:
                 raise ValueError("start_req needs prompt_len >= 1 or input_ids")
@@ -141,8 +151,16 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         if lora is not None:
             self._lora_ready_for_request(lora)
             payload["lora_path"] = lora
+        expected_prompt = None
+        if after is not None and session is None:
+            raise ValueError("start_req: after= continues a session turn; name the session (session=ID)")
+        if session is not None:
+            payload["session_params"] = {"id": session, "rid": after.rid if after is not None else None}
+            expected_prompt = list(input_ids) if after is None else after.session_history(input_ids)
         handle = self._post_generate(payload, await_arrival=await_arrival, raw=False)
         handle.lora = lora
+        handle.expected_prompt = expected_prompt
+        handle.max_new_tokens = max_new_tokens
         return handle
 
     def send_generate(self, payload: Dict[str, Any], *, await_arrival: bool = True) -> ReqHandle:

@@ -32,12 +32,35 @@ class ReqHandle:
         # checks that assume start_req's shape. ``payload``: what was posted.
         self.raw = raw
         self.lora: Optional[str] = None  # the LoRA adapter it names (ctx.start_req(lora=...))
+        # A session turn's whole prompt as the client's history makes it (ctx.start_req(session=...)):
+        # what the output oracle compares it against, instead of SGLang's own record of it
+        self.expected_prompt: Optional[list] = None
+        self.max_new_tokens: Optional[int] = None
         self.payload = payload
         self.fuzz_cases: tuple = ()  # the field cases a fuzzed request was built from (request_fuzz)
         # A request of the same rid this one's post found (a reused rid, ``ctx.send_generate``):
         # its Req, held or recorded, is not this request's.
         self._earlier_req = state.find_req(scheduler, rid) or tracker.reqs.get(rid)
         self._ingested_before = tracker.ingested.get(rid, 0)
+
+    def session_history(self, new_input_ids: list) -> Optional[list]:
+        """The prompt of a session turn continuing after this request, as a
+        client's conversation makes it: this request's whole prompt, the
+        output it was answered (cut at its ``max_new_tokens``), then
+        ``new_input_ids``. None while this request has not finished (SGLang
+        aborts such a turn) or when its prompt is not known."""
+        if self.status != "finished":
+            return None
+        prompt = self.expected_prompt
+        if prompt is None:
+            req = self.last_req
+            prompt = list(getattr(req, "origin_input_ids", ()) or ()) if req is not None else None
+        if not prompt:
+            return None
+        output = list(self.output_ids)
+        if self.max_new_tokens is not None:
+            output = output[:self.max_new_tokens]
+        return list(prompt) + output + list(new_input_ids)
 
     # --- where it is ---------------------------------------------------------
     @property
