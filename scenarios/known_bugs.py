@@ -7,6 +7,7 @@ strict xfail on the topologies its entry names.
 
     .venv/bin/scripted-runtime run scenarios/known_bugs.py:pp_pause_ignored --pp 4
 """
+from scripted_runtime.scheduler_side.explore import program as explore
 
 
 def pp_pause_ignored(ctx, mode="in_place", paused_steps=12):
@@ -35,6 +36,33 @@ def pp_pause_ignored(ctx, mode="in_place", paused_steps=12):
     yield from ctx.wait_finished(r, max_steps=600)
     assert len(r.output_ids) == 40, r
     return {"mode": mode, "advanced": advanced}
+
+
+def pp_release_while_paused_runs_waiting(ctx):
+    """Memory released while generation is paused stays unread until it is
+    resumed. SGLang's ``release_memory_occupation`` asserts the engine idle
+    but lets requests wait in the queue while it is paused
+    (``is_fully_idle(ignore_waiting=paused)``), because a paused engine does
+    not schedule them; the RL cycle (pause, release, update, resume,
+    continue) relies on it.
+
+    On 0.5.23 ``event_loop_pp`` never reads the pause (``pp_pause_ignored``),
+    so a request that waited for KV when the memory was released is
+    prefilled right after the release gave the KV back, over the released
+    KV cache and weights: on a GPU a forward over unmapped memory
+    (docs/upstream/pp-pause-ignored.md, "A second consequence"). Found by
+    the pp4 dev exploration (grammar 10); this is its shrunk program. The
+    ``memory_occupation`` contract reports the forward.
+    """
+    reqs = [ctx.start_req(input_ids=explore.prompt_ids(0, 8), max_new_tokens=4, ignore_eos=True, temperature=0.0,
+                          stream=True),
+            ctx.start_req(input_ids=explore.prompt_ids(0, 8), max_new_tokens=1, ignore_eos=True, temperature=0.0)]
+    yield from explore.slow_down(ctx, 0.001)
+    yield from explore.continue_generation(ctx, reqs)
+    yield from explore.exhaust_kv(ctx, 0)  # the requests that have not started wait for KV
+    yield from ctx.steps(1)
+    yield from explore.rl_cycle(ctx, reqs, pause_mode="retract", tags="all", gap=1)
+    return (yield from explore.end_state_checks(ctx, reqs))
 
 
 def pp_retract_chunk_double_release(ctx):

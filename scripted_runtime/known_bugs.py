@@ -123,6 +123,19 @@ REGISTRY: Tuple[KnownBug, ...] = (
         variants=({"mode": "in_place"}, {"mode": "retract"}),
     ),
     KnownBug(
+        name="pp_release_while_paused_runs_waiting",
+        title="release_memory_occupation while paused under PP: the PP loop, ignoring the pause (pp_pause_ignored), "
+              "prefills the requests that waited at the release over the released KV cache and weights",
+        signature=r"ContractViolation\[memory_occupation\]",
+        # only a forward over released memory (another memory_occupation rule broken on pp4 is a new finding)
+        message=r"forward of .* was launched at step \d+ while .*memory was released",
+        topologies=("pp4",),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:pp_release_while_paused_runs_waiting",
+        report="docs/upstream/pp-pause-ignored.md",
+    ),
+    KnownBug(
         name="pp_retract_chunk_double_release",
         title="pause_generation(retract) under PP retracts a request whose last chunk is in flight in another "
               "slot; two slots finish it, its KV is released twice and the scheduler dies in release_kv_cache",
