@@ -134,6 +134,10 @@ REGISTRY: Tuple[KnownBug, ...] = (
         verified_on=("0.5.23",),
         scenario="scenarios/known_bugs.py:pp_release_while_paused_runs_waiting",
         report="docs/upstream/pp-pause-ignored.md",
+        # the RL cycle is cut after its release lost the weights (on CPU the harness overwrites
+        # them, as a GPU loses them) and before an update loaded them: the next reset refuses the
+        # engine ("weights lost to a release and not loaded again")
+        breaks_server=True,
     ),
     KnownBug(
         name="pp_retract_chunk_double_release",

@@ -249,36 +249,45 @@ class Driver:
                 time.sleep(0.001)  # free-running before warmup: do not spin hot
 
     def _resume_released_memory(self, deadline: float) -> Generator[None, None, int]:
-        """Resume what the previous script left released, counting what it
-        posted and SGLang has not processed yet (a release still to land is
-        resumed after it; a resume already posted is not posted again: SGLang's
-        handler would raise KeyError on the second), and wait until SGLang's
-        ``offload_tags`` is empty. A posted operation arrives after HTTP round
-        trips, so the wait is bounded by the clock as well as by iterations.
-        Returns the iterations used."""
+        """Resume what the previous script left released. First the releases
+        and resumes it posted are let land (stepping: SGLang's tokenizer
+        sends one operation of a type at a time, so a resume posted now would
+        wait behind one still unprocessed, and an arrival wait taking no step
+        would never see it); then what SGLang still holds released is resumed
+        (a resume the script posted is not posted again: SGLang's handler
+        raises KeyError on a tag not released). Bounded by iterations and the
+        clock (a posted operation arrives after HTTP round trips). Returns
+        the iterations used."""
         s = self.scheduler
         ctx = self.ctx
-        to_resume = sorted(ctx.released_memory_once_processed())
-        if to_resume:
-            try:
-                ctx.resume_memory_occupation(to_resume)
-            except (RuntimeError, ValueError) as e:
-                raise ResetError(f"the reset could not resume the memory the previous script released: {e}; "
-                                 f"state: {state.describe(s)}") from e
         steps = 0
-        while ctx.released_memory or ctx.released_memory_once_processed():
+        resume = None
+        while True:
+            pending = [op for op in self.ledger.ops if not op.processed
+                       and op.name.startswith(("release_memory_occupation", "resume_memory_occupation"))
+                       and not (op.http.done and not op.arrived)]  # answered by the tokenizer alone: settled
+            if not pending:
+                released = ctx.released_memory
+                if not released:
+                    return steps
+                if resume is not None:
+                    raise ResetError(f"the reset's {resume.name} was processed but left "
+                                     f"{', '.join(released)} released; state: {state.describe(s)}")
+                try:
+                    resume = ctx.resume_memory_occupation(sorted(released))
+                except (RuntimeError, ValueError) as e:
+                    raise ResetError(f"the reset could not resume the memory the previous script released: {e}; "
+                                     f"state: {state.describe(s)}") from e
+                continue
             if steps >= RESET_MAX_STEPS and time.monotonic() > deadline:
-                posted = [op.name for op in self.ledger.ops if not op.processed
-                          and op.name.startswith(("release_memory_occupation", "resume_memory_occupation"))]
                 raise ResetError(
-                    f"the reset waited {steps} iterations for SGLang to resume the released memory "
-                    f"({', '.join(ctx.released_memory) or 'none released now'}; posted and not processed: "
-                    f"{', '.join(posted) or 'nothing'}); state: {state.describe(s)}")
+                    f"the reset waited {steps} iterations for {', '.join(op.name for op in pending)} to be "
+                    f"processed (released now: {', '.join(ctx.released_memory) or 'nothing'}); "
+                    f"state: {state.describe(s)}")
             yield
             steps += 1
             if steps > RESET_MAX_STEPS // 4:
                 time.sleep(0.001)  # waiting for an HTTP round trip, not for iterations: do not spin hot
-        return steps
 
     def _reset(self, deadline: float = float("inf"), tokenizer_paused: bool = False) -> Generator[None, None, int]:
         """Bring the engine back to a clean idle state; returns iterations

@@ -127,12 +127,17 @@ def test_the_cycle_with_the_trainer_s_tensor_update_serves_the_new_weights(serve
     """The update as an RL trainer sends it: the checkpoint's tensors through
     update_weights_from_tensor, inside a begin/end weight-update session."""
     result = run_ok(server_pool.get("pp1-overlap"), f"{CYCLE}:cycle_with_requests", tensor=True)
+    _one_update_in_a_session(result, "update_weights_from_tensor")
+
+
+def _one_update_in_a_session(result, update_name):
+    """One successful ``update_name`` between one begin and one end of a
+    weight-update session, and the outputs after the cycle compared."""
     names = [op["op"] for op in result.control_log]
     assert names.count("begin_weight_update") == 1 and names.count("end_weight_update") == 1, names
-    update = [op for op in result.control_log if op["op"] == "update_weights_from_tensor"]
+    update = [op for op in result.control_log if op["op"] == update_name]
     assert len(update) == 1 and update[0]["success"], result.control_log
-    assert names.index("begin_weight_update") < names.index("update_weights_from_tensor") < names.index(
-        "end_weight_update"), names
+    assert names.index("begin_weight_update") < names.index(update_name) < names.index("end_weight_update"), names
     assert result.value["outputs_compared"] >= 2, result.value
 
 
@@ -148,11 +153,7 @@ def test_the_cycle_with_the_trainer_s_broadcast_serves_the_new_weights(server_po
     assert names.count("init_weights_update_group") == 1, names
     assert any(op["op"].startswith("release_memory_occupation") and "weights" in op["op"]
                for op in result.control_log), names
-    update = [op for op in result.control_log if op["op"] == "update_weights_from_distributed"]
-    assert len(update) == 1 and update[0]["success"], result.control_log
-    assert names.index("begin_weight_update") < names.index("update_weights_from_distributed") < names.index(
-        "end_weight_update"), names
-    assert result.value["outputs_compared"] >= 2, result.value
+    _one_update_in_a_session(result, "update_weights_from_distributed")
 
 
 def script_join_and_leave_it_joined(ctx):
