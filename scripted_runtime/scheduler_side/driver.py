@@ -302,7 +302,7 @@ class Driver:
         ctx = self.ctx
         steps = 0
         hicache_gate.gate().reset()  # nothing held into the next script (copies the held ones now)
-        self.weight_trainer.forget_pending()  # its error, if any, was the previous script's failure
+        self.weight_trainer.forget_error()  # its error, if any, was the previous script's failure
         if self._needs_drain() or tokenizer_paused:
             self._raise_if_tokenizer_wedged()
             if ctx.released_memory or ctx.released_memory_once_processed():

@@ -170,9 +170,11 @@ class WeightTrainer:
             self.error = str(e)
             self.close()
 
-    def forget_pending(self) -> None:
-        """The reset: nothing a script announced is expected any more."""
-        self.broadcasts.clear()
+    def forget_error(self) -> None:
+        """The reset: the previous script's trainer error was reported. A
+        broadcast it announced is kept: its update may still be processed in
+        the reset (an operation posted and not waited for lands there), and
+        a receive with no sender would block the scheduler."""
         self.error = None
 
     def close(self) -> None:

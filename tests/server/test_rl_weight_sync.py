@@ -188,3 +188,22 @@ def test_a_group_left_joined_is_destroyed_by_the_reset_and_the_trainer_is_reused
     first = run_ok(server, script_join_and_leave_it_joined).value
     second = run_ok(server, script_join_again_then_destroy).value
     assert first == second and first is not None, (first, second)
+
+
+def script_leave_a_broadcast_update_posted(ctx):
+    join = ctx.init_weights_update_group("left_posted")
+    yield from join.wait()
+    begin = ctx.begin_weight_update()
+    yield from begin.wait()
+    # posted, not waited for: SGLang processes it in the reset, and its handler receives the broadcast there
+    ctx.update_weights_from_distributed("left_posted")
+
+
+def test_a_broadcast_update_left_posted_is_received_in_the_reset(server_pool):
+    """An update the script posted and did not wait for is processed in the
+    next reset; the trainer must broadcast it there (a receive with no
+    sender would block the scheduler), then the reset ends the session and
+    destroys the group, and the next script runs."""
+    server = server_pool.get("pp1-overlap")
+    run_ok(server, script_leave_a_broadcast_update_posted)
+    run_ok(server, script_nothing_released)
