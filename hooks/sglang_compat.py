@@ -247,9 +247,7 @@ def lora_manager(scheduler: Any) -> Any:
     None without ``--enable-lora``."""
     if not getattr(scheduler, "enable_lora", False):
         return None
-    worker = getattr(scheduler, "tp_worker", None)
-    runner = getattr(worker, "model_runner", None) or getattr(getattr(worker, "worker", None), "model_runner", None)
-    return getattr(runner, "lora_manager", None)
+    return getattr(model_runner(scheduler), "lora_manager", None)
 
 
 def lora_enabled(scheduler: Any) -> bool:
@@ -609,11 +607,15 @@ def kv_data_buffers(scheduler: Any) -> List[Any]:
     return buffers
 
 
+def model_runner(scheduler: Any) -> Any:
+    """This rank's model runner (on the TP worker, or on the worker it wraps)."""
+    worker = getattr(scheduler, "tp_worker", None)
+    return getattr(worker, "model_runner", None) or getattr(getattr(worker, "worker", None), "model_runner", None)
+
+
 def served_model(scheduler: Any) -> Any:
     """The model this rank serves (its parameters and buffers)."""
-    worker = getattr(scheduler, "tp_worker", None)
-    runner = getattr(worker, "model_runner", None) or getattr(getattr(worker, "worker", None), "model_runner", None)
-    return getattr(runner, "model", None)
+    return getattr(model_runner(scheduler), "model", None)
 
 
 # --- init_weights_update_group / update_weights_from_distributed (a trainer's broadcast) --------------
@@ -626,9 +628,7 @@ DISTRIBUTED_UPDATE_TYPE = "UpdateWeightsFromDistributedReqInput"
 def model_weight_updater(scheduler: Any) -> Any:
     """The model runner's weight updater (the one holding the process groups
     a trainer broadcasts over), None where this release has none."""
-    worker = getattr(scheduler, "tp_worker", None)
-    runner = getattr(worker, "model_runner", None) or getattr(getattr(worker, "worker", None), "model_runner", None)
-    return getattr(runner, "weight_updater", None)
+    return getattr(model_runner(scheduler), "weight_updater", None)
 
 
 def weight_update_groups(scheduler: Any) -> Tuple[str, ...]:
@@ -759,9 +759,7 @@ def weight_checker_snapshot(scheduler: Any) -> Optional[bool]:
     """Whether the model runner's weight checker holds a snapshot
     (``check_weights(action="snapshot")``; a ``compare`` consumes it), or
     None where this release has no weight checker."""
-    worker = getattr(scheduler, "tp_worker", None)
-    runner = getattr(worker, "model_runner", None) or getattr(getattr(worker, "worker", None), "model_runner", None)
-    checker = getattr(runner, "_weight_checker", None)
+    checker = getattr(model_runner(scheduler), "_weight_checker", None)
     if checker is None:
         return None
     return getattr(checker, "_snapshot_tensors", None) is not None

@@ -126,7 +126,7 @@ ABORT_TYPE = "AbortReq"
 FLUSH_TYPE = "FlushCacheReqInput"
 UPDATE_TYPE = "UpdateWeightFromDiskReqInput"
 TENSOR_UPDATE_TYPE = "UpdateWeightsFromTensorReqInput"  # the same flush after the load (flush_cache_after_weight_update)
-DISTRIBUTED_UPDATE_TYPE = "UpdateWeightsFromDistributedReqInput"  # the same flush again
+DISTRIBUTED_UPDATE_TYPE = sglang_compat.DISTRIBUTED_UPDATE_TYPE  # the same flush again
 UPDATE_TYPES = (UPDATE_TYPE, TENSOR_UPDATE_TYPE, DISTRIBUTED_UPDATE_TYPE)
 SESSION_UPDATE_TYPES = (TENSOR_UPDATE_TYPE, DISTRIBUTED_UPDATE_TYPE)  # refused outside a begin/end session
 UPDATE_NAMES = {UPDATE_TYPE: "update_weights_from_disk", TENSOR_UPDATE_TYPE: "update_weights_from_tensor",
@@ -273,10 +273,10 @@ class ContractMemory:
             self._on_abort(before, step)
         elif name in (FLUSH_TYPE, *UPDATE_TYPES) and before is not None:
             self._on_flush(s, name, output, before)
-        if name in UPDATE_TYPES:
-            self._on_update_loaded(s, name, output)
         elif name in (RELEASE_TYPE, RESUME_TYPE):
             self._on_memory(s, recv_req, release=name == RELEASE_TYPE, step=step)
+        if name in UPDATE_TYPES:  # besides its flush rule above
+            self._on_update_loaded(s, name, output)
 
     def _on_pause(self, s: Any, recv_req: Any, step: int) -> None:
         mode = getattr(recv_req, "mode", None)
@@ -351,9 +351,7 @@ class ContractMemory:
 
     def _on_flush(self, s: Any, name: str, output: Any, before: Dict[str, int]) -> None:
         contract = "flush" if name == FLUSH_TYPE else "update_weights"
-        what = {FLUSH_TYPE: "flush_cache", UPDATE_TYPE: "update_weights_from_disk(flush_cache=True)",
-                TENSOR_UPDATE_TYPE: "update_weights_from_tensor(flush_cache=True)",
-                DISTRIBUTED_UPDATE_TYPE: "update_weights_from_distributed(flush_cache=True)"}[name]
+        what = "flush_cache" if name == FLUSH_TYPE else f"{UPDATE_NAMES[name]}(flush_cache=True)"
         success = getattr(output, "success", None)
         if success is None:
             return

@@ -28,7 +28,7 @@ from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime import extensions, protocol
 from scripted_runtime.scheduler_side import (contracts, control, memory_occupation, reset_fingerprint, runtime_contracts,
                                              runtime_knobs, script_loader, state)
-from scripted_runtime.scheduler_side.context.api import ScriptContext
+from scripted_runtime.scheduler_side.context.api import MEMORY_OPS, ScriptContext
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
 from scripted_runtime.scheduler_side.inbox import ArrivalTimeout, TokenizerInbox
@@ -36,13 +36,11 @@ from scripted_runtime.scheduler_side.rank_ops import KvPressure, RankKvOp
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters
 from scripted_runtime.scheduler_side.step_observer import StepObserver
+from scripted_runtime.scheduler_side import weight_trainer
 from scripted_runtime.scheduler_side.weight_trainer import WeightTrainer
 
 WARMUP_TIMEOUT_S = 180.0
 RESET_MAX_STEPS = 400
-# the requests whose handling the trainer rank of a distributed weight update takes part in
-WEIGHT_TRAINER_TYPES = frozenset({"InitWeightsUpdateGroupReqInput", "UpdateWeightsFromDistributedReqInput",
-                                  "DestroyWeightsUpdateGroupReqInput"})
 # Seconds the reset gives an unanswered pause_generation(abort) (SGLang's tokenizer re-checks
 # its lock once a second) before it calls the tokenizer wedged.
 ABORT_PAUSE_GRACE_S = 3.0
@@ -176,10 +174,10 @@ class Driver:
                     observers.append((memory, memory.before_dispatch(self.scheduler, recv_req)))
                 except Exception:  # noqa: BLE001 - a harness bug must not kill the scheduler
                     memory.harness_error = traceback.format_exc(limit=4)
-            if kind in WEIGHT_TRAINER_TYPES:
+            if kind in weight_trainer.TYPES:
                 self.weight_trainer.before_dispatch(self.scheduler, recv_req)
             output = dispatcher(recv_req)
-            if kind in WEIGHT_TRAINER_TYPES:
+            if kind in weight_trainer.TYPES:
                 self.weight_trainer.after_dispatch(self.scheduler, recv_req, output)
             memory_occupation.after_dispatch(self.scheduler, recv_req, output)
             runtime_contracts.after_dispatch(self.scheduler, recv_req, output)
@@ -264,7 +262,7 @@ class Driver:
         resume = None
         while True:
             pending = [op for op in self.ledger.ops if not op.processed
-                       and op.name.startswith(("release_memory_occupation", "resume_memory_occupation"))
+                       and op.name.startswith(MEMORY_OPS)
                        and not (op.http.done and not op.arrived)]  # answered by the tokenizer alone: settled
             if not pending:
                 released = ctx.released_memory

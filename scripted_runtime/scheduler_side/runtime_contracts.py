@@ -395,8 +395,7 @@ def after_dispatch(s: Any, recv_req: Any, output: Any) -> None:
     kind = type(recv_req).__name__
     if kind == UPDATE_DISK_TYPE and getattr(output, "success", False):
         _loaded_from[id(s)] = getattr(recv_req, "model_path", None)
-    elif kind in ("UpdateWeightsFromTensorReqInput", "UpdateWeightsFromDistributedReqInput") and getattr(
-            output, "success", False):
+    elif kind in contracts.SESSION_UPDATE_TYPES and getattr(output, "success", False):
         _loaded_from[id(s)] = None  # tensors from anywhere: no checkpoint file to compare against
     elif (kind == CHECK_WEIGHTS_TYPE and getattr(recv_req, "action", "") == "reset_tensors"
           and getattr(output, "success", False)):

@@ -36,6 +36,8 @@ START_TIMEOUT_S = 90.0  # the trainer imports torch and SGLang (~5-15 s on 2 cor
 ANSWER_TIMEOUT_S = 60.0  # a join's or a broadcast's answer once the scheduler took its part
 INIT_TYPE = "InitWeightsUpdateGroupReqInput"
 DESTROY_TYPE = "DestroyWeightsUpdateGroupReqInput"
+# the requests whose handling the trainer rank takes part in (the driver's dispatcher hands it these)
+TYPES = frozenset({INIT_TYPE, sglang_compat.DISTRIBUTED_UPDATE_TYPE, DESTROY_TYPE})
 
 
 class TrainerError(RuntimeError):

@@ -35,6 +35,8 @@ from scripted_runtime.scheduler_side.step_observer import StepObserver
 from scripted_runtime.scheduler_side.weight_trainer import WeightTrainer
 
 ARRIVAL_TIMEOUT_S = 30.0
+# the names (up to their tag list) of the ops that release and resume memory
+MEMORY_OPS = ("release_memory_occupation", "resume_memory_occupation")
 
 _rid_counter = itertools.count()
 
@@ -426,7 +428,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         posted, not processed yet, are (in posting order)."""
         tags = set(self.released_memory)
         for op in self._ledger.ops:
-            if op.processed or not op.name.startswith(("release_memory_occupation", "resume_memory_occupation")):
+            if op.processed or not op.name.startswith(MEMORY_OPS):
                 continue
             named = op.name[op.name.index("(") + 1:-1].split(",")
             if op.name.startswith("release"):
