@@ -501,6 +501,35 @@ def output_top_logprobs(req: Any) -> Optional[List[List[float]]]:
     return [[float(v) for v in row] for row in values]
 
 
+def request_logprobs(req: Any) -> Optional[Dict[str, Any]]:
+    """What SGLang recorded of a ``return_logprob`` request's logprobs, or None
+    for a request that did not ask for them. 0.5.23 keeps them on
+    ``req.logprob`` (earlier releases on the request itself): ``input_val``
+    and ``input_idx`` (one entry per prompt token from the logprob start on,
+    the first value None; None until the prefill's last chunk), ``output_val``
+    and ``output_idx`` (one per output token SGLang committed), ``top_val``
+    and ``top_idx`` (the ``top_logprobs_num`` best per output token),
+    ``top_n``, and ``start`` (``logprob_start_len`` as the scheduler holds it)."""
+    if not getattr(req, "return_logprob", False):
+        return None
+    holder = getattr(req, "logprob", None) or req
+
+    def rows(name: str) -> Optional[List[Any]]:
+        value = getattr(holder, name, None)
+        return None if value is None else list(value)
+
+    return {
+        "input_val": rows("input_token_logprobs_val"),
+        "input_idx": rows("input_token_logprobs_idx"),
+        "output_val": rows("output_token_logprobs_val") or [],
+        "output_idx": rows("output_token_logprobs_idx") or [],
+        "top_val": [list(r) for r in rows("output_top_logprobs_val") or []],
+        "top_idx": [list(r) for r in rows("output_top_logprobs_idx") or []],
+        "top_n": int(getattr(holder, "top_logprobs_num", 0) or 0),
+        "start": getattr(req, "logprob_start_len", None),
+    }
+
+
 def evict_cache(scheduler: Any, num_tokens: int) -> int:
     """Evict up to ``num_tokens`` of the radix tree's evictable (unlocked)
     KV back to the allocator, as SGLang's own allocation path does under

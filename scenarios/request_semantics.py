@@ -10,6 +10,10 @@ Run them:
   scripted-runtime run scenarios/request_semantics.py:length_caps
   scripted-runtime run scenarios/request_semantics.py:stop_tokens
   scripted-runtime run scenarios/request_semantics.py:streamed_answers
+  scripted-runtime run scenarios/request_semantics.py:logprobs
+
+And what a ``return_logprob`` request's logprobs must be: the logprob
+contract (docs/checks.md, "The logprob contract").
 """
 
 
@@ -77,3 +81,35 @@ def streamed_answers(ctx, max_new_tokens=6):
     assert checks["answers_delivered"] == len(reqs), checks
     events = [len(h.http.chunks) if h.http.chunks is not None else None for h in reqs]
     return {"events": events, **checks}
+
+
+def logprobs(ctx, max_new_tokens=5):
+    """Requests asking for logprobs in the shapes their bookkeeping differs
+    in: a two-chunk prompt from token 0 prefilled beside a decoding request
+    and a second logprob request (its input logprobs gathered over two
+    chunks, at an offset in a shared batch), one from inside its second
+    chunk, output logprobs only (SGLang's default start), one admitted while
+    the others decode, and the first prompt sent again from token 32 (a
+    start below the prefix the tree holds: SGLang must not reuse the cache
+    past it), streamed. Each request's logprobs must name its tokens and its
+    prompt from its start, a greedy token be its top row's best, and each
+    value be the prompt's run alone (the end-state checks: ``logprobs``)."""
+    from scripted_runtime.scheduler_side.explore import program as explore
+
+    def start(family, length, start_len, **kw):
+        return ctx.start_req(input_ids=explore.prompt_ids(family, length), max_new_tokens=max_new_tokens,
+                             ignore_eos=True, temperature=0.0, top_logprobs=2, logprob_start_len=start_len, **kw)
+
+    plain = ctx.start_req(input_ids=explore.prompt_ids(2, 20), max_new_tokens=12, ignore_eos=True, temperature=0.0)
+    yield from ctx.steps(2)
+    reqs = [plain, start(0, 100, 0), start(1, 129, 70), start(2, 8, -1)]
+    yield from ctx.steps(4)
+    reqs.append(start(1, 40, 3))
+    yield from ctx.wait_until(lambda: reqs[1].status == "finished", max_steps=200, what="the first prompt to finish")
+    again = start(0, 100, 32, stream=True)
+    reqs.append(again)
+    checks = yield from explore.end_state_checks(ctx, reqs)
+    assert checks["logprobs_checked"] == len(reqs) - 1, checks
+    cached = getattr(again.last_req, "cached_tokens", None)
+    assert cached == 32, f"the resent prompt reused {cached} cached tokens, its logprob start is 32"
+    return {"cached": cached, **checks}

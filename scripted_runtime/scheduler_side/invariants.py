@@ -43,6 +43,7 @@ from scripted_runtime.scheduler_side import lora_contract  # registers after run
 # Imported for the checks they register: once this module is imported, every
 # built-in check is in check_registry.
 from scripted_runtime.scheduler_side import hicache_checks, output_oracle, request_contract  # noqa: F401
+from scripted_runtime.scheduler_side import logprob_contract  # noqa: F401  (after request_contract: listed order)
 from scripted_runtime.scheduler_side import answer_delivery  # noqa: F401  (after: the end checks' listed order)
 from scripted_runtime.scheduler_side import request_fuzz
 from scripted_runtime.scheduler_side.check_registry import Violation

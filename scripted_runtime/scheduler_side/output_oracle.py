@@ -58,6 +58,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.protocol import ENV_CHECKPOINT
 from scripted_runtime.scheduler_side import check_registry, reference_cache, state, update_sources
 from scripted_runtime.scheduler_side.update_sources import weights_fingerprint
@@ -73,8 +74,10 @@ REFERENCE_STEPS = 400  # per PP slot: a reference that needs more is an engine f
 GREEDY = 0.0
 
 # (weights fingerprint, prompt) -> (greedy output of REFERENCE_TOKENS or more tokens,
-# how many of them lead by at least MARGIN from the first on: the comparable prefix)
-_references: Dict[Tuple[Any, Tuple[int, ...]], Tuple[List[int], int]] = {}
+# how many of them lead by at least MARGIN from the first on: the comparable prefix,
+# the run's logprobs {"input": one per prompt token, the first None; "output": one per
+# output token}, or None where they were not recorded)
+_references: Dict[Tuple[Any, Tuple[int, ...]], Tuple[List[int], int, Optional[Dict[str, list]]]] = {}
 # references run on this server ("references"), read from the disk cache ("from_cache"), and
 # disk caches found to disagree with a reference run again here ("cache_rejected", then not read)
 computed = {"references": 0, "from_cache": 0, "cache_rejected": 0}
@@ -215,10 +218,18 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int, lora: Optional[str] = N
     comparable prefix (``comparable_prefix``), cached per weights (and per
     LoRA adapter, ``lora``: run with that adapter, loaded first if it is
     not)."""
+    entry = yield from reference_entry(ctx, prompt, n, lora)
+    return entry[0], entry[1]
+
+
+def reference_entry(ctx: Any, prompt: Tuple[int, ...], n: int, lora: Optional[str] = None):
+    """``yield from reference_entry(...)``: ``reference``'s (output, comparable
+    prefix) and the alone run's logprobs (``_run_alone``), computed or
+    cached as ``reference`` does."""
     key = (references_key(ctx, lora), prompt)
     have = _known(ctx.scheduler, key)
     if have is not None and len(have[0]) >= n:
-        return have
+        return tuple(have) + (None,) * (3 - len(have))  # an entry without logprobs: none recorded
     entry = yield from _run_alone(ctx, prompt, n, lora)
     _references[key] = entry
     computed["references"] += 1
@@ -231,7 +242,9 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int, lora: Optional[str] = N
 def _run_alone(ctx: Any, prompt: Tuple[int, ...], n: int, lora: Optional[str] = None):
     """``yield from _run_alone(ctx, prompt, n)``: run ``prompt`` alone on the
     idle engine (with LoRA adapter ``lora``, loaded first if it is not; the
-    reset unloads it); its (output, comparable prefix). Caches nothing."""
+    reset unloads it); its (output, comparable prefix, logprobs: every
+    prompt token's input logprob, from the first, and every output token's,
+    for the logprob contract). Caches nothing."""
     slots = _slots(ctx)
     yield from ctx.wait_idle(max_steps=60 * slots)
     yield from flush_unseen(ctx, "before a reference run")
@@ -239,13 +252,18 @@ def _run_alone(ctx: Any, prompt: Tuple[int, ...], n: int, lora: Optional[str] = 
         raise OutputMismatch(f"LoRA adapter {lora!r} could not be loaded for a reference run (loaded: "
                              f"{', '.join(ctx.loaded_lora_adapters) or 'none'})")
     h = ctx.start_req(input_ids=list(prompt), max_new_tokens=max(n, REFERENCE_TOKENS), ignore_eos=True,
-                      temperature=GREEDY, top_logprobs=2, lora=lora)
+                      temperature=GREEDY, top_logprobs=2, logprob_start_len=0, lora=lora)
     yield from ctx.wait_finished(h, max_steps=REFERENCE_STEPS * slots)
     if h.status != "finished":
         raise OutputMismatch(f"the reference run of a {len(prompt)}-token prompt ended {h.status}, not finished")
     out = h.output_ids
+    recorded = sglang_compat.request_logprobs(h.last_req)
+    logprobs = None
+    if recorded is not None and recorded["input_val"] is not None:
+        logprobs = {"input": [None if v is None else float(v) for v in recorded["input_val"]],
+                    "output": [float(v) for v in recorded["output_val"]]}
     yield from ctx.wait_idle(max_steps=60 * slots)
-    return out, comparable_prefix(h.top_logprobs, len(out))
+    return out, comparable_prefix(h.top_logprobs, len(out)), logprobs
 
 
 def verify_disk_cache(ctx: Any, prompt: Sequence[int], n: int = REFERENCE_TOKENS):
@@ -417,7 +435,8 @@ def cached_reference(ctx: Any, prompt: Sequence[int]) -> Optional[Tuple[List[int
     """The reference of ``prompt`` under the weights loaded now, if it was
     computed on this server or is in the disk cache; None otherwise (never
     computes one)."""
-    return _known(ctx.scheduler, (weights_fingerprint(ctx.scheduler), tuple(prompt)))
+    entry = _known(ctx.scheduler, (weights_fingerprint(ctx.scheduler), tuple(prompt)))
+    return None if entry is None else (entry[0], entry[1])
 
 
 def references_wanted(ctx: Any) -> bool:
@@ -469,7 +488,7 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
         output = answer["output_ids"] if answer is not None else h.output_ids
         if not output and status == "aborted":
             continue
-        ref, comparable = yield from reference(ctx, prompt, max(len(output), max_new), lora)
+        ref, comparable, logprobs = yield from reference_entry(ctx, prompt, max(len(output), max_new), lora)
         expected = request_contract.expected_output(ref, max_new_tokens=max_new, ignore_eos=ignore_eos,
                                                     stop_tokens=stops)
         problem = compare(status, output, expected, comparable=comparable,
@@ -478,6 +497,8 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
         if problem:
             hint = yield from chunk_hint(ctx, prompt, output, expected, h.extend_ends)
             raise OutputMismatch(f"request {h.rid} ({prompts.describe(prompt)}, {status}): {problem}{hint}")
+        # what it was compared with, for the logprob contract: its first `compared` tokens are the reference's
+        h.oracle_reference = {"compared": min(len(output), comparable), "logprobs": logprobs}
     return compared
 
 

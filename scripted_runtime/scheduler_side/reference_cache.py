@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 ENV_CACHE = "SCRIPTED_RUNTIME_REFERENCE_CACHE"
-FORMAT = 1
+FORMAT = 2  # 2: an entry also holds the alone run's logprobs
 
 # ServerArgs fields a reference may depend on: numerics (dtype, backends, device,
 # quantization, tensor parallelism, which splits sums across ranks), how a prompt is cut
@@ -52,7 +52,8 @@ ENGINE_FIELDS = (
     "torch_compile_max_bs", "enable_torch_compile", "cpu_offload_gb",
 )
 
-Entry = Tuple[List[int], int]
+# (output, comparable prefix, logprobs {"input": [...], "output": [...]} or None)
+Entry = Tuple[List[int], int, Optional[Dict[str, list]]]
 
 
 def cache_dir() -> Optional[Path]:
@@ -149,13 +150,18 @@ class ReferenceCache:
 
     @staticmethod
     def _encode(fingerprint: Any, prompt: Tuple[int, ...], entry: Entry) -> List[Any]:
-        return [list(fingerprint) if fingerprint is not None else None, list(prompt), list(entry[0]), entry[1]]
+        logprobs = entry[2] if len(entry) > 2 else None
+        return [list(fingerprint) if fingerprint is not None else None, list(prompt), list(entry[0]), entry[1],
+                logprobs]
 
     @staticmethod
     def _decode(row: List[Any]) -> Tuple[Tuple[Any, Tuple[int, ...]], Entry]:
-        fingerprint, prompt, output, comparable = row
+        fingerprint, prompt, output, comparable, logprobs = row
         fp = tuple(fingerprint) if fingerprint is not None else None
-        return (fp, tuple(int(t) for t in prompt)), ([int(t) for t in output], int(comparable))
+        if logprobs is not None:
+            logprobs = {"input": [None if v is None else float(v) for v in logprobs["input"]],
+                        "output": [float(v) for v in logprobs["output"]]}
+        return (fp, tuple(int(t) for t in prompt)), ([int(t) for t in output], int(comparable), logprobs)
 
     def _read(self) -> Dict[Tuple[Any, Tuple[int, ...]], Entry]:
         self._read_mtime = self._mtime()
@@ -169,7 +175,7 @@ class ReferenceCache:
         for row in data.get("references", ()):
             try:
                 k, v = self._decode(row)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, KeyError):
                 continue
             out[k] = v
         return out
@@ -195,7 +201,7 @@ class ReferenceCache:
         server of this key wrote meanwhile; atomically replaced)."""
         merged = self._read()
         merged.update(self.entries())
-        merged[(fingerprint, prompt)] = (list(entry[0]), int(entry[1]))
+        merged[(fingerprint, prompt)] = (list(entry[0]), int(entry[1]), entry[2] if len(entry) > 2 else None)
         self._entries = merged
         rows = [self._encode(fp, p, e) for (fp, p), e in merged.items()]
         try:

@@ -470,7 +470,7 @@ def test_new_actions_round_trip_through_the_failure_database():
                A.OnPhase("decode", A.LoraOp("load", "lora1"), 24), A.Start(8, 0, 4, beside=1),
                A.UpdateWeights(True, distributed=True), A.OnPhase("decode", A.RlCycle("retract", "all", 1, True), 24)]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 10
+    assert A.GRAMMAR_VERSION == 11
 
 
 def test_a_start_beside_a_live_request_is_drawn_under_pp_only_and_waits_for_its_slot():

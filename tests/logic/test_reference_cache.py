@@ -14,7 +14,7 @@ from scripted_runtime.scheduler_side.reference_cache import ReferenceCache
 
 FP = (0.125, -3.5, 7.0)
 PROMPT = (5, 6, 7)
-ENTRY = ([11, 12, 13], 3)
+ENTRY = ([11, 12, 13], 3, {"input": [None, -1.5, -0.25], "output": [-0.5, -2.0, -0.125]})
 
 
 def _scheduler(**args):
@@ -158,8 +158,8 @@ def test_two_servers_of_one_key_merge_and_a_bad_file_is_ignored(tmp_path):
     key = reference_cache.key_of(_scheduler())
     live, standby = ReferenceCache(tmp_path, key), ReferenceCache(tmp_path, key)
     live.put(FP, PROMPT, ENTRY)
-    standby.put(FP, (9,), ([4], 1))  # read before live wrote: merges instead of overwriting
-    assert ReferenceCache(tmp_path, key).entries() == {(FP, PROMPT): ENTRY, (FP, (9,)): ([4], 1)}
+    standby.put(FP, (9,), ([4], 1, None))  # read before live wrote: merges instead of overwriting
+    assert ReferenceCache(tmp_path, key).entries() == {(FP, PROMPT): ENTRY, (FP, (9,)): ([4], 1, None)}
     live.path.write_text("{not json")
     assert ReferenceCache(tmp_path, key).get(FP, PROMPT) is None
     live.path.write_text(json.dumps({"key": {"another": "key"}, "references": [[list(FP), [5, 6, 7], [1], 1]]}))
@@ -198,9 +198,13 @@ def test_the_oracle_reads_a_cached_reference_instead_of_running_one(tmp_path, mo
     gen = output_oracle.reference(ctx, PROMPT, 3)
     with pytest.raises(StopIteration) as stop:
         next(gen)
-    assert stop.value.value == ENTRY
+    assert stop.value.value == ENTRY[:2]
     assert output_oracle.computed == {"references": 0, "from_cache": 1, "cache_rejected": 0}
-    assert output_oracle.cached_reference(ctx, PROMPT) == ENTRY
+    assert output_oracle.cached_reference(ctx, PROMPT) == ENTRY[:2]
+    gen = output_oracle.reference_entry(ctx, PROMPT, 3)
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert stop.value.value == ENTRY, "the logprobs of the alone run come back from the disk too"
     monkeypatch.setenv(reference_cache.ENV_CACHE, "off")
     monkeypatch.setattr(output_oracle, "_references", {})
     monkeypatch.setattr(output_oracle, "_disk", {})

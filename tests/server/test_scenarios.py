@@ -127,6 +127,9 @@ def test_requests_end_by_their_own_sampling_parameters(server):
     assert streamed.passed, streamed.traceback
     # the streamed 6-token answer came in several events; a plain answer has none
     assert streamed.value["events"][0] > 1 and streamed.value["events"][1] is None, streamed.value
+    logprobs = server.run(f"{REQUEST_SEMANTICS}:logprobs")
+    assert logprobs.passed, logprobs.traceback
+    assert logprobs.value["logprobs_checked"] == 5 and logprobs.value["outputs_compared"] == 6, logprobs.value
 
 
 @pytest.mark.slow

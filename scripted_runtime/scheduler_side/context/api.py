@@ -115,6 +115,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         temperature: Optional[float] = None,
         stop_token_ids: Optional[List[int]] = None,
         top_logprobs: int = 0,
+        logprob_start_len: Optional[int] = None,
         stream: bool = False,
         lora: Optional[str] = None,
         session: Optional[str] = None,
@@ -125,6 +126,9 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         (or explicit ``input_ids``); returns once it reached the scheduler.
         ``top_logprobs=k`` asks SGLang for the k best logprobs of every output
         token (``return_logprob``), read back with ``handle.top_logprobs``.
+        ``logprob_start_len=s`` asks for logprobs (``return_logprob``) and
+        for the prompt's input logprobs from token ``s`` on (-1: output
+        tokens only, SGLang's default); the logprob contract judges them.
         ``stream=True`` asks for a streamed answer: ``handle.http.chunks``
         holds every event, ``handle.http.body`` the last. ``lora=NAME``
         serves it with LoRA adapter NAME (loaded: ``ctx.load_lora_adapter``;
@@ -148,8 +152,12 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         if stop_token_ids is not None:
             sampling["stop_token_ids"] = stop_token_ids
         payload = {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": bool(stream)}
+        if top_logprobs or logprob_start_len is not None:
+            payload["return_logprob"] = True
         if top_logprobs:
-            payload.update(return_logprob=True, top_logprobs_num=top_logprobs)
+            payload["top_logprobs_num"] = top_logprobs
+        if logprob_start_len is not None:
+            payload["logprob_start_len"] = logprob_start_len
         if lora is not None:
             self._lora_ready_for_request(lora)
             payload["lora_path"] = lora
@@ -163,6 +171,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         handle.lora = lora
         handle.expected_prompt = expected_prompt
         handle.max_new_tokens = max_new_tokens
+        handle.logprob_start_len = logprob_start_len
         return handle
 
     def send_generate(self, payload: Dict[str, Any], *, await_arrival: bool = True) -> ReqHandle:

@@ -36,6 +36,10 @@ class ReqHandle:
         # what the output oracle compares it against, instead of SGLang's own record of it
         self.expected_prompt: Optional[list] = None
         self.max_new_tokens: Optional[int] = None
+        self.logprob_start_len: Optional[int] = None  # as posted (ctx.start_req); None: SGLang's default
+        # What the output oracle compared it with ({"compared": tokens, "logprobs": the reference's}),
+        # set by output_oracle.check_outputs for the logprob contract
+        self.oracle_reference: Optional[dict] = None
         self.payload = payload
         self.fuzz_cases: tuple = ()  # the field cases a fuzzed request was built from (request_fuzz)
         # A request of the same rid this one's post found (a reused rid, ``ctx.send_generate``):

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import (answer_delivery, control, hicache_state, output_oracle, request_contract,
                                              request_fuzz, state)
+from scripted_runtime.scheduler_side import logprob_contract  # after request_contract: the end checks' listed order
 from scripted_runtime.scheduler_side.explore import phases
 from scripted_runtime.scheduler_side.explore.prompts import prompt_ids  # noqa: F401 - programs call explore.prompt_ids
 
@@ -560,12 +561,16 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     answers = 0
     if ctx.check_enabled(request_contract.NAME):  # last: the checks above keep their findings' names
         answers = request_contract.check_answers(plain)
+    logprobs = 0
+    if ctx.check_enabled(logprob_contract.NAME):  # after both: a wrong token is theirs to name
+        logprobs = logprob_contract.check_logprobs(plain)
     delivered = 0
     if ctx.check_enabled(answer_delivery.NAME):  # waits on the clock, takes no step
         delivered = answer_delivery.check_answers(plain)
     return {
         "outputs_compared": compared,
         "answers_checked": answers,
+        "logprobs_checked": logprobs,
         "answers_delivered": delivered,
         "requests": len(reqs),
         "fuzzed": len(fuzzed),

@@ -35,7 +35,9 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # 9: Start.beside (under PP: the start waits for the micro-batch slot of a live request).
 # 10: UpdateWeights.distributed and RlCycle.distributed (the trainer rank's broadcast through
 # update_weights_from_distributed, the group joined first; pp=1: under PP the disk update instead).
-GRAMMAR_VERSION = 10
+# 11: Start and Resend draw ``logprob_start`` (return_logprob with the 2 best per token, input
+# logprobs from a prompt position or none), judged by the logprob contract.
+GRAMMAR_VERSION = 11
 # The harness's LoRA adapters (user_side/models/lora_adapters.py ADAPTERS) and the prompt lengths a
 # request with one draws (the output oracle computes each adapter's references of them up front).
 LORA_ADAPTERS = ("lora0", "lora1", "lora2")
@@ -55,10 +57,21 @@ class Steps:
         return f"step {self.n}"
 
 
-def _request_words(max_new_tokens: int, ignore_eos: bool, stop_at: Optional[int], stream: bool = False) -> str:
+def logprob_start_of(drawn: int, prompt_len: int) -> int:
+    """The ``logprob_start_len`` a drawn ``logprob_start`` posts for a prompt
+    of ``prompt_len`` tokens: -1 as it is (output logprobs only), a position
+    clamped into the prompt (SGLang aborts a start past it)."""
+    return drawn if drawn < 0 else min(drawn, prompt_len - 1)
+
+
+def _request_words(max_new_tokens: int, ignore_eos: bool, stop_at: Optional[int], stream: bool = False,
+                   logprob_start: Optional[int] = None) -> str:
     words = f"{max_new_tokens} new"
     if stream:
         words += ", streamed"
+    if logprob_start is not None:
+        words += (", output logprobs" if logprob_start < 0 else
+                  f", logprobs from prompt token {logprob_start}")
     if not ignore_eos:
         words += ", EOS ends it"
     if stop_at is not None:
@@ -87,14 +100,20 @@ class Start:
     ignore_eos: bool = True
     stop_at: Optional[int] = None
     stream: bool = False
+    # return_logprob with the 2 best per token; input logprobs from this prompt position (clamped
+    # into the prompt, ``logprob_start_of``), or -1: output logprobs only. None: no logprobs.
+    logprob_start: Optional[int] = None
     lora: Optional[str] = None  # a LoRA adapter (LORA_ADAPTERS), loaded first if it is not
     # under PP: started when the loop comes to the micro-batch slot of live request #beside
     # (``program.join_batch_of``), so it is merged into that slot's running batch
     beside: Optional[int] = None
 
+    def _start(self) -> Optional[int]:
+        return None if self.logprob_start is None else logprob_start_of(self.logprob_start, self.prompt_len)
+
     def describe(self) -> str:
         return (f"start: {_prompt_words(self.family, self.prompt_len)}, "
-                f"{_request_words(self.max_new_tokens, self.ignore_eos, self.stop_at, self.stream)}"
+                f"{_request_words(self.max_new_tokens, self.ignore_eos, self.stop_at, self.stream, self._start())}"
                 + (f", LoRA adapter {self.lora}" if self.lora else "")
                 + (f", in the micro-batch of live request #{self.beside}" if self.beside is not None else ""))
 
@@ -115,6 +134,7 @@ class Resend:
     ignore_eos: bool = True
     stop_at: Optional[int] = None
     stream: bool = False
+    logprob_start: Optional[int] = None  # as Start's
 
     def describe(self, resolved: Optional[Tuple[int, int, int]] = None) -> str:
         """``resolved``: (action index, family, length) from ``resolve_prompts``, when known."""
@@ -124,7 +144,11 @@ class Resend:
         else:
             index, family, length = resolved
             what = f"action {index + 1}'s prompt {how}: {_prompt_words(family, length)}"
-        return f"resend {what}, {_request_words(self.max_new_tokens, self.ignore_eos, self.stop_at, self.stream)}"
+        start = self.logprob_start
+        if start is not None and resolved is not None:
+            start = logprob_start_of(start, resolved[2])
+        words = _request_words(self.max_new_tokens, self.ignore_eos, self.stop_at, self.stream, start)
+        return f"resend {what}, {words}"
 
 
 @dataclass(frozen=True)
@@ -488,6 +512,8 @@ def _start_call(family: int, length: int, action: Union[Start, Resend]) -> str:
     args.append("temperature=0.0")
     if action.stream:
         args.append("stream=True")
+    if action.logprob_start is not None:
+        args.append(f"top_logprobs=2, logprob_start_len={logprob_start_of(action.logprob_start, length)}")
     if getattr(action, "lora", None):
         args.append(f"lora={action.lora!r}")
     return f"reqs.append(ctx.start_req({', '.join(args)}))"

@@ -112,14 +112,23 @@ def _placed(op: A.Action) -> bool:
     return not isinstance(op, (A.Continue, A.ResumeMemory))
 
 
+# A request's logprobs (Start.logprob_start): none (first, and three times in seven), output
+# logprobs only (-1), or input logprobs from the first token, inside the first chunk, or inside
+# the second (70, clamped into a shorter prompt). A start below a cached prefix caps the prefix
+# match there (SGLang's Req.init_next_round_input), so a Resend with one also recomputes.
+LOGPROB_STARTS = (None, None, None, -1, 0, 32, 70)
+
+
 def _request_semantics() -> dict:
     """A request's drawn end: ignore_eos (True, the simpler, first), and
-    no stop token (first) or the k-th token of its reference output; and
-    whether its answer is streamed (not first)."""
+    no stop token (first) or the k-th token of its reference output;
+    whether its answer is streamed (not first); whether it asks for
+    logprobs, and from where (``LOGPROB_STARTS``)."""
     return {"max_new_tokens": st.integers(1, MAX_NEW_TOKENS),
             "ignore_eos": st.sampled_from((True, False)),
             "stop_at": st.one_of(st.none(), st.integers(0, MAX_NEW_TOKENS - 1)),
-            "stream": st.booleans()}
+            "stream": st.booleans(),
+            "logprob_start": st.sampled_from(LOGPROB_STARTS)}
 
 
 # Under PP, which live request's micro-batch a Start may join (Start.beside): none (first), or
