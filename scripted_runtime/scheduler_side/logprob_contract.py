@@ -41,8 +41,9 @@ sums), while two positions' logprobs differ by 0.1 or more; so a value
 taken from another request's row or another position shows, and float
 noise does not.
 
-A request that ended before its prefill's last chunk has no input logprobs
-(SGLang computes them there), which is not judged; a session turn's start
+A request aborted before its prefill's last chunk has no input logprobs
+(SGLang computes them there: None, or [] where the abort's output set the
+empty containers), which is not judged; a session turn's start
 is SGLang's to override (streaming sessions), so its input logprobs are
 judged against its own recorded start.
 """
@@ -112,9 +113,11 @@ def shape_violation(lp: Dict[str, Any], *, output: Sequence[int], prompt: Sequen
                         f"its top row {row[0]:.6f} (token {top_idx[k][0] if top_idx[k] else None}): greedy "
                         "emits the best")
     in_val, in_idx = lp["input_val"], lp["input_idx"]
-    if start is None or (in_val is None and not prefilled):
-        return None
+    if start is None or (not in_val and not prefilled):
+        return None  # ended before its prefill's last chunk (an abort): none computed, or none sent
     want = list(prompt[start:])
+    if (in_val is None or in_idx is None) and not want:
+        return None  # none asked for: SGLang sends [] for a None (output_streamer), the same answer
     if in_val is None or in_idx is None:
         return f"no input logprobs after its prefill (logprob_start_len={start}, {len(want)} expected)"
     if list(in_idx) != want:
@@ -186,7 +189,9 @@ def check_logprobs(handles: Iterable[Any]) -> int:
         if lp is None:
             continue
         answer = request_contract.answer_of(req)
-        output = answer["output_ids"] if answer is not None else h.output_ids
+        if answer is None:
+            continue  # no finish reason: removed while queued (an abort), never ran; as the request contract
+        output = answer["output_ids"]
         prompt = list(getattr(h, "expected_prompt", None) or getattr(req, "origin_input_ids", ()) or ())
         start = _start_of(h, len(prompt), lp)
         greedy = output_oracle.is_greedy(getattr(req, "sampling_params", None))
@@ -198,6 +203,7 @@ def check_logprobs(handles: Iterable[Any]) -> int:
                                      reference=reference["logprobs"])
         if problem:
             raise LogprobContractError(f"request {h.rid} ({len(prompt)}-token prompt, logprob_start_len="
-                                       f"{getattr(h, 'logprob_start_len', None)}, {h.status}): {problem}")
+                                       f"{getattr(h, 'logprob_start_len', None)}, {h.status}, {h.finish_reason}, "
+                                       f"{len(output)} tokens): {problem}")
         checked += 1
     return checked

@@ -50,6 +50,8 @@ def test_input_logprobs_name_the_prompt_from_the_start_first_none():
     assert "no input logprobs after its prefill" in _shape(_lp(input_val=None, input_idx=None))
     # aborted before its last chunk: SGLang computes them there, nothing to judge
     assert _shape(_lp(input_val=None, input_idx=None), prefilled=False) is None
+    assert _shape(_lp(input_val=[], input_idx=[]), prefilled=False) is None, "or empty containers"
+    assert "the prompt from" in _shape(_lp(input_idx=[7, 8, 0]), prefilled=False), "those it has are judged"
     # output logprobs only (start at the prompt's end): none expected
     assert _shape(_lp(input_val=[], input_idx=[]), start=len(PROMPT)) is None
     assert _shape(_lp(), start=None) is None, "a start not judged (a session turn SGLang overrode)"
