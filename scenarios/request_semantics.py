@@ -91,7 +91,7 @@ def logprobs(ctx, max_new_tokens=5):
     chunk, output logprobs only (SGLang's default start), one admitted while
     the others decode, and the first prompt sent again from token 32 (a
     start below the prefix the tree holds: SGLang must not reuse the cache
-    past it), streamed. Each request's logprobs must name its tokens and its
+    past it), streamed, and again from token 0. Each request's logprobs must name its tokens and its
     prompt from its start, a greedy token be its top row's best, and each
     value be the prompt's run alone (the end-state checks: ``logprobs``)."""
     from scripted_runtime.scheduler_side.explore import program as explore
@@ -107,9 +107,10 @@ def logprobs(ctx, max_new_tokens=5):
     reqs.append(start(1, 40, 3))
     yield from ctx.wait_until(lambda: reqs[1].status == "finished", max_steps=200, what="the first prompt to finish")
     again = start(0, 100, 32, stream=True)
-    reqs.append(again)
+    from_zero = start(0, 100, 0)  # 0: the falsy start, all of the prompt
+    reqs += [again, from_zero]
     checks = yield from explore.end_state_checks(ctx, reqs)
     assert checks["logprobs_checked"] == len(reqs) - 1, checks
-    cached = getattr(again.last_req, "cached_tokens", None)
-    assert cached == 32, f"the resent prompt reused {cached} cached tokens, its logprob start is 32"
+    cached = [getattr(h.last_req, "cached_tokens", None) for h in (again, from_zero)]
+    assert cached == [32, 0], f"the resent prompts reused {cached} cached tokens, their logprob starts are 32 and 0"
     return {"cached": cached, **checks}

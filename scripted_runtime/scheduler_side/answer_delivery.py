@@ -37,6 +37,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, List, Optional, Sequence
 
+from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import check_registry, request_contract
 
 NAME = "answer_delivery"
@@ -83,10 +84,12 @@ def stream_violation(chunks: Sequence[Any]) -> Optional[str]:
 
 
 def violation(emitted: dict, *, status: Optional[int], body: Any, error: Optional[str],
-              chunks: Optional[Sequence[Any]]) -> Optional[str]:
+              chunks: Optional[Sequence[Any]], logprobs: Optional[dict] = None) -> Optional[str]:
     """What is wrong with the answer to a request that finished (length or
     stop) given what the scheduler ``emitted`` for it
-    (``request_contract.answer_of``), or None. Pure."""
+    (``request_contract.answer_of``) and, for a ``return_logprob`` request,
+    the logprobs it computed (``logprobs``: ``sglang_compat.request_logprobs``),
+    or None. Pure."""
     if error is not None:
         return f"the /generate post failed: {error}"
     if status != 200:
@@ -101,6 +104,13 @@ def violation(emitted: dict, *, status: Optional[int], body: Any, error: Optiona
     got_reason, want_reason = _reason_type(body), _reason_type(emitted)
     if got_reason != want_reason:
         return f"the answer's finish reason is {got_reason!r}, the scheduler's {want_reason!r}"
+    if logprobs is not None:
+        # imported here: at module level it would register its end check before the oracle's
+        from scripted_runtime.scheduler_side import logprob_contract
+
+        problem = logprob_contract.delivered_violation(logprobs, body.get("meta_info"), output_len=len(want))
+        if problem:
+            return problem
     if chunks is not None:
         return stream_violation(chunks)
     return None
@@ -108,7 +118,7 @@ def violation(emitted: dict, *, status: Optional[int], body: Any, error: Optiona
 
 @check_registry.end_check(NAME, doc="every ended request gets its /generate answer, and a finished one's "
                                     "answer (every event of a streamed one) holds exactly the tokens and "
-                                    "finish reason the scheduler emitted")
+                                    "finish reason the scheduler emitted, and the logprobs it computed")
 def check_answers(handles: Iterable[Any], *, timeout_s: float = ANSWER_TIMEOUT_S,
                   when: str = "the program's end") -> int:
     """Wait (no step) for the answer of every ended request and judge it;
@@ -134,7 +144,7 @@ def check_answers(handles: Iterable[Any], *, timeout_s: float = ANSWER_TIMEOUT_S
         if emitted is None or _reason_type(emitted) == "abort":
             continue
         problem = violation(emitted, status=h.http.status, body=h.http.body, error=h.http.error,
-                            chunks=h.http.chunks)
+                            chunks=h.http.chunks, logprobs=sglang_compat.request_logprobs(h.last_req))
         if problem:
             raise AnswerDeliveryError(f"request {h.rid}: {problem}")
         compared += 1

@@ -54,6 +54,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import check_registry
+# imported first so their end checks register (and are listed) before this one
+from scripted_runtime.scheduler_side import output_oracle, request_contract
 
 NAME = "logprobs"
 # Two logprobs of one position differ by at most this across batch compositions (measured 8e-6).
@@ -161,6 +163,48 @@ def value_mismatch(lp: Dict[str, Any], *, output: Sequence[int], compared: int, 
     return None
 
 
+def _pairs(rows: Any) -> Optional[List[tuple]]:
+    """``meta_info``'s ``[(logprob, token id, text), ...]`` as (logprob, id) pairs, or None when it is no list."""
+    if not isinstance(rows, list):
+        return None
+    out = []
+    for row in rows:
+        if not isinstance(row, (list, tuple)) or len(row) < 2:
+            return None
+        out.append((row[0], row[1]))
+    return out
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return isinstance(a, (int, float)) and abs(a - b) <= 1e-6
+
+
+def delivered_violation(lp: Dict[str, Any], meta_info: Any, *, output_len: int) -> Optional[str]:
+    """What differs between the logprobs a finished request's client got
+    (its answer's ``meta_info``: ``input_token_logprobs`` and
+    ``output_token_logprobs``, ``(logprob, token id, text)`` each, as the
+    tokenizer manager appends what the scheduler sent) and what the scheduler
+    computed (``lp``, ``sglang_compat.request_logprobs``: the input logprobs
+    once, the output logprobs of its ``output_len`` emitted tokens), or None.
+    Pure."""
+    info = meta_info if isinstance(meta_info, dict) else {}
+    want_in = list(zip(lp["input_val"] or [], lp["input_idx"] or []))
+    want_out = list(zip(lp["output_val"][:output_len], lp["output_idx"][:output_len]))
+    for name, want in (("input_token_logprobs", want_in), ("output_token_logprobs", want_out)):
+        got = _pairs(info.get(name))
+        if got is None:
+            return f"the answer's {name} is {str(info.get(name))[:120]}, not a list of (logprob, token) entries"
+        if len(got) != len(want):
+            return (f"the answer's {name} holds {len(got)} entries, the scheduler computed {len(want)} "
+                    f"(first {[g[1] for g in got[:4]]}..., scheduler {[w[1] for w in want[:4]]}...)")
+        for k, (g, w) in enumerate(zip(got, want)):
+            if g[1] != w[1] or not _same_value(g[0], w[0]):
+                return f"the answer's {name} entry {k} is {g}, the scheduler computed {w}"
+    return None
+
+
 def _start_of(h: Any, prompt_len: int, lp: Dict[str, Any]) -> Optional[int]:
     if getattr(h, "expected_prompt", None) is not None:  # a session turn: SGLang may override its start
         start = lp.get("start")
@@ -177,9 +221,6 @@ def check_logprobs(handles: Iterable[Any]) -> int:
     docstring); the reference values where the output oracle attached the
     reference it compared the request with (``handle.oracle_reference``).
     Returns how many were checked; raises ``LogprobContractError``."""
-    # imported here: request_contract's module registers its end check first
-    from scripted_runtime.scheduler_side import output_oracle, request_contract
-
     checked = 0
     for h in handles:
         if h.status not in ("finished", "aborted"):

@@ -59,6 +59,8 @@ def caught_by(signature: str) -> str:
         return "request contract"
     if signature.startswith("AnswerDeliveryError"):
         return "answer delivery"
+    if signature.startswith("LogprobContractError"):
+        return "logprob contract"
     if signature.startswith("server start"):
         return "server start"
     if signature.startswith("ResetError"):

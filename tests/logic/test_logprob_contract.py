@@ -87,3 +87,22 @@ def test_the_explorer_clamps_a_drawn_start_into_the_prompt_and_compiles_it():
     assert "top_logprobs=2, logprob_start_len=7)" in source
     assert "top_logprobs=2, logprob_start_len=-1)" in source
     assert source.count("logprob_start_len") == 2, "a request drawn without logprobs asks for none"
+
+def test_the_client_gets_the_logprobs_the_scheduler_computed():
+    lp = _lp()
+    meta = {"input_token_logprobs": [[None, 7, None], [-1.0, 8, None], [-2.0, 9, None]],
+            "output_token_logprobs": [[-0.5, 11, None], [-0.25, 12, None], [-1.0, 13, None]]}
+    assert lc.delivered_violation(lp, meta, output_len=3) is None
+    # a stop cut the output at two tokens: the scheduler sends the logprobs of those two
+    cut = dict(meta, output_token_logprobs=meta["output_token_logprobs"][:2])
+    assert lc.delivered_violation(lp, cut, output_len=2) is None
+    resent = dict(meta, input_token_logprobs=meta["input_token_logprobs"] * 2)  # sent again with a later output
+    assert "input_token_logprobs holds 6 entries, the scheduler computed 3" in lc.delivered_violation(
+        lp, resent, output_len=3)
+    other = dict(meta, output_token_logprobs=[[-0.5, 11, None], [-0.75, 12, None], [-1.0, 13, None]])
+    assert "output_token_logprobs entry 1 is (-0.75, 12)" in lc.delivered_violation(lp, other, output_len=3)
+    assert "not a list" in lc.delivered_violation(lp, {"output_token_logprobs": meta["output_token_logprobs"]},
+                                                  output_len=3)
+    # output logprobs only: the scheduler computed no input logprobs (None), the client gets []
+    assert lc.delivered_violation(_lp(input_val=None, input_idx=None), dict(meta, input_token_logprobs=[]),
+                                  output_len=3) is None

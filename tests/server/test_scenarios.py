@@ -129,7 +129,7 @@ def test_requests_end_by_their_own_sampling_parameters(server):
     assert streamed.value["events"][0] > 1 and streamed.value["events"][1] is None, streamed.value
     logprobs = server.run(f"{REQUEST_SEMANTICS}:logprobs")
     assert logprobs.passed, logprobs.traceback
-    assert logprobs.value["logprobs_checked"] == 5 and logprobs.value["outputs_compared"] == 6, logprobs.value
+    assert logprobs.value["logprobs_checked"] == 6 and logprobs.value["outputs_compared"] == 7, logprobs.value
 
 
 @pytest.mark.slow
