@@ -1,6 +1,7 @@
 """LoRA adapters loaded and unloaded at run time (the ``pp1-lora`` topology).
 
     scripted-runtime run --topology pp1-lora scenarios/lora.py:load_serve_unload
+    scripted-runtime run --topology pp1-lora scenarios/lora.py:load_from_tensors
 """
 from scripted_runtime.scheduler_side.explore.prompts import prompt_ids
 
@@ -32,6 +33,32 @@ def load_serve_unload(ctx):
     assert unload.success, f"unload_lora_adapter('lora0') refused: {unload.answer!r}"
     assert ctx.loaded_lora_adapters == (), ctx.loaded_lora_adapters
     return {"with_adapter": with_adapter.output_ids, "base": base.output_ids}
+
+
+def load_from_tensors(ctx):
+    """The same adapter loaded from its files and, after an unload, from its
+    tensors (``load_lora_adapter_from_tensors``, the RL trainer's path):
+    a request with it answers the same tokens both times, and other tokens
+    than the base model beside it."""
+    files = ctx.load_lora_adapter("lora1")
+    yield from files.wait()
+    assert files.success, f"load_lora_adapter('lora1') refused: {files.answer!r}"
+    from_files = ctx.start_req(input_ids=PROMPT, max_new_tokens=6, ignore_eos=True, temperature=0.0, lora="lora1")
+    yield from ctx.wait_finished(from_files, max_steps=60)
+    unload = ctx.unload_lora_adapter("lora1")
+    yield from unload.wait(max_steps=200)
+    assert unload.success and ctx.loaded_lora_adapters == (), (unload.answer, ctx.loaded_lora_adapters)
+    tensors = ctx.load_lora_adapter_from_tensors("lora1")
+    yield from tensors.wait()
+    assert tensors.success, f"load_lora_adapter_from_tensors('lora1') refused: {tensors.answer!r}"
+    assert ctx.loaded_lora_adapters == ("lora1",), ctx.loaded_lora_adapters
+    from_tensors = ctx.start_req(input_ids=PROMPT, max_new_tokens=6, ignore_eos=True, temperature=0.0, lora="lora1")
+    base = ctx.start_req(input_ids=PROMPT, max_new_tokens=6, ignore_eos=True, temperature=0.0)
+    yield from ctx.wait_finished(from_tensors, base, max_steps=60)
+    assert from_tensors.output_ids == from_files.output_ids, (from_tensors.output_ids, from_files.output_ids)
+    assert from_tensors.output_ids != base.output_ids, "the adapter changed nothing"
+    return {"from_files": from_files.output_ids, "from_tensors": from_tensors.output_ids, "base": base.output_ids,
+            "tensors": tensors.payload["tensors"]}
 
 
 def three_adapters_two_slots(ctx):

@@ -129,9 +129,8 @@ CATALOG: Tuple[ControlRequest, ...] = (
        known_bug="expert_distribution_route_without_recorder",
        reason="without --expert-distribution-recorder-mode the handler raises"),
     _c("LoadLoRAAdapterReqInput", 36, ("/load_lora_adapter",), "scripted", ctx="ctx.load_lora_adapter"),
-    _c("LoadLoRAAdapterFromTensorsReqInput", 37, ("/load_lora_adapter_from_tensors",), "sglang_refuses",
-       reason="400 'LoRA is not enabled' on the CPU default (on pp1-lora not scripted yet: its payload is "
-              "normally CUDA IPC)"),
+    _c("LoadLoRAAdapterFromTensorsReqInput", 37, ("/load_lora_adapter_from_tensors",), "scripted",
+       ctx="ctx.load_lora_adapter_from_tensors"),
     _c("UnloadLoRAAdapterReqInput", 38, ("/unload_lora_adapter",), "scripted", ctx="ctx.unload_lora_adapter"),
     _c("PauseGenerationReqInput", 39, ("/pause_generation",), "scripted", ctx="ctx.pause_generation"),
     _c("ContinueGenerationReqInput", 40, ("/continue_generation",), "scripted", ctx="ctx.continue_generation"),

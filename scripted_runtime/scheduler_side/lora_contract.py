@@ -34,13 +34,15 @@ DOC = ("every forward holds at most max_loras_per_batch adapters; an unfinished 
        "a load or unload that succeeded left the adapter loaded or gone")
 LOAD_TYPE = "LoadLoRAAdapterReqInput"
 UNLOAD_TYPE = "UnloadLoRAAdapterReqInput"
+LOAD_TENSORS_TYPE = "LoadLoRAAdapterFromTensorsReqInput"
+LOAD_OPS = {LOAD_TYPE: "load_lora_adapter", LOAD_TENSORS_TYPE: "load_lora_adapter_from_tensors"}
 
 
 @dataclass
 class LoraMemory:
     """What the contract remembers across the iterations of one run."""
 
-    TYPES = frozenset({LOAD_TYPE, UNLOAD_TYPE})
+    TYPES = frozenset({LOAD_TYPE, LOAD_TENSORS_TYPE, UNLOAD_TYPE})
     problems: List[str] = field(default_factory=list)  # found at dispatch
     batch_cursor: int = 0
 
@@ -52,8 +54,8 @@ class LoraMemory:
         success = bool(getattr(output, "success", False))
         lora_id, name = getattr(recv_req, "lora_id", None), getattr(recv_req, "lora_name", None)
         after = sglang_compat.loaded_loras(s)
-        if kind == LOAD_TYPE and success and lora_id not in after:
-            self.problems.append(f"load_lora_adapter({name!r}) answered success, yet the LoRA manager does not "
+        if kind in LOAD_OPS and success and lora_id not in after:
+            self.problems.append(f"{LOAD_OPS[kind]}({name!r}) answered success, yet the LoRA manager does not "
                                  f"hold it (loaded: {sorted(after.values())})")
         elif kind == UNLOAD_TYPE:
             if success and lora_id in after:

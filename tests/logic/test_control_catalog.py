@@ -69,7 +69,7 @@ def test_every_killing_request_is_a_registered_bug_with_that_route_in_its_scenar
     ("/configure_logging", "POST", "script it with ctx.configure_logging"),
     ("/classify", "POST", None),
     ("/load_lora_adapter", "POST", "script it with ctx.load_lora_adapter"),
-    ("/load_lora_adapter_from_tensors", "POST", None),
+    ("/load_lora_adapter_from_tensors", "POST", "script it with ctx.load_lora_adapter_from_tensors"),
     ("/hicache/storage-backend", "DELETE", None),
     ("/health", "GET", None),
     ("/v1/models", "GET", None),

@@ -170,6 +170,8 @@ def test_phases_of_a_scheduler_state():
     assert op_kind("update_weights_from_disk", {"flush_cache": False}) == "update_weights(no_flush)"
     assert op_kind("pause_generation(retract)", None) == "pause(retract)"
     assert op_kind("abort(r3-1-2)", None) == "abort"
+    assert op_kind("load_lora_adapter('lora1')", None) == "lora:load"
+    assert op_kind("load_lora_adapter_from_tensors('lora1')", None) == "lora:load_tensors"
 
 
 class _FakeRunner:

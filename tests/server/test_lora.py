@@ -45,6 +45,15 @@ def test_adapters_load_serve_and_unload_with_every_check_on(lora_server):
     assert _run(lora_server, "nothing_loaded").value == ["lora0", "lora1", "lora2"]
 
 
+def test_an_adapter_loaded_from_its_tensors_serves_what_its_files_do(lora_server):
+    """``load_lora_adapter_from_tensors`` (control-request row 37): the
+    adapter's tensors sent as SGLang's serialized payload serve the tokens
+    the same adapter loaded from its folder serves, with the lora contract
+    judging the load."""
+    out = _run(lora_server, "load_from_tensors").value
+    assert out["from_tensors"] == out["from_files"] != out["base"] and out["tensors"] > 0, out
+
+
 def test_ctx_refuses_what_would_wedge_or_bypass_it_with_one_line(lora_server):
     out = _run(lora_server, "refusals").value
     assert "does not hold that adapter" in out["unloaded"] and "ctx.load_lora_adapter('lora1')" in out["unloaded"]
@@ -55,11 +64,12 @@ def test_ctx_refuses_what_would_wedge_or_bypass_it_with_one_line(lora_server):
 
 
 @pytest.mark.slow  # a server of its own and the ci budget (~90 s)
-def test_a_ci_lora_exploration_of_the_release_finds_nothing_and_covers_load_and_unload(tmp_path):
+def test_a_ci_lora_exploration_of_the_release_finds_nothing_and_covers_loads_and_unload(tmp_path):
     """``explore --topology pp1-lora --profile ci``: the LoRA corpus (three
     adapters for two slots, an unload of an adapter in use, adapters
-    rotating) then the derandomized search; no failure on 0.5.23, both LoRA
-    operations in the coverage table, the longest program deterministic."""
+    rotating) then the derandomized search; no failure on 0.5.23, the LoRA
+    operations (load from files and from tensors, unload) in the coverage
+    table, the longest program deterministic."""
     proc = subprocess.run(
         [sys.executable, "-m", "scripted_runtime.user_side.cli", "explore", "--topology", "pp1-lora",
          "--profile", "ci", "--out", str(tmp_path / "found")],
@@ -67,7 +77,7 @@ def test_a_ci_lora_exploration_of_the_release_finds_nothing_and_covers_load_and_
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "failures: none" in proc.stdout and "NONDETERMINISTIC" not in proc.stdout + proc.stderr
     table = proc.stdout[proc.stdout.index("coverage, control operation"):]
-    for row in ("lora:load", "lora:unload"):
+    for row in ("lora:load", "lora:load_tensors", "lora:unload"):
         assert any(line.strip().startswith(row) for line in table.splitlines()), table
 
 

@@ -1,6 +1,6 @@
 """LoRA adapters at run time (part of ``ctx``): ``load_lora_adapter``,
-``unload_lora_adapter``, the adapters a LoRA server offers and the ones
-loaded. Requests name their adapter with ``ctx.start_req(lora=NAME)``.
+``load_lora_adapter_from_tensors``, ``unload_lora_adapter``, the adapters a
+LoRA server offers and the ones loaded. Requests name their adapter with ``ctx.start_req(lora=NAME)``.
 
 Only on a server started with ``--enable-lora`` (the ``pp1-lora``
 topology; on CPU the ``torch_native`` backend, hooks/cpu_enablement.py
@@ -22,7 +22,8 @@ from scripted_runtime.protocol import ENV_LORA_ADAPTERS
 from scripted_runtime.scheduler_side import state
 from scripted_runtime.scheduler_side.control import ControlOp
 
-LORA_REQUEST_TYPES = ("LoadLoRAAdapterReqInput", "UnloadLoRAAdapterReqInput")
+LORA_REQUEST_TYPES = ("LoadLoRAAdapterReqInput", "LoadLoRAAdapterFromTensorsReqInput", "UnloadLoRAAdapterReqInput")
+LOAD_OP_NAMES = ("load_lora_adapter", "load_lora_adapter_from_tensors")  # op names are NAME(adapter)
 LOAD_ANSWER_TIMEOUT_S = 10.0  # the tokenizer registers a load the scheduler answered without further iterations
 UNLOAD_ARRIVAL_TIMEOUT_S = 10.0  # an unload whose adapter's requests all finished reaches the scheduler by then
 
@@ -130,7 +131,7 @@ class LoraOps:
                                "adapter's requests finished); the tokenizer would hold this request until then and "
                                "load the adapter again itself, which the frozen scheduler cannot answer: "
                                "`yield from op.wait()` on the unload, then load it again")
-        loads = [op for op in self.control_ops if op.name == f"load_lora_adapter({name!r})"]
+        loads = [op for op in self.control_ops if op.name in {f"{kind}({name!r})" for kind in LOAD_OP_NAMES}]
         if loads and not loads[-1].http.wait(LOAD_ANSWER_TIMEOUT_S):
             raise RuntimeError(f"start_req(lora={name!r}): the load of the adapter was processed at step "
                                f"{loads[-1].processed_step} but not answered over HTTP within "
@@ -150,6 +151,43 @@ class LoraOps:
             path = offered[name]
         return self._control(f"load_lora_adapter({name!r})", "/load_lora_adapter",
                              {"lora_name": name, "lora_path": path, "pinned": pinned}, "LoadLoRAAdapterReqInput")
+
+    def load_lora_adapter_from_tensors(self, name: str, folder: Optional[str] = None, *,
+                                       pinned: bool = False) -> ControlOp:
+        """POST ``/load_lora_adapter_from_tensors``: load adapter ``name``
+        from its tensors and config (the RL trainer's path), read here from
+        ``folder`` (default: the harness's adapter of that name,
+        ``ctx.lora_adapters``: its ``adapter_model.safetensors`` and
+        ``adapter_config.json``) and sent as SGLang's
+        ``MultiprocessingSerializer`` payload, one copy per TP rank (on CPU,
+        shared-memory handles of tensors this process holds, kept alive on
+        the op until SGLang loaded them, as ``update_weights_from_tensor``).
+        Returns once it reached the scheduler; ``op.success`` after the next
+        iteration. SGLang refuses a name already loaded. The output oracle
+        compares a request served with it against the references of the
+        folder's adapter, so the tensors must serve what the files do."""
+        self._refuse_lora_op(f"load_lora_adapter_from_tensors({name!r})")
+        refused = sglang_compat.cpu_tensor_update_supported(self._scheduler)
+        if refused:
+            raise RuntimeError(refused.replace("update_weights_from_tensor", "load_lora_adapter_from_tensors"))
+        if folder is None:
+            offered = self.lora_adapters
+            if name not in offered:
+                raise ValueError(f"load_lora_adapter_from_tensors({name!r}): no adapter of that name here (offered: "
+                                 f"{', '.join(sorted(offered)) or 'none'}); pass folder=FOLDER")
+            folder = offered[name]
+        from safetensors.torch import load_file
+
+        tensors = load_file(os.path.join(folder, "adapter_model.safetensors"))
+        with open(os.path.join(folder, "adapter_config.json")) as f:
+            config = json.load(f)
+        payload = {"lora_name": name, "config_dict": config, "pinned": pinned,
+                   "serialized_named_tensors": sglang_compat.serialize_named_tensors(self._scheduler, tensors)}
+        op = self._control(f"load_lora_adapter_from_tensors({name!r})", "/load_lora_adapter_from_tensors", payload,
+                           "LoadLoRAAdapterFromTensorsReqInput")
+        op.payload = {"lora_name": name, "tensors": len(tensors)}  # not the handles
+        op.keep_alive = tensors  # the shared memory the handles name, until SGLang loaded it
+        return op
 
     def unload_lora_adapter(self, name: str) -> ControlOp:
         """POST ``/unload_lora_adapter``: SGLang's tokenizer stops new

@@ -90,6 +90,8 @@ def op_kind(name: str, payload: Any) -> str:
         return f"{verb.partition('_')[0]}({short})"
     if name.startswith("load_lora_adapter("):
         return "lora:load"
+    if name.startswith("load_lora_adapter_from_tensors("):
+        return "lora:load_tensors"
     if name.startswith("unload_lora_adapter("):
         return "lora:unload"
     if name.startswith(("set_internal_state(", "slow_down(", "get_weights_by_name(", "update_weight_version(",

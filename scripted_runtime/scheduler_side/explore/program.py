@@ -440,7 +440,8 @@ def ensure_lora(ctx, name: str):
 
 
 def lora_op(ctx, kind: str, name: str):
-    """``yield from lora_op(ctx, kind, name)`` (``LoraOp``): ``load`` or
+    """``yield from lora_op(ctx, kind, name)`` (``LoraOp``): ``load``,
+    ``load_tensors`` (from its tensors: ``load_lora_adapter_from_tensors``) or
     ``unload`` adapter ``name`` after the program's earlier LoRA update
     settled (skipped when it does not within ``LORA_WAIT_STEPS``). A load is
     awaited (processed). An unload is posted once no unfinished request
@@ -454,8 +455,8 @@ def lora_op(ctx, kind: str, name: str):
 
     if not (yield from ctx.settle_lora_ops(LORA_WAIT_STEPS)):
         return None
-    if kind == "load":
-        op = ctx.load_lora_adapter(name)
+    if kind in ("load", "load_tensors"):
+        op = ctx.load_lora_adapter(name) if kind == "load" else ctx.load_lora_adapter_from_tensors(name)
         yield from op.wait()
         return op
     if kind == "unload":

@@ -36,7 +36,8 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # 10: UpdateWeights.distributed and RlCycle.distributed (the trainer rank's broadcast through
 # update_weights_from_distributed, the group joined first; pp=1: under PP the disk update instead).
 # 11: Start and Resend draw ``logprob_start`` (return_logprob with the 2 best per token, input
-# logprobs from a prompt position or none), judged by the logprob contract.
+# logprobs from a prompt position or none), judged by the logprob contract; LoraOp kind
+# "load_tensors" (load_lora_adapter_from_tensors), on a LoRA topology.
 GRAMMAR_VERSION = 11
 # The harness's LoRA adapters (user_side/models/lora_adapters.py ADAPTERS) and the prompt lengths a
 # request with one draws (the output oracle computes each adapter's references of them up front).
@@ -300,8 +301,9 @@ class SessionOp:
 
 @dataclass(frozen=True)
 class LoraOp:
-    """``load`` or ``unload`` LoRA adapter ``adapter`` (``program.lora_op``;
-    a LoRA topology only). An unload reaches the scheduler only once every
+    """``load``, ``load_tensors`` (the same adapter from its tensors:
+    ``ctx.load_lora_adapter_from_tensors``) or ``unload`` LoRA adapter
+    ``adapter`` (``program.lora_op``; a LoRA topology only). An unload reaches the scheduler only once every
     request using the adapter has finished (SGLang's tokenizer waits)."""
 
     kind: str

@@ -125,6 +125,8 @@ LORA_OPERATIONS: Dict[str, List[A.Action]] = {
     "lora_unload_in_use": [A.LoraOp("unload", "lora0"), A.Steps(2), A.Start(8, 2, NEW_TOKENS, lora="lora0")],
     # a new adapter loaded mid-run and used at once
     "lora_load_and_use": [A.LoraOp("load", "lora1"), A.Start(64, 1, NEW_TOKENS, lora="lora1")],
+    # the same from its tensors (load_lora_adapter_from_tensors, grammar 11)
+    "lora_load_tensors_and_use": [A.LoraOp("load_tensors", "lora1"), A.Start(64, 1, NEW_TOKENS, lora="lora1")],
     # adapters rotating through the two slots: an evicted one comes back
     "lora_rotate": [A.Start(129, 0, NEW_TOKENS, lora="lora2"), A.Steps(3), A.Start(65, 1, NEW_TOKENS, lora="lora1"),
                     A.Steps(3), A.Start(8, 2, NEW_TOKENS, lora="lora0"), A.LoraOp("unload", "lora2")],

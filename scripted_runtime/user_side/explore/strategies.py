@@ -156,7 +156,8 @@ def lora_starts() -> st.SearchStrategy:
 
 
 def lora_ops() -> st.SearchStrategy:
-    return st.builds(A.LoraOp, kind=st.sampled_from(("unload", "load")), adapter=st.sampled_from(A.LORA_ADAPTERS))
+    return st.builds(A.LoraOp, kind=st.sampled_from(("unload", "load", "load_tensors")),
+                     adapter=st.sampled_from(A.LORA_ADAPTERS))
 
 
 def resends() -> st.SearchStrategy:
