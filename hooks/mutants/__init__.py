@@ -108,6 +108,8 @@ ORDER = (
     "mut_lora_slot_keeps_stale_weights",
     # issue 35: the trainer's broadcast (written with the operation, before the explorer drew it)
     "mut_distributed_update_loads_into_no_runner",
+    # grammar 11: the LoRA load from tensors (written with the operation, before the explorer drew it)
+    "mut_lora_tensor_load_unnormalized",
     # written blind (issue 34, item 5)
     "mut_merge_batch_rows_other_first",
     "mut_checkpoint_row_keeps_duplicate_slots",

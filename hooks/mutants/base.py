@@ -37,6 +37,7 @@ OUTPUT_STREAMER = "sglang.srt.managers.scheduler_components.output_streamer"
 SCHEDULE_POLICY = "sglang.srt.managers.schedule_policy"
 WEIGHT_CHECKER = "sglang.srt.utils.weight_checker"
 LORA_MEM_POOL = "sglang.srt.lora.mem_pool"
+LORA_ADAPTER = "sglang.srt.lora.lora"
 PATCHED_MODULES = (SCHEDULE_BATCH, MEMORY_POOL, TOKEN_ALLOCATOR, UNIFIED_RADIX_CACHE, MEM_CACHE_COMMON,
                    BATCH_RESULT_PROCESSOR, WEIGHT_UPDATER, TP_WORKER, FULL_COMPONENT, PREFILL_BUDGET,
                    OUTPUT_STREAMER, SCHEDULE_POLICY, WEIGHT_CHECKER, LORA_MEM_POOL)

@@ -1,14 +1,16 @@
 """Mutants of LoRA serving (issue 35's LoRA family: adapters loaded and
 unloaded at run time, two per batch on the ``pp1-lora`` topology), written
 with the operations before the explorer drew them: the admission's LoRA
-budget and the LoRA memory pool's slots. Their ``expected`` is what should
-notice each, measured in the kill table."""
+budget and the LoRA memory pool's slots; and one written with the load
+from tensors (``load_lora_adapter_from_tensors``, grammar 11), before the
+explorer drew it. Their ``expected`` is what should notice each, measured
+in the kill table."""
 from __future__ import annotations
 
 from typing import Any
 
-from scripted_runtime.hooks.mutants.base import (LORA, LORA_MEM_POOL, find_attr, find_method, find_module, mutant,
-                                                 replace_attr, scheduler_class)
+from scripted_runtime.hooks.mutants.base import (LORA, LORA_ADAPTER, LORA_MEM_POOL, find_attr, find_method,
+                                                 find_module, mutant, replace_attr, scheduler_class)
 
 
 @mutant("mut_lora_admission_forgets_running", topologies=LORA,
@@ -70,3 +72,40 @@ def _install_mut_lora_slot_keeps_stale_weights(scheduler_module: Any) -> None:
         return original(self, uid, buffer_id, lora_adapter, *args, **kwargs)
 
     replace_attr(cls, "load_lora_weight_to_buffer", load_lora_weight_to_buffer, original)
+
+
+@mutant("mut_lora_tensor_load_unnormalized", topologies=LORA,
+        summary="an adapter loaded from tensors skips the weight normalization the file loader runs (q/k/v and "
+                "gate/up not stacked into the fused modules)",
+        expected="output oracle (a request served with an adapter loaded from tensors outputs what its files do not), "
+                 "crash")
+def _install_mut_lora_tensor_load_unnormalized(scheduler_module: Any) -> None:
+    """``LoRAAdapter.initialize_weights_from_tensors`` processes each tensor
+    (``_process_weight``) but does not call ``_normalize_weights()``, which
+    the file loader (``initialize_weights``) runs after the same loop: the
+    adapter's ``q_proj``/``k_proj``/``v_proj`` (and ``gate_proj``/``up_proj``)
+    weights stay under their own names instead of the fused ``qkv_proj``
+    (``gate_up_proj``) the model's LoRA layers and the memory pool read.
+
+    Plausible: the tensor path is the newer, shorter copy of the file path's
+    loop (the RL trainer's), and an adapter on one projection per fused
+    module looks loaded: the load answers success and the adapter is in the
+    manager.
+
+    Seen by: the output oracle, comparing a request served with the adapter
+    loaded from its tensors with the reference of the same adapter loaded
+    from its files (the pool's fused slots hold no weights of it, so it
+    serves the base model's tokens or other ones), or a crash where the
+    memory pool looks the fused name up."""
+    name = "mut_lora_tensor_load_unnormalized"
+    scheduler_class(scheduler_module, name)
+    cls = find_attr(find_module(LORA_ADAPTER, name), "LoRAAdapter", name, f"{LORA_ADAPTER}.LoRAAdapter")
+    original = find_method(cls, "initialize_weights_from_tensors", name, ("tensors",))
+    find_method(cls, "_process_weight", name, ("name", "loaded_weight"))
+
+    def initialize_weights_from_tensors(self, tensors):
+        for tensor_name, tensor in tensors.items():
+            self._process_weight(tensor_name, tensor)
+        # MUTANT: self._normalize_weights() is not called
+
+    replace_attr(cls, "initialize_weights_from_tensors", initialize_weights_from_tensors, original)

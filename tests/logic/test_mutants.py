@@ -196,6 +196,9 @@ PINNED = [
     # issue 35: the trainer's broadcast
     ('mut_distributed_update_loads_into_no_runner', ('pp1-overlap', 'pp1-normal', 'pp4'),
      "contract update_weights (an accepted broadcast update leaves weights other than its checkpoint's)"),
+    # grammar 11: the LoRA load from tensors
+    ('mut_lora_tensor_load_unnormalized', ('pp1-lora',),
+     'output oracle (a request served with an adapter loaded from tensors outputs what its files do not), crash'),
     # written blind (issue 34, item 5)
     ('mut_merge_batch_rows_other_first', ('pp1-overlap', 'pp1-normal', 'pp4'),
      "unknown (written blind); should show as wrong outputs (requests decode in each other's rows), then a "
