@@ -81,8 +81,8 @@ def test_a_ci_lora_exploration_of_the_release_finds_nothing_and_covers_loads_and
         assert any(line.strip().startswith(row) for line in table.splitlines()), table
 
 
-@pytest.mark.slow  # three servers and three ci searches (~4 min)
-def test_the_explorer_kills_both_lora_mutants_and_the_kills_replay(tmp_path):
+@pytest.mark.slow  # four servers and four ci searches (~5 min)
+def test_the_explorer_kills_the_lora_mutants_and_the_kills_replay(tmp_path):
     out = tmp_path / "table.json"
     proc = subprocess.run(
         [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--topology", "pp1-lora",
@@ -93,5 +93,6 @@ def test_the_explorer_kills_both_lora_mutants_and_the_kills_replay(tmp_path):
     from scripted_runtime.user_side import mutate
 
     assert rows[mutate.BASELINE]["status"] == "clean"
-    for name in ("mut_lora_admission_forgets_running", "mut_lora_slot_keeps_stale_weights"):
+    for name in ("mut_lora_admission_forgets_running", "mut_lora_slot_keeps_stale_weights",
+                 "mut_lora_tensor_load_unnormalized"):
         assert rows[name]["status"] == "killed" and rows[name]["replays"] is True, rows[name]
