@@ -416,7 +416,10 @@ class ExampleRunner:
                 if self._own_server and (probe.error or "").startswith("ResetError"):
                     # the engine cannot be reset (a wedged tokenizer, say): every later reset would
                     # wait for it again; start afresh now
-                    self._restart(f"the engine reset after a failed program failed ({probe.error[:120]})")
+                    # the failed program's error and what the reset found left (up to the state dump)
+                    left = probe.error.partition("; state:")[0]
+                    self._restart(f"the engine reset after a failed program ({(result.error or '')[:80]}) failed "
+                                  f"({left[:400]})")
                 return result
             self.progress(f"a program failed ({(result.error or '')[:80]}), then the scheduler died in the engine "
                           f"reset after it ({(probe.error or '')[:120]}): counted as that program's failure")
