@@ -119,7 +119,19 @@ def test_stats_add_merge_and_tables():
     assert (a.examples, a.shrink_examples, a.steps, a.failures) == (2, 1, 13, {"X": 1})
     assert a.per_minute == pytest.approx(2.0)
     table = a.coverage_table()
-    assert f"2 of {len(stats_mod.OPS) * 7} combinations exercised" in table
+    assert f"2 of {len(stats_mod.OPS) * 7} combinations exercised; 2 of the " in table
+    # at pp4 on CPU: the memory ops' busy phases (6 rows x 3 phases), the CUDA-only compare (7), the
+    # tensor and distributed updates ctx refuses under PP (2 rows x 7)
+    assert f"2 of the {len(stats_mod.OPS) * 7 - 18 - 7 - 14} that can occur on pp4" in table
+    assert stats_mod.can_occur("update_weights(tensor)", "idle", "pp4", "cuda")
+    assert not stats_mod.can_occur("update_weights(distributed)", "idle", "pp4", "cuda")
+    assert stats_mod.can_occur("update_weights(distributed)", "idle", "pp1-normal")
+    assert stats_mod.can_occur("check_weights(compare)", "idle", "pp4", "cuda")
+    assert not stats_mod.can_occur("check_weights(compare)", "idle", "pp4", "cpu")
+    assert not stats_mod.can_occur("release(all)", "decode", "pp4")
+    assert stats_mod.can_occur("release(all)", "paused", "pp1-overlap")
+    assert not stats_mod.can_occur("flush_cache", "pp_in_flight", "pp1-overlap")
+    assert stats_mod.can_occur("flush_cache", "pp_in_flight", "pp4")
     row = next(l for l in table.splitlines() if l.strip().startswith("flush_cache"))
     assert row.split("|")[2].strip() == "2"  # the decode column
     assert "failures: X x1" in a.summary()

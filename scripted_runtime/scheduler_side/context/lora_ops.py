@@ -137,6 +137,16 @@ class LoraOps:
                                f"{loads[-1].processed_step} but not answered over HTTP within "
                                f"{LOAD_ANSWER_TIMEOUT_S:.0f}s (SGLang's tokenizer registers it on that answer)")
 
+    def _offered_folder(self, what: str, name: str, argument: str) -> str:
+        """The folder of the harness's adapter ``name``; a one-line
+        ``ValueError`` naming ``what`` and the ``argument`` to pass when the
+        harness offers none of that name."""
+        offered = self.lora_adapters
+        if name not in offered:
+            raise ValueError(f"{what}: no adapter of that name here (offered: "
+                             f"{', '.join(sorted(offered)) or 'none'}); pass {argument}=FOLDER")
+        return offered[name]
+
     def load_lora_adapter(self, name: str, path: Optional[str] = None, *, pinned: bool = False) -> ControlOp:
         """POST ``/load_lora_adapter``: load adapter ``name`` from ``path``
         (default: the harness's adapter of that name, ``ctx.lora_adapters``).
@@ -144,11 +154,7 @@ class LoraOps:
         iteration. SGLang refuses a name already loaded."""
         self._refuse_lora_op(f"load_lora_adapter({name!r})")
         if path is None:
-            offered = self.lora_adapters
-            if name not in offered:
-                raise ValueError(f"load_lora_adapter({name!r}): no adapter of that name here (offered: "
-                                 f"{', '.join(sorted(offered)) or 'none'}); pass path=FOLDER")
-            path = offered[name]
+            path = self._offered_folder(f"load_lora_adapter({name!r})", name, "path")
         return self._control(f"load_lora_adapter({name!r})", "/load_lora_adapter",
                              {"lora_name": name, "lora_path": path, "pinned": pinned}, "LoadLoRAAdapterReqInput")
 
@@ -171,11 +177,7 @@ class LoraOps:
         if refused:
             raise RuntimeError(refused.replace("update_weights_from_tensor", "load_lora_adapter_from_tensors"))
         if folder is None:
-            offered = self.lora_adapters
-            if name not in offered:
-                raise ValueError(f"load_lora_adapter_from_tensors({name!r}): no adapter of that name here (offered: "
-                                 f"{', '.join(sorted(offered)) or 'none'}); pass folder=FOLDER")
-            folder = offered[name]
+            folder = self._offered_folder(f"load_lora_adapter_from_tensors({name!r})", name, "folder")
         from safetensors.torch import load_file
 
         tensors = load_file(os.path.join(folder, "adapter_model.safetensors"))

@@ -205,7 +205,7 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
     seed, known_bugs, stop_at_known, stop_file = (settings.seed, settings.registry(), settings.stop_at_known,
                                                   settings.stop_file)
     topology = runner.topology
-    stats = Stats(topology=topology, novelty=settings.novelty)
+    stats = Stats(topology=topology, device=getattr(runner, "device", "cpu"), novelty=settings.novelty)
     novelty = novelty_mod.Novelty(max_actions=strategies.MAX_ACTIONS) if settings.novelty else None
     limit_examples = settings.max_examples or profile.max_examples
     limit_s = profile.max_time_s if settings.max_time_s is None else settings.max_time_s

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional
 
 from scripted_runtime.scheduler_side.explore.phases import FEATURE_PHASES, PHASES
+from scripted_runtime.user_side import engine_config
 
 OPS = ("flush_cache", "update_weights(flush)", "update_weights(no_flush)", "update_weights(tensor)",
        "update_weights(distributed)", "pause(in_place)",
@@ -18,10 +19,41 @@ OPS = ("flush_cache", "update_weights(flush)", "update_weights(no_flush)", "upda
        "update_weight_version", "server_info", "freeze_gc", "open_session", "close_session", "configure_logging",
        "start_profile", "stop_profile")
 
+# Phases with a request in the running batch (or finished there, not yet pruned).
+BUSY_PHASES = ("prefill_chunk", "decode", "finished_unpruned")
+
+
+def can_occur(op: str, phase: str, topology: str, device: str = "cpu") -> bool:
+    """Whether operation ``op`` can be processed against phase ``phase`` on
+    ``topology`` at all, by SGLang's own preconditions (docs/exploring.md,
+    "Coverage"): ``pp_in_flight`` needs a pipeline; a memory release needs
+    the running batch empty (``release_memory_occupation`` asserts
+    ``is_fully_idle``, waiting requests allowed while paused: a release
+    against a busy engine kills the scheduler by design, so none is sent),
+    and while memory is released nothing runs (the harness starts nothing,
+    and SGLang released with only queued requests, paused), so a resume
+    meets no running request either; ``check_weights(compare)`` needs
+    SGLang's comparator, which runs on CUDA only (on CPU the explorer sends
+    a checksum instead); under PP the trainer's broadcast
+    (``update_weights(distributed)``: every stage claims the same rank of the
+    group) and, on CPU, the tensor update (every rank rebuilds one
+    shared-memory payload: the scheduler dies, measured) are refused."""
+    if op == "check_weights(compare)" and device != "cuda":
+        return False
+    pipeline = engine_config.ALL_TOPOLOGIES.get(topology, {}).get("pp_size", 1) > 1
+    if pipeline and (op == "update_weights(distributed)" or (op == "update_weights(tensor)" and device != "cuda")):
+        return False  # refused under PP by ctx, for the measured reasons in docs/control-requests.md
+    if phase == "pp_in_flight" and engine_config.ALL_TOPOLOGIES.get(topology, {}).get("pp_size", 1) <= 1:
+        return False  # no pipeline
+    if op.startswith(("release(", "resume(")) and phase in BUSY_PHASES:
+        return False
+    return True
+
 
 @dataclass
 class Stats:
     topology: str = ""
+    device: str = "cpu"
     sglang_version: str = ""
     examples: int = 0  # programs run on the server
     cached: int = 0  # programs Hypothesis asked for again (answered from memory)
@@ -203,7 +235,11 @@ class Stats:
                 cells.append((str(n) if n else ".").rjust(max(5, len(c))))
             rows.append("  " + op.ljust(width) + " | " + " | ".join(cells))
         exercised = sum(1 for op in OPS for c in cols if self.coverage.get(f"{op}|{c}"))
-        rows.append(f"  {exercised} of {len(OPS) * len(cols)} combinations exercised")
+        possible = [(op, c) for op in OPS for c in cols if can_occur(op, c, self.topology, self.device)]
+        of_possible = sum(1 for op, c in possible if self.coverage.get(f"{op}|{c}"))
+        rows.append(f"  {exercised} of {len(OPS) * len(cols)} combinations exercised; {of_possible} of the "
+                    f"{len(possible)} that can occur on {self.topology or 'this topology'} "
+                    f"({100 * of_possible / max(1, len(possible)):.0f}%)")
         return "\n".join(rows)
 
 
