@@ -26,7 +26,7 @@ BUSY_PHASES = ("prefill_chunk", "decode", "finished_unpruned")
 def can_occur(op: str, phase: str, topology: str, device: str = "cpu") -> bool:
     """Whether operation ``op`` can be processed against phase ``phase`` on
     ``topology`` at all, by SGLang's own preconditions (docs/exploring.md,
-    "Coverage"): ``pp_in_flight`` needs a pipeline; a memory release needs
+    "The statistics and the coverage table"): ``pp_in_flight`` needs a pipeline; a memory release needs
     the running batch empty (``release_memory_occupation`` asserts
     ``is_fully_idle``, waiting requests allowed while paused: a release
     against a busy engine kills the scheduler by design, so none is sent),
