@@ -47,12 +47,16 @@ def test_a_reference_is_computed_once_per_key_and_read_back_from_disk(server_poo
     assert (normal["computed"], normal["from_cache"]) == (0, 1), "the other loop reads the same file"
     assert normal["file"] == first["file"]
     own = run_ok(normal_server, script_run_alone, PROMPT).value
-    assert own == first["ref"], "greedy outputs agree across the two loops"
+    assert own["out"] == first["ref"], "greedy outputs agree across the two loops"
+    # the alone run also records its logprobs (the logprob contract's reference): one input logprob per
+    # prompt token, the first None, and one per output token
+    assert len(own["input"]) == len(PROMPT) and own["input"][0] is None and len(own["output"]) == len(own["out"])
+    assert any(row[1] == PROMPT and len(row[4]["input"]) == len(PROMPT) for row in saved["references"])
 
 
 def script_run_alone(ctx, prompt):
     """The prompt run alone on this server, the cache left out."""
     from scripted_runtime.scheduler_side import output_oracle
 
-    out, _ = yield from output_oracle._run_alone(ctx, tuple(prompt), 4)
-    return list(out)
+    out, _, logprobs = yield from output_oracle._run_alone(ctx, tuple(prompt), 4)
+    return {"out": list(out), **logprobs}
