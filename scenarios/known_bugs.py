@@ -354,6 +354,31 @@ def logprob_start_len_negative(ctx, start=-5, prompt_len=8):
     return {"logprob_start_len": start, **answer}
 
 
+def input_logprob_last_vocab_id_zeroed(ctx):
+    """A request asking for input logprobs from token 0 on a prompt that
+    holds the vocabulary's last id (``vocab_size - 1``, a real token of a
+    text model) and the one before it: its ``input_token_logprobs`` must
+    name the prompt's tokens (the logprob contract).
+
+    On 0.5.23 the result processor builds the ids as ``origin_input_ids[start:]``
+    with ``x if x < vocab_size - 1 else 0``
+    (``SchedulerLogprobResultProcessor._process_input_token_logprobs``,
+    "clip padded hash values from image tokens"): the last id is rewritten
+    as token 0, the one before it kept
+    (docs/upstream/input-logprob-last-vocab-id-zeroed.md). Found by the
+    logprob contract's review of the explorer's prompts (tokens 3 to 511 of
+    a 512-token vocabulary; none of the first 192 of a family is 511, so
+    the explorer never met it), confirmed by this scenario.
+    """
+    vocab = int(ctx.scheduler.model_config.vocab_size)
+    prompt = [3, 4, 5, vocab - 1, 6, 7, vocab - 2, 8]
+    h = ctx.start_req(input_ids=prompt, max_new_tokens=2, ignore_eos=True, temperature=0.0, top_logprobs=2,
+                      logprob_start_len=0)
+    end = yield from explore.end_state_checks(ctx, [h])
+    assert end["logprobs_checked"] == 1, end
+    return {"vocab_size": vocab, **end}
+
+
 def _one_request_then_the_next(ctx, fields, prompt_len, *, what):
     """Send one request with ``fields`` (as a client would: ``ctx.send_generate``),
     require a clean end (refused, aborted or served, with an answer), then

@@ -362,6 +362,21 @@ REGISTRY: Tuple[KnownBug, ...] = (
         slow_topologies=("pp1-normal", "pp4"),
     ),
     KnownBug(
+        name="input_logprob_last_vocab_id_zeroed",
+        title="a return_logprob request's input_token_logprobs name token 0 for every prompt token equal to the last "
+              "id of the vocabulary (vocab_size - 1): the result processor's clip of multimodal pad hashes tests "
+              "x < vocab_size - 1, so it also rewrites that real token",
+        signature=r"LogprobContractError",
+        message=r"input logprobs name",
+        topologies=("pp1-overlap", "pp1-normal", "pp4"),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:input_logprob_last_vocab_id_zeroed",
+        report="docs/upstream/input-logprob-last-vocab-id-zeroed.md",
+        # one code path on every topology (the logprob result processor): pp1-overlap in the default lane
+        slow_topologies=("pp1-normal", "pp4"),
+    ),
+    KnownBug(
         name="abort_pause_during_in_place_pause",
         title="pause_generation(abort) while an in_place pause holds a running request never returns (the request "
               "cannot finish while paused) and holds the tokenizer's pause lock, so continue_generation can never "
