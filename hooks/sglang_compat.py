@@ -527,6 +527,7 @@ def request_logprobs(req: Any) -> Optional[Dict[str, Any]]:
         "top_idx": [list(r) for r in rows("output_top_logprobs_idx") or []],
         "top_n": int(getattr(holder, "top_logprobs_num", 0) or 0),
         "start": getattr(req, "logprob_start_len", None),
+        "retracted": bool(getattr(req, "is_retracted", False)),
     }
 
 

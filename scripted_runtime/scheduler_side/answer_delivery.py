@@ -108,7 +108,8 @@ def violation(emitted: dict, *, status: Optional[int], body: Any, error: Optiona
         # imported here: at module level it would register its end check before the oracle's
         from scripted_runtime.scheduler_side import logprob_contract
 
-        problem = logprob_contract.delivered_violation(logprobs, body.get("meta_info"), output_len=len(want))
+        problem = logprob_contract.delivered_violation(logprobs, body.get("meta_info"), output_len=len(want),
+                                                       retracted=bool(logprobs.get("retracted")))
         if problem:
             return problem
     if chunks is not None:

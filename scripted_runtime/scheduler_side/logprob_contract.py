@@ -181,17 +181,20 @@ def _same_value(a: Any, b: Any) -> bool:
     return isinstance(a, (int, float)) and abs(a - b) <= 1e-6
 
 
-def delivered_violation(lp: Dict[str, Any], meta_info: Any, *, output_len: int) -> Optional[str]:
+def delivered_violation(lp: Dict[str, Any], meta_info: Any, *, output_len: int,
+                        retracted: bool = False) -> Optional[str]:
     """What differs between the logprobs a finished request's client got
     (its answer's ``meta_info``: ``input_token_logprobs`` and
     ``output_token_logprobs``, ``(logprob, token id, text)`` each, as the
     tokenizer manager appends what the scheduler sent) and what the scheduler
     computed (``lp``, ``sglang_compat.request_logprobs``: the input logprobs
-    once, the output logprobs of its ``output_len`` emitted tokens), or None.
-    Pure."""
+    once, the output logprobs of its ``output_len`` emitted tokens; the
+    streamer sends at least one, ``max(len(output_ids), 1)``, unless the
+    request was ``retracted``), or None. Pure."""
     info = meta_info if isinstance(meta_info, dict) else {}
+    sent = output_len if retracted else max(output_len, 1)
     want_in = list(zip(lp["input_val"] or [], lp["input_idx"] or []))
-    want_out = list(zip(lp["output_val"][:output_len], lp["output_idx"][:output_len]))
+    want_out = list(zip(lp["output_val"][:sent], lp["output_idx"][:sent]))
     for name, want in (("input_token_logprobs", want_in), ("output_token_logprobs", want_out)):
         got = _pairs(info.get(name))
         if got is None:

@@ -120,9 +120,11 @@ def test_stats_add_merge_and_tables():
     assert a.per_minute == pytest.approx(2.0)
     table = a.coverage_table()
     assert f"2 of {len(stats_mod.OPS) * 7} combinations exercised; 2 of the " in table
-    # at pp4 on CPU: the memory ops' busy phases (6 rows x 3 phases), the CUDA-only compare (7), the
+    # at pp4 on CPU: the memory ops' busy phases (6 rows x 4 phases), the CUDA-only compare (7), the
     # tensor and distributed updates ctx refuses under PP (2 rows x 7)
-    assert f"2 of the {len(stats_mod.OPS) * 7 - 18 - 7 - 14} that can occur on pp4" in table
+    assert f"2 of the {len(stats_mod.OPS) * 7 - 24 - 7 - 14} that can occur on pp4" in table
+    merged = stats_mod.merge_all([Stats(topology="pp4", device="cuda")])
+    assert merged.device == "cuda", "a parallel run's merged statistics keep the device"
     assert stats_mod.can_occur("update_weights(tensor)", "idle", "pp4", "cuda")
     assert not stats_mod.can_occur("update_weights(distributed)", "idle", "pp4", "cuda")
     assert stats_mod.can_occur("update_weights(distributed)", "idle", "pp1-normal")

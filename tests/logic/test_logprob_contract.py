@@ -103,6 +103,11 @@ def test_the_client_gets_the_logprobs_the_scheduler_computed():
     assert "output_token_logprobs entry 1 is (-0.75, 12)" in lc.delivered_violation(lp, other, output_len=3)
     assert "not a list" in lc.delivered_violation(lp, {"output_token_logprobs": meta["output_token_logprobs"]},
                                                   output_len=3)
+    # a request that ended with no token (max_new_tokens=0): the streamer still sends the prefill's one logprob
+    assert lc.delivered_violation(lp, dict(meta, output_token_logprobs=meta["output_token_logprobs"][:1]),
+                                  output_len=0) is None
+    assert "holds 1 entries, the scheduler computed 0" in lc.delivered_violation(
+        lp, dict(meta, output_token_logprobs=meta["output_token_logprobs"][:1]), output_len=0, retracted=True)
     # output logprobs only: the scheduler computed no input logprobs (None), the client gets []
     assert lc.delivered_violation(_lp(input_val=None, input_idx=None), dict(meta, input_token_logprobs=[]),
                                   output_len=3) is None

@@ -19,15 +19,16 @@ OPS = ("flush_cache", "update_weights(flush)", "update_weights(no_flush)", "upda
        "update_weight_version", "server_info", "freeze_gc", "open_session", "close_session", "configure_logging",
        "start_profile", "stop_profile")
 
-# Phases with a request in the running batch (or finished there, not yet pruned).
-BUSY_PHASES = ("prefill_chunk", "decode", "finished_unpruned")
+# Phases with a request in the running batch (or finished there, not yet pruned, or in a PP slot:
+# ``pp_in_flight`` holds only beside ``prefill_chunk`` or ``decode``).
+BUSY_PHASES = ("prefill_chunk", "decode", "pp_in_flight", "finished_unpruned")
 
 
 def can_occur(op: str, phase: str, topology: str, device: str = "cpu") -> bool:
     """Whether operation ``op`` can be processed against phase ``phase`` on
     ``topology`` at all, by SGLang's own preconditions (docs/exploring.md,
     "The statistics and the coverage table"): ``pp_in_flight`` needs a pipeline; a memory release needs
-    the running batch empty (``release_memory_occupation`` asserts
+    the running batch (and every PP slot) empty (``release_memory_occupation`` asserts
     ``is_fully_idle``, waiting requests allowed while paused: a release
     against a busy engine kills the scheduler by design, so none is sent),
     and while memory is released nothing runs (the harness starts nothing,
@@ -159,6 +160,8 @@ class Stats:
         self.guided_programs += other.guided_programs
         self.novelty = self.novelty or other.novelty
         self.topology = self.topology or other.topology
+        if other.device != "cpu":  # a merged run keeps its workers' device (Stats() starts as cpu)
+            self.device = other.device
         self.sglang_version = self.sglang_version or other.sglang_version
 
     @property
