@@ -831,9 +831,11 @@ def weight_update_session_open(scheduler: Any) -> bool:
     return getattr(weight_updater(scheduler), "_session", None) is not None
 
 
-def cpu_tensor_update_supported(scheduler: Any) -> Optional[str]:
+def cpu_tensor_update_supported(scheduler: Any, what: str = "update_weights_from_tensor") -> Optional[str]:
     """None when this server can take CPU tensors over
-    ``/update_weights_from_tensor`` from the harness; else why not. CPU
+    ``/update_weights_from_tensor`` (or another route of the same payload,
+    ``what``: ``/load_lora_adapter_from_tensors``) from the harness; else
+    why not, naming ``what``. CPU
     tensors travel as shared memory (SGLang's unpickler allows no tensor by
     value), and under PP every rank rebuilds the same payload: with torch's
     default descriptor passing the second rank got ``EOFError in recvfds``,
@@ -841,7 +843,7 @@ def cpu_tensor_update_supported(scheduler: Any) -> Optional[str]:
     the scheduler, measured at pp4 on 0.5.23)."""
     pp_size = rank_info(scheduler)[2] or 1
     if model_device_type(scheduler) in (None, "cpu") and pp_size > 1:
-        return (f"update_weights_from_tensor with CPU tensors under PP (pp_size {pp_size}): every rank rebuilds the "
+        return (f"{what} with CPU tensors under PP (pp_size {pp_size}): every rank rebuilds the "
                 "same shared-memory payload and only one can (measured: the scheduler dies); use "
                 "update_weights_from_disk, or a GPU runner, where the tensors are CUDA IPC handles")
     return None

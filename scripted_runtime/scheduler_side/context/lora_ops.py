@@ -173,9 +173,9 @@ class LoraOps:
         compares a request served with it against the references of the
         folder's adapter, so the tensors must serve what the files do."""
         self._refuse_lora_op(f"load_lora_adapter_from_tensors({name!r})")
-        refused = sglang_compat.cpu_tensor_update_supported(self._scheduler)
+        refused = sglang_compat.cpu_tensor_update_supported(self._scheduler, "load_lora_adapter_from_tensors")
         if refused:
-            raise RuntimeError(refused.replace("update_weights_from_tensor", "load_lora_adapter_from_tensors"))
+            raise RuntimeError(refused)
         if folder is None:
             folder = self._offered_folder(f"load_lora_adapter_from_tensors({name!r})", name, "folder")
         from safetensors.torch import load_file

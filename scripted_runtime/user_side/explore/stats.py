@@ -39,13 +39,13 @@ def can_occur(op: str, phase: str, topology: str, device: str = "cpu") -> bool:
     (``update_weights(distributed)``: every stage claims the same rank of the
     group) and, on CPU, the tensor update (every rank rebuilds one
     shared-memory payload: the scheduler dies, measured) are refused."""
+    pipeline = engine_config.ALL_TOPOLOGIES.get(topology, {}).get("pp_size", 1) > 1
     if op == "check_weights(compare)" and device != "cuda":
         return False
-    pipeline = engine_config.ALL_TOPOLOGIES.get(topology, {}).get("pp_size", 1) > 1
     if pipeline and (op == "update_weights(distributed)" or (op == "update_weights(tensor)" and device != "cuda")):
         return False  # refused under PP by ctx, for the measured reasons in docs/control-requests.md
-    if phase == "pp_in_flight" and engine_config.ALL_TOPOLOGIES.get(topology, {}).get("pp_size", 1) <= 1:
-        return False  # no pipeline
+    if phase == "pp_in_flight" and not pipeline:
+        return False
     if op.startswith(("release(", "resume(")) and phase in BUSY_PHASES:
         return False
     return True
