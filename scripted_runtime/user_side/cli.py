@@ -173,8 +173,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     outcomes, results = [], []
     try:
         started_s = time.monotonic() - t0
+        origin = ("" if not server.forked else f", forked from process template {server.template_pid}"
+                  + (" of a parent harness" if server.template_shared else ""))
         print(f"[scripted-runtime] server ready in {started_s:.1f}s "
-              f"(sglang {server.info.get('sglang_version')}, loop {server.info.get('loop_kind')})",
+              f"(sglang {server.info.get('sglang_version')}, loop {server.info.get('loop_kind')}{origin})",
               file=sys.stderr, flush=True)
         _print_extensions(server.info)
         for spec in specs:
@@ -191,6 +193,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         server.shutdown()
         _write_json(args.result_json, {"status": "RAN", "sglang_version": version,
                                        "start_s": round(started_s, 1) if outcomes else None,
+                                       "template": {"pid": server.template_pid, "shared": server.template_shared},
                                        "outcomes": outcomes})
     return EXIT_PASS if results and all(r.passed for r in results) else EXIT_FAIL
 
@@ -245,6 +248,22 @@ def _side_options(args: argparse.Namespace) -> dict:
     return dict(config=server_config(args), timeout_s=args.timeout, start_timeout_s=args.start_timeout)
 
 
+def _share_a_template(device: str) -> None:
+    """Start this process's template for its children to share; if it
+    cannot start, each child starts its own (and says why)."""
+    from scripted_runtime.user_side import server as server_mod, templates
+
+    try:
+        template = server_mod.prestart_template(device)
+    except templates.TemplateError as exc:
+        print(f"[ab] no shared process template ({str(exc).splitlines()[0][:200]}); each side starts its own",
+              file=sys.stderr, flush=True)
+        return
+    if template is not None:
+        print(f"[ab] process template {template.pid} ready; both sides fork their servers from it",
+              file=sys.stderr, flush=True)
+
+
 def _cmd_ab(args: argparse.Namespace) -> int:
     from scripted_runtime.user_side.builds import ab, side, spec as build_spec
 
@@ -256,6 +275,8 @@ def _cmd_ab(args: argparse.Namespace) -> int:
     except (UsageError, ValueError) as exc:
         print(f"scripted-runtime: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if base == sys.executable and sum(s.kind == "current" for s in sides) == 2:
+        _share_a_template(options["config"].device)  # both sides fork from it: one import, not two
     reports = []
     for s in sides:
         report = side.run_side(s, scenarios, base_python=base, **options)

@@ -190,6 +190,30 @@ def config_from_keywords(*, device: str = "cpu", topology: str = "pp1-overlap", 
                         revert_fixes=tuple(revert_fixes), patches=tuple(patches), extensions=tuple(extensions))
 
 
+def shared_environment(device: str) -> Tuple[Dict[str, str], str, List[str]]:
+    """What every server of this harness shares, whatever its configuration:
+    the environment (a template's, ``templates.base_env`` of it), the
+    PYTHONPATH a template runs with, and the user's own PYTHONPATH entries."""
+    harness = module_paths.harness_path_entry()
+    env = {**sglang_compat.SERVER_ENV, **os.environ}
+    first = [str(module_paths.site_dir()), harness]
+    # the user's own entries (an ab side's child names the harness again: no second entry for it)
+    user_path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in first]
+    env.update({protocol.ENV_HOOKS: "1", protocol.ENV_DEVICE: device, "PYTHONUNBUFFERED": "1"})
+    return env, os.pathsep.join(first + user_path), user_path
+
+
+def prestart_template(device: str = "cpu") -> Optional[templates.Template]:
+    """Start (or find) the process template this process's servers of
+    ``device`` would fork from, before any is asked for: a command whose
+    child processes start servers (``ab``'s sides) then has them share it.
+    None where servers are spawned (templates off, a GPU)."""
+    env, path, _ = shared_environment(device)
+    if not templates.enabled(device, env):
+        return None
+    return templates.template_for(env, path, module_paths.harness_path_entry())
+
+
 class ScriptedServer:
     def __init__(self, config: ServerConfig, *, start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
                  log_dir: Optional[Path] = None) -> None:
@@ -210,6 +234,9 @@ class ScriptedServer:
         self.start_time_s: Optional[float] = None
         self._proc: Optional[Union[subprocess.Popen, templates.ForkedLauncher]] = None
         self.forked = False  # started from a process template (templates.py)
+        # the template's pid, and whether a parent harness's (templates.SharedTemplate)
+        self.template_pid: Optional[int] = None
+        self.template_shared = False
         # (pid, start time) of the launcher: its session holds the server's
         # processes, and it identifies them after the launcher is gone
         self._launcher: Tuple[int, Optional[int]] = (0, None)
@@ -306,15 +333,8 @@ class ScriptedServer:
         self.api_key = secrets.token_hex(16)
 
         harness = module_paths.harness_path_entry()  # where the ranks import scripted_runtime from
-        env = {**sglang_compat.SERVER_ENV, **os.environ}
-        user_path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        common_path = os.pathsep.join([str(module_paths.site_dir()), harness] + user_path)
-        env.update({
-            protocol.ENV_HOOKS: "1",
-            protocol.ENV_DEVICE: self.device,
-            "PYTHONUNBUFFERED": "1",
-        })
-        common_env = dict(env)  # what every server of this harness shares: a template's environment
+        common_env, common_path, user_path = shared_environment(self.device)
+        env = dict(common_env)
         env.update({
             protocol.ENV_IPC_ADDR: control,
             protocol.ENV_API_KEY: self.api_key,
@@ -349,6 +369,7 @@ class ScriptedServer:
             try:
                 template = templates.template_for(common_env, common_path, harness)
                 self._proc = template.spawn(json.dumps(kwargs), env, harness, self.log_path)
+                self.template_pid, self.template_shared = template.pid, template.shared
             except templates.TemplateError as exc:
                 self._close_control()
                 raise ServerStartError(str(exc)) from None

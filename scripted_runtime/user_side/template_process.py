@@ -23,6 +23,21 @@ SGLang or torch print goes to its log (fd 2), never into the protocol.
 * end of input (the harness closed the pipe or died): the template exits.
   Servers it started do not depend on it: each watches the harness itself.
 
+Shared with the harness's child processes (an ``ab`` side, an ``explore -n``
+worker, a ``scripted-runtime`` command a test or script runs): when started
+with ``SCRIPTED_RUNTIME_TEMPLATE_LISTEN`` (a socket path in a directory of
+mode 0700 the harness made) and ``SCRIPTED_RUNTIME_TEMPLATE_TOKEN`` (a random
+secret), the template also listens there. A connection's first line must be
+``{"token": T}`` with that secret (answered ``{"pid": template pid}``; a
+wrong one is closed unanswered); then the same requests as on the pipes,
+one answer per request on that connection. Both variables leave the
+template's environment before its imports, and the socket and every
+connection are closed in a forked child. Another local user cannot reach
+the socket (the directory's mode); the same user reads the token from the
+harness's environment, as it can the control socket's (docs/internals.md,
+"Who can reach what"). The template still exits when its own harness's
+pipe closes, whoever else is connected.
+
 What a fork must not inherit, and how the template guarantees it (checked
 before it answers ready; a template that fails a check says so and exits):
 
@@ -53,16 +68,21 @@ before it answers ready; a template that fails a check says so and exits):
 """
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import select
+import socket
 import sys
 import time
 import traceback
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 READ_CHUNK = 1 << 16
 REAP_INTERVAL_S = 1.0
+ENV_LISTEN = "SCRIPTED_RUNTIME_TEMPLATE_LISTEN"  # a socket path in a 0700 directory, for child harnesses
+ENV_TOKEN = "SCRIPTED_RUNTIME_TEMPLATE_TOKEN"  # the secret a connection's first line must carry
+MAX_LINE = 1 << 20  # a connection sending more without a newline is dropped
 # imported before the first fork: what a spawned launcher imports (the
 # entry point and everything SGLang's launch_server pulls in, the scheduler
 # module among them) and nothing more, so a server's hooks and patches meet
@@ -127,8 +147,10 @@ def _preimport() -> Dict[str, Any]:
     return info
 
 
-def _become_server(request: Dict[str, Any], protocol_fds: Tuple[int, int]) -> None:
-    """In the forked child: become the server's launcher. Never returns."""
+def _become_server(request: Dict[str, Any], protocol_fds: Tuple[int, ...]) -> None:
+    """In the forked child: become the server's launcher. Never returns.
+    ``protocol_fds``: the template's pipes, listening socket and connections
+    (closed here: a launcher holds none of them)."""
     code = 1
     try:
         os.setsid()
@@ -185,10 +207,23 @@ def _become_server(request: Dict[str, Any], protocol_fds: Tuple[int, int]) -> No
             os._exit(code)
 
 
+class _Connection:
+    """A child harness's connection to the listening socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+        self.authenticated = False
+
+
 class _Template:
-    def __init__(self, proto_in: int, proto_out: int) -> None:
+    def __init__(self, proto_in: int, proto_out: int, listener: Optional[socket.socket] = None,
+                 token: str = "") -> None:
         self.proto_in = proto_in
         self.proto_out = proto_out
+        self.listener = listener
+        self.token = token
+        self.connections: Dict[int, _Connection] = {}
         self.codes: Dict[int, int] = {}  # reaped children: pid -> exit code
         self.children: set = set()
 
@@ -208,6 +243,12 @@ class _Template:
             self.children.discard(pid)
             self.codes[pid] = os.waitstatus_to_exitcode(status)
 
+    def _own_fds(self) -> Tuple[int, ...]:
+        fds: List[int] = [self.proto_in, self.proto_out, *self.connections]
+        if self.listener is not None:
+            fds.append(self.listener.fileno())
+        return tuple(fds)
+
     def handle(self, request: Dict[str, Any]) -> Dict[str, Any]:
         op = request.get("op")
         if op == "spawn":
@@ -215,7 +256,7 @@ class _Template:
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _become_server(request, (self.proto_in, self.proto_out))
+                _become_server(request, self._own_fds())
             self.children.add(pid)
             return {"pid": pid}
         if op == "status":
@@ -226,12 +267,71 @@ class _Template:
             return {"running": pid in self.children, "code": None}
         return {"error": f"unknown request {op!r}"}
 
+    def _answer(self, line: bytes) -> Dict[str, Any]:
+        try:
+            return self.handle(json.loads(line))
+        except Exception as exc:  # a bad request must not take the template down
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
+    def _drop(self, fd: int) -> None:
+        conn = self.connections.pop(fd, None)
+        if conn is not None:
+            conn.sock.close()
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self.listener.accept()
+        except OSError:
+            return
+        sock.setblocking(True)
+        self.connections[sock.fileno()] = _Connection(sock)
+
+    def _serve_connection(self, fd: int) -> None:
+        conn = self.connections[fd]
+        try:
+            chunk = conn.sock.recv(READ_CHUNK)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(fd)
+            return
+        conn.buf += chunk
+        if len(conn.buf) > MAX_LINE and b"\n" not in conn.buf:
+            self._drop(fd)
+            return
+        while b"\n" in conn.buf and fd in self.connections:
+            line, conn.buf = conn.buf.split(b"\n", 1)
+            if not conn.authenticated:
+                try:
+                    given = str(json.loads(line).get("token", ""))
+                except (ValueError, AttributeError):
+                    given = ""
+                if not self.token or not hmac.compare_digest(given.encode(), self.token.encode()):
+                    self._drop(fd)  # unanswered: a wrong secret learns nothing
+                    return
+                conn.authenticated = True
+                answer: Dict[str, Any] = {"pid": os.getpid()}
+            else:
+                answer = self._answer(line)
+            try:
+                conn.sock.sendall((json.dumps(answer) + "\n").encode())
+            except OSError:
+                self._drop(fd)
+
     def serve(self) -> None:
         buf = b""
         while True:
-            ready, _, _ = select.select([self.proto_in], [], [], REAP_INTERVAL_S)
+            watched = [self.proto_in, *self.connections]
+            if self.listener is not None:
+                watched.append(self.listener.fileno())
+            ready, _, _ = select.select(watched, [], [], REAP_INTERVAL_S)
             self.reap()
-            if not ready:
+            for fd in ready:
+                if self.listener is not None and fd == self.listener.fileno():
+                    self._accept()
+                elif fd in self.connections:
+                    self._serve_connection(fd)
+            if self.proto_in not in ready:
                 continue
             chunk = os.read(self.proto_in, READ_CHUNK)
             if not chunk:
@@ -239,11 +339,20 @@ class _Template:
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
-                try:
-                    answer = self.handle(json.loads(line))
-                except Exception as exc:  # a bad request must not take the template down
-                    answer = {"error": f"{type(exc).__name__}: {exc}"}
-                self.send(answer)
+                self.send(self._answer(line))
+
+
+def listen(path: str) -> socket.socket:
+    """The listening socket for child harnesses, readable and writable by
+    this user only (its directory is 0700 too)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    sock.listen(16)
+    return sock
 
 
 def main() -> None:
@@ -252,6 +361,7 @@ def main() -> None:
     os.dup2(devnull, 0)
     os.close(devnull)
     os.dup2(2, 1)  # whatever the imports print goes to the log, not the protocol
+    listen_path, token = os.environ.pop(ENV_LISTEN, ""), os.environ.pop(ENV_TOKEN, "")
     template = _Template(proto_in, proto_out)
     try:
         info = _preimport()
@@ -261,6 +371,13 @@ def main() -> None:
     if "error" in info:
         template.send({"ready": False, **info})
         sys.exit(1)
+    if listen_path and token:
+        try:
+            template.listener, template.token = listen(listen_path), token
+            info["listening"] = True
+        except OSError as exc:  # the harness then shares nothing; its own servers are not affected
+            info["listening"] = False
+            print(f"template: cannot listen on {listen_path}: {exc}", file=sys.stderr, flush=True)
     template.send({"ready": True, **info})
     template.serve()
 

@@ -10,6 +10,15 @@ plugin's pool, ``explore``'s restarts and standby, ``mutate``, ``ab``,
 history recovery), and gone with the harness: it exits when the pipe to it
 closes, which the harness's exit (clean or killed) does.
 
+Shared with the harness's child processes: a template listens on a socket
+in a private directory, and the harness names it, with its secret and the
+base environment's digest, in ``SCRIPTED_RUNTIME_TEMPLATE_SHARE`` of its own
+environment, which its child processes inherit (an ``ab`` side, an
+``explore -n`` worker, a ``scripted-runtime`` command run by a test). A
+child whose build and base environment match connects instead of importing
+torch and SGLang again (``SharedTemplate``); any other child, or one whose
+connection fails, starts its own.
+
 CPU only (``enabled``): on a GPU, SGLang spawns its ranks because a forked
 child cannot use a CUDA context, and the template path is not proven safe
 there. ``SCRIPTED_RUNTIME_TEMPLATES=off`` turns templates off (every server
@@ -18,9 +27,13 @@ spawned, as before).
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
+import secrets
 import select
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -30,9 +43,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from scripted_runtime import protocol
-from scripted_runtime.user_side import processes
+from scripted_runtime.user_side import processes, template_process
 
 ENV_TEMPLATES = "SCRIPTED_RUNTIME_TEMPLATES"  # "off": spawn every server
+# the templates a child process may share: a JSON list of {socket, token, key, pid}
+ENV_SHARE = "SCRIPTED_RUNTIME_TEMPLATE_SHARE"
+CONNECT_TIMEOUT_S = 5.0
 READY_TIMEOUT_S = 180.0  # importing torch and SGLang on a loaded 2-core box
 ANSWER_TIMEOUT_S = 30.0
 MAX_TEMPLATES = 2  # a third base environment closes the least recently used
@@ -45,6 +61,11 @@ PER_SERVER_ENV = (
     "SCRIPTED_RUNTIME_EXPECT_WARMUP", "SGLANG_CPU_OMP_THREADS_BIND", "PYTHONPATH", ENV_TEMPLATES,
     # changes with every test under pytest, read by nothing a server imports
     "PYTEST_CURRENT_TEST",
+    # the terminal's size, which pytest sets during a run (so its children differ from the
+    # template its first server started): read when something prints, not at import
+    "COLUMNS", "LINES",
+    # the templates a harness shares with its children: no part of a template's environment
+    ENV_SHARE,
 )
 
 
@@ -98,16 +119,24 @@ class ForkedLauncher:
 class Template:
     """One template process; ``spawn`` forks a launcher from it."""
 
-    def __init__(self, python: str, env: Dict[str, str], cwd: str) -> None:
+    shared = False  # a template of this process (SharedTemplate: a parent's)
+
+    def __init__(self, python: str, env: Dict[str, str], cwd: str, key: str = "") -> None:
         self.python = python
+        self.key = key
         self.log_path = Path(tempfile.mkstemp(prefix="scripted-runtime-template-", suffix=".log")[1])
         self._lock = threading.Lock()
         self._buf = b""
+        # where child harnesses reach it: a socket in a directory of mode 0700 (mkdtemp's)
+        self._share_dir = tempfile.mkdtemp(prefix="scripted-runtime-template-")
+        self.socket_path = os.path.join(self._share_dir, "socket")
+        self._token = secrets.token_hex(16)
         t0 = time.monotonic()
+        listen = {template_process.ENV_LISTEN: self.socket_path, template_process.ENV_TOKEN: self._token}
         with open(self.log_path, "wb") as log:
             self._proc = subprocess.Popen(
                 [python, "-m", "scripted_runtime.user_side.template_process"],
-                env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                env={**env, **listen}, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                 start_new_session=True)
         try:
             ready = self._read_answer(READY_TIMEOUT_S, "the template's ready line (importing torch and SGLang)")
@@ -120,26 +149,43 @@ class Template:
                                 f"(log kept: {self.log_path}; {ENV_TEMPLATES}=off spawns servers instead)")
         self.info = {**ready, "ready_s": round(time.monotonic() - t0, 2)}
 
+    def share_entry(self) -> Optional[Dict[str, Any]]:
+        """What a child process needs to use this template (``ENV_SHARE``),
+        or None if it does not listen."""
+        if not self.info.get("listening") or not self.key:
+            return None
+        return {"socket": self.socket_path, "token": self._token, "key": self.key, "pid": self.pid}
+
     @property
     def alive(self) -> bool:
         return self._proc.poll() is None
 
+    def _answer_fd(self) -> int:
+        return self._proc.stdout.fileno()
+
+    def _write(self, data: bytes) -> None:
+        self._proc.stdin.write(data)
+        self._proc.stdin.flush()
+
+    def _gone(self, what: str) -> TemplateError:
+        code = self._proc.wait(timeout=5)
+        return TemplateError(f"the process template exited (code {code}) while the harness waited "
+                             f"for {what}; log {self.log_path}:\n{_tail(self.log_path)}")
+
     def _read_answer(self, timeout_s: float, what: str) -> Dict[str, Any]:
         deadline = time.monotonic() + timeout_s
-        out = self._proc.stdout.fileno()
+        out = self._answer_fd()
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TemplateError(f"no answer from the process template (pid {self._proc.pid}) "
+                raise TemplateError(f"no answer from the process template (pid {self.pid}) "
                                     f"within {timeout_s:.0f}s: waited for {what} (log: {self.log_path})")
             ready, _, _ = select.select([out], [], [], min(left, 0.5))
             if not ready:
                 continue
             chunk = os.read(out, 1 << 16)
             if not chunk:
-                code = self._proc.wait(timeout=5)
-                raise TemplateError(f"the process template exited (code {code}) while the harness waited "
-                                    f"for {what}; log {self.log_path}:\n{_tail(self.log_path)}")
+                raise self._gone(what)
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
         return json.loads(line)
@@ -147,11 +193,10 @@ class Template:
     def _ask(self, request: Dict[str, Any], what: str) -> Dict[str, Any]:
         with self._lock:
             if not self.alive:
-                raise TemplateError(f"the process template (pid {self._proc.pid}) is gone "
+                raise TemplateError(f"the process template (pid {self.pid}) is gone "
                                     f"(log: {self.log_path})")
             try:
-                self._proc.stdin.write((json.dumps(request) + "\n").encode())
-                self._proc.stdin.flush()
+                self._write((json.dumps(request) + "\n").encode())
             except (BrokenPipeError, OSError) as exc:
                 raise TemplateError(f"the process template stopped reading ({exc}; log: {self.log_path})")
             answer = self._read_answer(ANSWER_TIMEOUT_S, what)
@@ -161,8 +206,10 @@ class Template:
 
     def spawn(self, args_json: str, env: Mapping[str, str], cwd: str, log: Path) -> ForkedLauncher:
         """A server launcher forked from this template: ``launch.main(args_json)``
-        with ``env`` as its whole environment, output in ``log``."""
-        answer = self._ask({"op": "spawn", "args_json": args_json, "env": dict(env), "cwd": cwd,
+        with ``env`` as its whole environment (less ``ENV_SHARE``: a server
+        starts no template), output in ``log``."""
+        env = {k: v for k, v in env.items() if k != ENV_SHARE}
+        answer = self._ask({"op": "spawn", "args_json": args_json, "env": env, "cwd": cwd,
                             "log": str(log)}, "the forked launcher's pid")
         return ForkedLauncher(self, int(answer["pid"]))
 
@@ -193,8 +240,68 @@ class Template:
             self._proc.stdout.close()
         except OSError:
             pass
+        shutil.rmtree(self._share_dir, ignore_errors=True)
         if not keep_log:
             self.log_path.unlink(missing_ok=True)
+
+
+class SharedTemplate(Template):
+    """A template another harness process started (this one's parent, or
+    further up), reached through its socket: the same ``spawn`` and
+    ``exit_code``; ``close`` only hangs up (the template is its owner's)."""
+
+    shared = True
+
+    def __init__(self, entry: Mapping[str, Any], python: str) -> None:  # noqa: super().__init__ starts a process
+        self.python = python
+        self.key = str(entry["key"])
+        self.socket_path = str(entry["socket"])
+        self.log_path = Path(self.socket_path)  # its log is the owner's; named in errors by the socket
+        self._lock = threading.Lock()
+        self._buf = b""
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            self._sock.connect(self.socket_path)
+            self._sock.settimeout(None)
+            self._closed = False
+            self._pid = int(entry.get("pid") or 0)
+            self._write((json.dumps({"token": str(entry["token"])}) + "\n").encode())
+            hello = self._read_answer(CONNECT_TIMEOUT_S, "the shared template's answer to the secret")
+        except (OSError, TemplateError, ValueError) as exc:
+            self._sock.close()
+            raise TemplateError(f"cannot use the shared template at {self.socket_path}: {exc}") from None
+        self._pid = int(hello["pid"])
+        self.info = {"shared": True, "pid": self._pid}
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and processes.is_running(self._pid)
+
+    def _answer_fd(self) -> int:
+        return self._sock.fileno()
+
+    def _write(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def _gone(self, what: str) -> TemplateError:
+        self._closed = True
+        return TemplateError(f"the shared process template (pid {self._pid}) hung up while the harness "
+                             f"waited for {what}")
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    def share_entry(self) -> Optional[Dict[str, Any]]:
+        return None  # the owner's entry is in the environment already
+
+    def close(self, keep_log: bool = False) -> None:
+        self._closed = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -217,8 +324,47 @@ def base_env(env: Mapping[str, str], python_path: str) -> Dict[str, str]:
     return base
 
 
+def key_digest(python: str, base: Mapping[str, str]) -> str:
+    """What a shared template's entry names its build and base environment
+    by: a child uses it only if its own digest is the same."""
+    return hashlib.sha256(json.dumps([python, sorted(base.items())]).encode()).hexdigest()
+
+
+def _shared_entries() -> List[Dict[str, Any]]:
+    try:
+        entries = json.loads(os.environ.get(ENV_SHARE) or "[]")
+    except ValueError:
+        return []
+    return [e for e in entries if isinstance(e, dict) and {"socket", "token", "key"} <= set(e)]
+
+
+def _publish() -> None:
+    """Name this process's listening templates in its environment (its
+    children inherit it), keeping the inherited entries of other builds."""
+    own = [t.share_entry() for t in _templates.values() if not t.shared]
+    own = [e for e in own if e is not None]
+    keys = {e["key"] for e in own}
+    entries = own + [e for e in _shared_entries() if e["key"] not in keys]
+    if entries:
+        os.environ[ENV_SHARE] = json.dumps(entries)
+    else:
+        os.environ.pop(ENV_SHARE, None)
+
+
+def _connect_shared(key: str, python: str) -> Optional[Template]:
+    for entry in _shared_entries():
+        if entry["key"] != key or not os.path.exists(str(entry["socket"])):
+            continue
+        try:
+            return SharedTemplate(entry, python)
+        except TemplateError:
+            continue  # its owner exited, say: this process starts its own
+    return None
+
+
 def template_for(env: Mapping[str, str], python_path: str, cwd: str, python: str = sys.executable) -> Template:
-    """The template for this build and base environment, started if need be."""
+    """The template for this build and base environment: this process's, a
+    parent harness's (``ENV_SHARE``), or a new one started here."""
     base = base_env(env, python_path)
     key = (python, tuple(sorted(base.items())))
     with _registry_lock:
@@ -226,11 +372,17 @@ def template_for(env: Mapping[str, str], python_path: str, cwd: str, python: str
         if template is not None and template.alive:
             _templates[key] = _templates.pop(key)  # most recently used last
             return template
-        _templates.pop(key, None)
+        stale = _templates.pop(key, None)
+        if stale is not None:
+            stale.close()
         while len(_templates) >= MAX_TEMPLATES:
             _templates.pop(next(iter(_templates))).close()
-        template = Template(python, base, cwd)
+        digest = key_digest(python, base)
+        template = _connect_shared(digest, python)
+        if template is None:
+            template = Template(python, base, cwd, key=digest)
         _templates[key] = template
+        _publish()
         return template
 
 
@@ -239,10 +391,20 @@ def running() -> List[Template]:
         return list(_templates.values())
 
 
+def release(template: Template) -> None:
+    """Close ``template`` (hang up, for a shared one) and forget it."""
+    with _registry_lock:
+        for key in [k for k, t in _templates.items() if t is template]:
+            del _templates[key]
+        template.close()
+        _publish()
+
+
 def close_all() -> None:
     with _registry_lock:
         while _templates:
             _templates.popitem()[1].close()
+        _publish()
 
 
 atexit.register(close_all)

@@ -3,6 +3,7 @@ from one, what its environment keeps, and how a forked launcher's exit
 reaches the harness (tests/server/test_templates.py runs real ones)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -82,3 +83,78 @@ def test_a_template_that_cannot_start_is_a_named_error_with_its_log_kept(tmp_pat
     log = message.split("log ", 1)[1].split(":", 1)[0]
     assert os.path.exists(log), "a failed start's log is kept"
     os.unlink(log)
+
+
+class _ListeningTemplate:
+    """A template's serve loop with its listening socket, in a thread of
+    this process (no imports, no fork: only ``status`` requests)."""
+
+    def __init__(self, tmp_path, token: str = "the-secret") -> None:
+        import threading
+
+        from scripted_runtime.user_side import template_process
+
+        self.path = str(tmp_path / "socket")
+        self._in_r, self._in_w = os.pipe()  # the owner's pipes
+        self._out_r, self._out_w = os.pipe()
+        self.template = template_process._Template(self._in_r, self._out_w, template_process.listen(self.path),
+                                                   token)
+        self.thread = threading.Thread(target=self.template.serve, daemon=True)
+        self.thread.start()
+
+    def entry(self, **changes):
+        return {"socket": self.path, "token": "the-secret", "key": "k", "pid": os.getpid(), **changes}
+
+    def close(self) -> None:
+        os.close(self._in_w)  # the owner hangs up: the loop ends
+        self.thread.join(5)
+        self.template.listener.close()
+        for fd in (self._in_r, self._out_r, self._out_w):
+            os.close(fd)
+
+
+def test_a_child_harness_with_the_secret_uses_the_template_and_one_without_learns_nothing(tmp_path):
+    import socket
+    import stat
+
+    served = _ListeningTemplate(tmp_path)
+    try:
+        assert stat.S_IMODE(os.stat(served.path).st_mode) == 0o600  # and its directory is 0700 (mkdtemp)
+        shared = templates.SharedTemplate(served.entry(), sys.executable)
+        assert shared.shared and shared.pid == os.getpid() and shared.alive
+        assert shared.exit_code(999_999_999) is None  # asked and answered over the socket: not its child
+        with pytest.raises(templates.TemplateError, match="cannot use the shared template"):
+            templates.SharedTemplate(served.entry(token="a-guess"), sys.executable)
+        raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        raw.settimeout(5)
+        raw.connect(served.path)
+        raw.sendall(b'{"op": "status", "pid": 1}\n')  # a request before the secret: closed, unanswered
+        assert raw.recv(100) == b""
+        raw.close()
+        assert shared.exit_code(999_999_999) is None  # the good connection is still served
+        shared.close()
+    finally:
+        served.close()
+    assert not served.thread.is_alive(), "the template ends when its owner's pipe closes, whoever is connected"
+
+
+def test_a_template_is_shared_only_with_a_child_of_the_same_build_and_environment(tmp_path, monkeypatch):
+    served = _ListeningTemplate(tmp_path)
+    try:
+        env = {"HOME": "/root", protocol.ENV_HOOKS: "1"}
+        key = templates.key_digest(sys.executable, templates.base_env(env, "/site"))
+        monkeypatch.setenv(templates.ENV_SHARE, json.dumps([served.entry(key=key)]))
+        template = templates.template_for({**env, protocol.ENV_API_KEY: "per-server"}, "/site", str(tmp_path))
+        try:
+            assert template.shared and template.pid == os.getpid()
+            assert template in templates.running()
+        finally:
+            templates.release(template)
+        assert template not in templates.running()
+        # the base environment differs (HOME is read at import: huggingface_hub's cache paths): not shared
+        assert key != templates.key_digest(sys.executable, templates.base_env({**env, "HOME": "/tmp"}, "/site"))
+        assert key != templates.key_digest("/other/python", templates.base_env(env, "/site"))
+        assert templates.ENV_SHARE not in templates.base_env(
+            {**env, templates.ENV_SHARE: "[]"}, "/site"), "the shared list is no part of a template's key"
+    finally:
+        served.close()

@@ -25,8 +25,11 @@ def test_ab_catches_pr17850_and_issue14062_with_their_fix_toggles(tmp_path, caps
                      "--json", str(out)])
     table = capsys.readouterr().out
     assert code == 0, table
-    sides = {r["side"]: [(o["status"], o["signature"]) for o in r["outcomes"]]
-             for r in json.loads(out.read_text())}
+    reports = json.loads(out.read_text())
+    sides = {r["side"]: [(o["status"], o["signature"]) for o in r["outcomes"]] for r in reports}
+    # both sides run this interpreter: their servers fork from one template, imported once
+    assert [r["template"]["shared"] for r in reports] == [True, True], reports
+    assert reports[0]["template"]["pid"] == reports[1]["template"]["pid"], reports
     assert sides["current"] == [("PASS", ""), ("PASS", "")], table
     assert sides[reverted] == [
         ("CRASH", "SchedulerCrashed: AssertionError: Cache flush failed after updating weights"),

@@ -94,6 +94,7 @@ def test_parallel_workers_merge_their_statistics(tmp_path):
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text
     assert "=== 2 workers merged ===" in text and "[explore w0]" in text and "[explore w1]" in text, text
+    assert "the workers fork their servers from it" in text, text  # one template's imports, not two
     merged = re.search(r"explored pp1-normal .*?: (\d+) programs", text.split("=== 2 workers merged ===")[1])
     assert merged and int(merged.group(1)) >= 2, text
 

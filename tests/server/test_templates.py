@@ -1,8 +1,11 @@
 """Process templates (docs/internals.md, "Process templates"): a server
-forked from a template is the server a fresh spawn gives, and nothing of a
-template outlives the harness that started it."""
+forked from a template is the server a fresh spawn gives, nothing of a
+template outlives the harness that started it, and a child harness (a
+``scripted-runtime`` command run from this one) forks its server from this
+process's template instead of importing SGLang again."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -56,32 +59,72 @@ def test_a_server_forked_from_a_template_is_the_server_a_spawn_gives(tmp_path, m
     assert difference is None, difference.describe()
 
 
-def test_a_killed_harness_leaves_no_template_and_no_server(tmp_path):
-    """SIGKILL: no atexit runs, so the template must notice its pipe closing
-    by itself, and the server its harness gone."""
+
+
+def _kill_a_harness_and_wait(env, *, own_template):
+    """Start HARNESS with ``env``, SIGKILL it once its server is up; the
+    template's pid, whether it was shared, and which of the processes it
+    listed still run 20 s later (or once every one that should end has:
+    the server's, and the template's if ``own_template``)."""
     HARNESS = textwrap.dedent("""
         import os, sys, time
         from scripted_runtime import ScriptedServer
         from scripted_runtime.user_side import templates
         server = ScriptedServer.start(topology="pp1-normal")
         (template,) = templates.running()
-        print(template.pid, *server.pids(), flush=True)
+        print(template.pid, int(template.shared), *server.pids(), flush=True)
         time.sleep(600)
     """)
     harness = subprocess.Popen([sys.executable, "-c", HARNESS], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                               env={**os.environ, templates.ENV_TEMPLATES: "on"})
+                               env=env)
     try:
         line = harness.stdout.readline()
-        pids = [int(p) for p in line.split()]
-        assert len(pids) >= 3, f"expected the template and the server's processes, got {line!r}"
-        assert all(processes.is_running(p) for p in pids)
+        template_pid, shared, *server_pids = [int(p) for p in line.split()]
+        assert len(server_pids) >= 2, f"expected the template and the server's processes, got {line!r}"
+        assert all(processes.is_running(p) for p in [template_pid, *server_pids])
         harness.send_signal(signal.SIGKILL)
         harness.wait(timeout=10)
+        ending = server_pids + ([template_pid] if own_template else [])
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and any(processes.is_running(p) for p in pids):
+        while time.monotonic() < deadline and any(processes.is_running(p) for p in ending):
             time.sleep(0.2)
-        left = [p for p in pids if processes.is_running(p)]
-        assert not left, f"still running 20 s after the harness was killed: {left}"
+        return template_pid, bool(shared), [p for p in [template_pid, *server_pids] if processes.is_running(p)]
     finally:
         if harness.poll() is None:
             harness.kill()
+
+
+def test_a_killed_harness_leaves_no_template_and_no_server(tmp_path):
+    """SIGKILL: no atexit runs, so the template must notice its pipe closing
+    by itself, and the server its harness gone. (No parent's template to
+    share: the harness starts its own.)"""
+    env = {k: v for k, v in os.environ.items() if k != templates.ENV_SHARE}
+    template_pid, shared, left = _kill_a_harness_and_wait({**env, templates.ENV_TEMPLATES: "on"}, own_template=True)
+    assert not shared
+    assert not left, f"still running 20 s after the harness was killed: {left}"
+
+
+def test_a_child_harness_forks_from_this_process_template_and_leaves_it_running(server_pool, tmp_path):
+    """A ``scripted-runtime run`` started from this process (as an ``ab``
+    side, an ``explore -n`` worker or a user's script would be) uses the
+    template of the suite's servers; a child harness killed takes its server
+    with it and leaves the shared template serving."""
+    parent = server_pool.get("pp1-overlap")
+    assert parent.forked and not parent.template_shared
+    result = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, "-m", "scripted_runtime.user_side.cli", "run",
+                           "scenarios/demo.py:chunked_then_decode", "--result-json", str(result)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    payload = json.loads(result.read_text())
+    assert payload["template"] == {"pid": parent.template_pid, "shared": True}, payload
+    assert f"forked from process template {parent.template_pid} of a parent harness" in proc.stderr
+    template_pid, shared, left = _kill_a_harness_and_wait({**os.environ, templates.ENV_TEMPLATES: "on"},
+                                                         own_template=False)
+    assert shared and template_pid == parent.template_pid
+    assert left == [template_pid], f"the killed child's server is still running: {left}"
+    assert parent.run("scenarios/demo.py:chunked_then_decode").passed  # the pool's server is untouched
+    again = subprocess.run([sys.executable, "-m", "scripted_runtime.user_side.cli", "run",
+                            "scenarios/demo.py:chunked_then_decode", "--no-overlap"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "of a parent harness" in again.stderr, again.stderr[-3000:]

@@ -67,6 +67,9 @@ class SideReport:
     wall_s: float = 0.0
     outcomes: List[Outcome] = field(default_factory=list)
     log: Optional[str] = None  # the child's output
+    # the process template its server forked from: {"pid", "shared"} (shared: this process's,
+    # or its parent's), None when spawned
+    template: Optional[dict] = None
 
     @property
     def started(self) -> bool:
@@ -108,7 +111,8 @@ def child_environment(build: PreparedBuild) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [module_paths.harness_path_entry(), *build.pythonpath] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env.pop("VIRTUAL_ENV", None)
+    if build.python != sys.executable:  # another environment: ours must not be named (this one's is ours)
+        env.pop("VIRTUAL_ENV", None)
     return env
 
 
@@ -162,6 +166,8 @@ def run_side(spec: BuildSpec, scenarios: List[str], *, config: ServerConfig = Se
         return report
     report.sglang_version = payload.get("sglang_version")
     report.start_s = payload.get("start_s")
+    if (payload.get("template") or {}).get("pid"):
+        report.template = payload["template"]
     if payload["status"] in ("NO-START", "USAGE"):
         status = "NO-START" if payload["status"] == "NO-START" else "ERROR"
         sig = _last_line(payload.get("error", "")) or "server did not start"
