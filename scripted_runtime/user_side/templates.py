@@ -69,6 +69,11 @@ PER_SERVER_ENV = (
 )
 
 
+# pytest's own variables (a pytester run sets PYTEST_DEBUG_TEMPROOT and PY_COLORS): read by pytest
+# when it runs or prints, by nothing a server imports
+PER_SERVER_PREFIXES = ("PYTEST_", "PY_COLORS")
+
+
 class TemplateError(RuntimeError):
     """A template could not start, or stopped answering."""
 
@@ -319,7 +324,7 @@ def base_env(env: Mapping[str, str], python_path: str) -> Dict[str, str]:
     """``env`` without what differs per server, with ``python_path`` (the
     sitecustomize's and the harness's folders, the user's own entries,
     nothing of a patch's) as its PYTHONPATH."""
-    base = {k: v for k, v in env.items() if k not in PER_SERVER_ENV}
+    base = {k: v for k, v in env.items() if k not in PER_SERVER_ENV and not k.startswith(PER_SERVER_PREFIXES)}
     base["PYTHONPATH"] = python_path
     return base
 

@@ -32,7 +32,9 @@ def test_a_template_environment_holds_nothing_of_one_server():
            protocol.ENV_REVERT_FIXES: "pr27446", protocol.ENV_API_KEY: "secret", protocol.ENV_SERVER_ID: "abc",
            protocol.ENV_IPC_ADDR: "ipc:///tmp/x/control", "PYTHONPATH": "/patches:/site",
            templates.ENV_TEMPLATES: "on", "SGLANG_CPU_OMP_THREADS_BIND": "0|1",
-           "PYTEST_CURRENT_TEST": "test_y (call)"}  # changes with every test: one template for all
+           "PYTEST_CURRENT_TEST": "test_y (call)",  # changes with every test: one template for all
+           "PYTEST_DEBUG_TEMPROOT": "/tmp/p", "PY_COLORS": "0",  # a pytester run's: pytest reads them
+           "COLUMNS": "80", "LINES": "24"}  # the terminal's, set by pytest mid-run
     base = templates.base_env(env, "/site:/harness")
     assert base == {"HOME": "/root", protocol.ENV_HOOKS: "1", "PYTHONPATH": "/site:/harness"}
 
