@@ -95,6 +95,41 @@ def marker_config(marker: Optional[pytest.Mark], *, device: str = "cpu", revert_
                         extensions=(*extensions, *kwargs.get("extensions", ())))
 
 
+_PRESTART = pytest.StashKey[Any]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When a selected test will need a server, start the process template
+    (docs/internals.md, "Process templates": torch and SGLang imported once)
+    in a background thread now, so its imports overlap the tests that run
+    before the first server instead of delaying that server's start."""
+    config = session.config
+    if config.option.collectonly or config.getoption("--scripted-runtime-device") != "cpu":
+        return
+    if not any("scripted_runtime_pool" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("skip")
+               for item in session.items):
+        return
+    import threading
+
+    def prestart() -> None:
+        from scripted_runtime.user_side import server as server_mod
+
+        try:
+            server_mod.prestart_template("cpu")
+        except Exception:  # noqa: BLE001 - the first server's own start then reports it
+            pass
+
+    thread = threading.Thread(target=prestart, name="scripted-runtime-template-prestart", daemon=True)
+    thread.start()
+    config.stash[_PRESTART] = thread
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    thread = session.config.stash.get(_PRESTART, None)
+    if thread is not None:  # a session that ended before its first server: let the start finish, then close
+        thread.join(timeout=200)
+
+
 @pytest.fixture(scope="session")
 def scripted_runtime_pool(request):
     """The session's servers, one per configuration (per xdist worker)."""

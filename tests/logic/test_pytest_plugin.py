@@ -12,6 +12,8 @@ import pytest
 from scripted_runtime import pytest_plugin
 from scripted_runtime.user_side.server_config import ServerConfig
 
+pytest_plugins = ["pytester"]
+
 
 def test_the_plugin_is_an_installed_pytest11_entry_point():
     eps = [e for e in importlib.metadata.entry_points(group="pytest11") if e.name == "scripted_runtime"]
@@ -36,3 +38,36 @@ def test_marker_and_command_line_build_options_combine():
                                revert_fixes=("pr27446",), patches=("mine.py:P", "mut_x"), extensions=())
     assert pytest_plugin.marker_config(None) == ServerConfig(topology="pp1-overlap")
     assert pytest_plugin.marker_config(None, device="cuda").device == "cuda"
+
+
+PRESTART_TESTS = '''
+import pytest
+
+def test_needs_a_server(scripted_runtime_pool):
+    pass
+
+@pytest.mark.skip(reason="not this time")
+def test_skipped_with_a_server(scripted_runtime_pool):
+    pass
+
+def test_pure():
+    pass
+'''
+
+
+@pytest.mark.parametrize("args, started", [
+    ((), True),                                     # a test will need a server: the template starts
+    (("-k", "pure"), False),                        # none selected needs one
+    (("-k", "skipped"), False),                     # the only one that would is skipped
+    (("--collect-only",), False),                   # nothing runs
+    (("--scripted-runtime-device", "cuda"), False),  # GPU servers are spawned, never forked
+])
+def test_the_template_starts_at_collection_only_when_a_selected_test_needs_a_server(
+        pytester, monkeypatch, args, started):
+    from scripted_runtime.user_side import server as server_mod
+
+    asked = []  # in place of the template's start (the plugin's thread calls it): say that it was asked for
+    monkeypatch.setattr(server_mod, "prestart_template", lambda device="cpu": asked.append(device))
+    pytester.makepyfile(test_some=PRESTART_TESTS)
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)  # its session's end joins the thread
+    assert asked == (["cpu"] if started else [])
