@@ -173,10 +173,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     outcomes, results = [], []
     try:
         started_s = time.monotonic() - t0
-        origin = ("" if not server.forked else f", forked from process template {server.template_pid}"
-                  + (" of a parent harness" if server.template_shared else ""))
         print(f"[scripted-runtime] server ready in {started_s:.1f}s "
-              f"(sglang {server.info.get('sglang_version')}, loop {server.info.get('loop_kind')}{origin})",
+              f"(sglang {server.info.get('sglang_version')}, loop {server.info.get('loop_kind')}, {server.origin})",
               file=sys.stderr, flush=True)
         _print_extensions(server.info)
         for spec in specs:

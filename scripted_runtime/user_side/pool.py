@@ -49,9 +49,8 @@ class ServerPool:
         else:
             server = ScriptedServer.start(config, log_dir=self.log_dir)
             self.servers[key] = server
-        origin = ("" if not server.forked else f" (forked from process template {server.template_pid}"
-                  + (" of a parent harness)" if server.template_shared else ")"))
-        print(f"[scripted-runtime] {what} ready in {time.monotonic() - t0:.1f}s{origin}", file=sys.stderr, flush=True)
+        print(f"[scripted-runtime] {what} ready in {time.monotonic() - t0:.1f}s ({server.origin})", file=sys.stderr,
+              flush=True)
         return server
 
     def shutdown_all(self) -> None:

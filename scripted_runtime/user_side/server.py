@@ -426,6 +426,16 @@ class ScriptedServer:
         self._trace_dir = Path(path)
 
     @property
+    def origin(self) -> str:
+        """How its processes started, for a ready line: "spawned", or
+        "forked from process template N" (and "of a parent harness" when that
+        template is another process's, templates.SharedTemplate)."""
+        if not self.forked:
+            return "spawned"
+        return f"forked from process template {self.template_pid}" + (
+            " of a parent harness" if self.template_shared else "")
+
+    @property
     def alive(self) -> bool:
         return self._dead_reason is None and self._proc is not None and self._proc.poll() is None
 

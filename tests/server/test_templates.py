@@ -124,7 +124,3 @@ def test_a_child_harness_forks_from_this_process_template_and_leaves_it_running(
     assert shared and template_pid == parent.template_pid
     assert left == [template_pid], f"the killed child's server is still running: {left}"
     assert parent.run("scenarios/demo.py:chunked_then_decode").passed  # the pool's server is untouched
-    again = subprocess.run([sys.executable, "-m", "scripted_runtime.user_side.cli", "run",
-                            "scenarios/demo.py:chunked_then_decode", "--no-overlap"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and "of a parent harness" in again.stderr, again.stderr[-3000:]

@@ -200,7 +200,7 @@ class ExampleRunner:
                                                log_dir=self.log_dir)
             self.start_s = time.monotonic() - t0
             self.progress(f"server ready in {self.start_s:.1f}s (sglang {self.info.get('sglang_version')}, "
-                          f"loop {self.info.get('loop_kind')})")
+                          f"loop {self.info.get('loop_kind')}, {self.server.origin})")
             line = extension_points.loaded_line(self.info)
             if line:
                 self.progress(line)
