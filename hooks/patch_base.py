@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Tuple, TypeVar
 
-ALL_TOPOLOGIES = ("pp1-overlap", "pp1-normal", "pp4", "pp1-hicache", "pp1-lora")  # engine_config.ALL_TOPOLOGIES
+ALL_TOPOLOGIES = ("pp1-overlap", "pp1-normal", "pp4", "pp1-hicache", "pp1-lora", "pp1-priority")  # engine_config.ALL_TOPOLOGIES
 
 
 class PatchError(RuntimeError):

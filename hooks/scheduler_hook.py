@@ -104,7 +104,10 @@ def install(scheduler_module) -> None:
         driver = _driver_for(scheduler) if scheduler is not None else None
         if driver is not None:
             driver.before_iteration()
-        return original_entry(self, *args, **kwargs)
+        out = original_entry(self, *args, **kwargs)
+        if driver is not None and driver.priority_on:
+            driver.after_ingest()  # what admission queues from here on is stamped later (priority contract)
+        return out
 
     setattr(entry.owner, entry.method, iteration_entry)
 

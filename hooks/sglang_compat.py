@@ -908,3 +908,46 @@ def session_has_unfinished_request(scheduler: Any, session_id: str) -> bool:
         return True
     nodes = getattr(session, "req_nodes", None) or {}
     return any(not node.req.finished() for node in nodes.values() if getattr(node, "req", None) is not None)
+
+
+# ---------------------------------------------------------------------------
+# Priority scheduling (read off 0.5.23: scheduler.py 486-496 and 1468-1472, schedule_policy.py
+# 526-536 and 1707-1778, observability/req_time_stats.py 776-800; docs/checks.md, "The priority contract").
+
+
+@dataclass(frozen=True)
+class PrioritySettings:
+    """How a scheduler with priority scheduling on orders and preempts.
+    ``sign``: pref(r) = r.priority * sign, smaller is better (1 when low
+    values go first, else -1); ``threshold``: a running request is
+    preempted only by one whose pref is smaller by more than it; ``fcfs``:
+    the waiting queue is sorted by (pref, wait-queue entry time) (the other
+    policy priority allows, ``lof``, sorts by length instead)."""
+
+    sign: int
+    threshold: int
+    preemption: bool
+    fcfs: bool
+
+
+def priority_settings(scheduler: Any) -> Optional[PrioritySettings]:
+    """None unless the scheduler runs with priority scheduling on."""
+    if not getattr(scheduler, "enable_priority_scheduling", False):
+        return None
+    policy = getattr(getattr(scheduler, "policy", None), "policy", None)
+    name = str(getattr(policy, "value", policy) or getattr(scheduler, "schedule_policy", None) or "fcfs").lower()
+    return PrioritySettings(
+        sign=1 if getattr(scheduler, "schedule_low_priority_values_first", False) else -1,
+        threshold=int(getattr(scheduler, "priority_scheduling_preemption_threshold", 10) or 0),
+        preemption=bool(getattr(scheduler, "enable_priority_preemption", False)),
+        fcfs=name.endswith("fcfs"))
+
+
+def priority_entry(req: Any) -> Tuple[str, int, float, bool]:
+    """(rid, priority, wait-queue entry time, retracted): what admission
+    sorts a waiting request by (the entry time is stamped again at every
+    (re)queue, ``set_wait_queue_entry_time``) and whether it was retracted
+    (a preemption victim's ``reset_for_retract``)."""
+    stats = getattr(req, "time_stats", None)
+    return (req.rid, int(getattr(req, "priority", 0) or 0),
+            float(getattr(stats, "wait_queue_entry_time", 0.0) or 0.0), bool(getattr(req, "is_retracted", False)))

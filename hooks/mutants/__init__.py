@@ -31,7 +31,8 @@ after its last chunk), and one each added to ``batches``, ``requests``,
 release/resume handlers' (issue 35, the RL weight-sync cycle), written
 with the operations before the explorer drew them; ``runtime_ops`` the
 runtime knobs', weight queries' and sessions' and ``lora`` LoRA serving's
-(the admission's adapter budget, the memory pool's slots; issue 35), each
+(the admission's adapter budget, the memory pool's slots; issue 35), and
+``priority`` priority scheduling's (the preemption threshold), each
 written the same way. ``MUTANTS`` is the
 table, in the kill table's row order (``ORDER`` below).
 
@@ -61,9 +62,11 @@ from typing import Dict
 # Each family module declares its mutants when imported.
 from scripted_runtime.hooks.mutants import (aborts, batches, chunked_prefill, hicache, idle_gate,  # noqa: F401
                                             kv_content, kv_pressure, loops, lora, memory_occupation, pools,
-                                            prefix_cache, radix_locks, requests, runtime_ops, stream_output)
+                                            prefix_cache, priority, radix_locks, requests, runtime_ops,
+                                            stream_output)
 from scripted_runtime.hooks.mutants.aborts import COLLECT_INFLIGHT_BATCHES_DIGEST  # noqa: F401
 from scripted_runtime.hooks.mutants.base import (ALL, BATCH_RESULT_PROCESSOR, FULL_COMPONENT, HICACHE, LORA,  # noqa: F401
+                                                 PRIORITY,
                                                  MEM_CACHE_COMMON, MEMORY_POOL, OUTPUT_STREAMER, PATCHED_MODULES,
                                                  PP1, PREFILL_BUDGET, RELEASE, SCHEDULE_BATCH, SCHEDULE_POLICY,
                                                  TOKEN_ALLOCATOR, TP_WORKER, UNIFIED_RADIX_CACHE, WEIGHT_UPDATER,
@@ -110,6 +113,8 @@ ORDER = (
     "mut_distributed_update_loads_into_no_runner",
     # grammar 11: the LoRA load from tensors (written with the operation, before the explorer drew it)
     "mut_lora_tensor_load_unnormalized",
+    # priority scheduling (written with the priority contract, before the explorer drew a priority)
+    "mut_priority_preemption_threshold_dropped",
     # written blind (issue 34, item 5)
     "mut_merge_batch_rows_other_first",
     "mut_checkpoint_row_keeps_duplicate_slots",

@@ -20,6 +20,7 @@ PP1 = ("pp1-overlap", "pp1-normal")
 ALL = ("pp1-overlap", "pp1-normal", "pp4")
 HICACHE = ("pp1-hicache",)
 LORA = ("pp1-lora",)
+PRIORITY = ("pp1-priority",)
 
 # The SGLang modules the mutants patch besides the scheduler module (imported
 # by each install that needs them; listed for tools that snapshot them).

@@ -20,7 +20,7 @@ import pickle
 import sys
 import time
 import traceback
-from typing import Any, Generator, Optional
+from typing import Any, Generator, Optional, Tuple
 
 import zmq
 
@@ -63,6 +63,9 @@ class Driver:
 
     def __init__(self, scheduler: Any) -> None:
         self.scheduler = scheduler
+        # priority scheduling on: each prefill's record carries what the priority contract reads
+        self.priority_on = sglang_compat.priority_settings(scheduler) is not None
+        self._admission_from = 0.0
         counters = self.counters = RunCounters()
         self._script_gen: Optional[Any] = None  # the running script's generator
         self._reset_flushes_queued = 0  # reset flushes handed in and not dispatched yet
@@ -97,6 +100,12 @@ class Driver:
         hicache_gate.gate().tick(self.counters.iteration)  # held HiCache copies age (hooks/hicache_gate.py)
         next(self._main_gen)
 
+    def after_ingest(self) -> None:
+        """The iteration's requests are in (arrivals queued, control requests
+        dispatched: a retract pause's requests queued again): a request
+        queued from here on was queued by this iteration's admission."""
+        self._admission_from = time.perf_counter()
+
     def on_run_batch(self, batch: Any) -> None:
         mode = state.batch_mode(batch)
         chunked = getattr(self.scheduler, "chunked_req", None)
@@ -117,8 +126,16 @@ class Driver:
                 self._in_flight_rows(),
                 tuple([id(r) for r in reqs]),
                 len(getattr(getattr(self.scheduler, "running_batch", None), "reqs", None) or ()) if extend else -1,
+                self._priority_pass(reqs) if extend and self.priority_on else None,
             )
         )
+
+    def _priority_pass(self, reqs: Any) -> Tuple[Tuple[Any, ...], Tuple[Any, ...], float]:
+        """For the priority contract: the launched requests' and the waiting
+        queue's priority entries as this prefill's admission left them."""
+        waiting = getattr(self.scheduler, "waiting_queue", None) or ()
+        return (tuple([sglang_compat.priority_entry(r) for r in reqs]),
+                tuple([sglang_compat.priority_entry(r) for r in waiting]), self._admission_from)
 
     def _in_flight_rows(self):
         """(rid, row) of the launched batches still in ``result_queue``, as

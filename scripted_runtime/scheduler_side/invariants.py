@@ -40,6 +40,7 @@ from scripted_runtime.hooks import sglang_compat
 from scripted_runtime import extensions
 from scripted_runtime.scheduler_side import check_registry, contracts, runtime_contracts, state
 from scripted_runtime.scheduler_side import lora_contract  # registers after runtime_contracts: its checks run after
+from scripted_runtime.scheduler_side import priority_contract  # and after lora's
 # Imported for the checks they register: once this module is imported, every
 # built-in check is in check_registry.
 from scripted_runtime.scheduler_side import hicache_checks, output_oracle, request_contract  # noqa: F401
@@ -137,6 +138,7 @@ class InvariantMemory:
     contracts: contracts.ContractMemory = field(default_factory=contracts.ContractMemory)
     runtime: runtime_contracts.RuntimeMemory = field(default_factory=runtime_contracts.RuntimeMemory)
     lora: lora_contract.LoraMemory = field(default_factory=lora_contract.LoraMemory)
+    priority: priority_contract.PriorityMemory = field(default_factory=priority_contract.PriorityMemory)
     step_inputs: StepInputs = field(default_factory=StepInputs)
 
     def free_kv_counts(self, s: Any) -> Any:

@@ -7,7 +7,7 @@ the same object and read it.
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Any, List, NamedTuple, Optional, Tuple
 
 
 class BatchRecord(NamedTuple):
@@ -29,6 +29,21 @@ class BatchRecord(NamedTuple):
     # requests the (micro)batch's running batch held as this prefill launched (what admission
     # counted against the micro-batch limit); -1 for other forwards and records without it
     running: int = -1
+    # priority scheduling on (None otherwise), for a prefill: the launched requests' and the waiting
+    # queue's sglang_compat.priority_entry as admission left them, and when the iteration's
+    # admission could start (perf_counter, the clock SGLang stamps a queue entry with)
+    priority_pass: Optional[Tuple[Tuple[Any, ...], Tuple[Any, ...], float]] = None
+
+    def preempted(self) -> List[Tuple[Any, ...]]:
+        """The priority entries (``sglang_compat.priority_entry``) of the
+        requests this prefill's admission preempted: retracted and queued
+        again after the iteration's intake (``Driver.after_ingest``), where
+        only ``PrefillAdder.preempt_to_schedule`` queues a retracted request.
+        [] without priority scheduling."""
+        if self.priority_pass is None:
+            return []
+        _, waiting, intake = self.priority_pass
+        return [e for e in waiting if e[3] and e[2] >= intake]
 
     def rows_taken_in_flight(self) -> List[Tuple[str, str, int]]:
         """(new rid, in-flight rid, row): a row this batch uses that a

@@ -450,6 +450,10 @@ def check(view: Any, memory: Any) -> Optional[Violation]:
         if limit is None:
             continue
         allowed = max(limit - b.running, 0) + (1 if continuing and limit - b.running < 1 else 0)
+        # priority preemption swaps: each request it sent back frees a slot for the one it admits, one for
+        # one, also in a batch already past a limit lowered at run time (preempt_to_schedule takes victims
+        # by tokens and does not count slots again; BatchRecord.preempted)
+        allowed += len(b.preempted())
         if len(b.rids) > allowed:
             return Violation("runtime_limits",
                              f"a prefill launched at step {b.step}" + (f" (PP slot {b.slot})" if b.slot is not None

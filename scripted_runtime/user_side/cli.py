@@ -509,7 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--topology", metavar="NAME",
                      help="a topology by name instead of --pp/--overlap (pp1-overlap, pp1-normal, pp4), or a "
                           "feature topology: pp1-hicache (docs/hicache.md), "
-                          "pp1-lora (LoRA adapters loaded at run time; docs/writing-scenarios.md)")
+                          "pp1-lora (LoRA adapters loaded at run time; docs/writing-scenarios.md), "
+                          "pp1-priority (priority scheduling and preemption; docs/checks.md)")
     run.add_argument("--trace", metavar="FILE", help="write the step trace (JSON lines) here")
     run.add_argument("--revert-fix", action="append", metavar="NAME",
                      help="undo this SGLang fix in-process (repeatable; see hooks/fix_toggles.py): "
@@ -548,7 +549,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a topology by name instead of --pp/--overlap: pp1-overlap, pp1-normal, pp4, or a "
                           "feature topology: pp1-hicache (HiCache on, a 400-token "
                           "device pool, the transfer gate's hold/release actions; docs/hicache.md), pp1-lora "
-                          "(LoRA on, two adapters a batch, load/unload actions and requests with an adapter)")
+                          "(LoRA on, two adapters a batch, load/unload actions and requests with an adapter), "
+                          "pp1-priority (priority scheduling, three running requests, requests with priorities)")
     exp.add_argument("--max-examples", type=int, help="override the profile's program count")
     exp.add_argument("--max-time", type=float, help="override the profile's search time (s, server start excluded)")
     exp.add_argument("--shrink-time", type=float, help="override the profile's shrink time (s)")

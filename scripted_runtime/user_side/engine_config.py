@@ -35,6 +35,10 @@ FEATURE_TOPOLOGIES: Dict[str, Dict[str, Any]] = {
     # torch backend is the one with a CPU path (hooks/cpu_enablement.py, item 6)
     "pp1-lora": {"enable_lora": True, "lora_backend": "torch_native", "max_lora_rank": 8,
                  "lora_target_modules": ["q_proj", "v_proj"], "max_loras_per_batch": 2},
+    # Priority scheduling on the overlap loop (fcfs within a priority, preemption on, SGLang's threshold
+    # 10): three running requests at most, so a fourth admission preempts (SGLang preempts only when
+    # the running slots are full, never for KV alone: docs/checks.md, "The priority contract")
+    "pp1-priority": {"enable_priority_scheduling": True, "max_running_requests": 3},
 }
 ALL_TOPOLOGIES: Dict[str, Dict[str, Any]] = {**TOPOLOGIES, **FEATURE_TOPOLOGIES}
 
@@ -82,9 +86,10 @@ def engine_kwargs(device: str = "cpu", topology: str = "pp1-overlap", **override
 
 def features_of(topology: str, overrides: Dict[str, Any] = None) -> Tuple[str, ...]:
     """The engine features a topology (with ``overrides``) has on, as the
-    explorer's windows and actions name them: "hicache", "lora"."""
+    explorer's windows and actions name them: "hicache", "lora", "priority"."""
     chosen = {**ALL_TOPOLOGIES.get(topology, {}), **(overrides or {})}
-    return tuple(name for name, key in (("hicache", "enable_hierarchical_cache"), ("lora", "enable_lora"))
+    return tuple(name for name, key in (("hicache", "enable_hierarchical_cache"), ("lora", "enable_lora"),
+                                        ("priority", "enable_priority_scheduling"))
                  if _truthy(chosen.get(key)))
 
 

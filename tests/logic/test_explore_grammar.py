@@ -468,9 +468,10 @@ def test_new_actions_round_trip_through_the_failure_database():
                A.OnPhase("decode", A.SetLimit("1"), 24), A.OnWindow("x", A.WeightQuery("version"), 24),
                A.Start(65, 1, 4, lora="lora2"), A.LoraOp("unload", "lora0"),
                A.OnPhase("decode", A.LoraOp("load", "lora1"), 24), A.Start(8, 0, 4, beside=1),
-               A.UpdateWeights(True, distributed=True), A.OnPhase("decode", A.RlCycle("retract", "all", 1, True), 24)]
+               A.UpdateWeights(True, distributed=True), A.OnPhase("decode", A.RlCycle("retract", "all", 1, True), 24),
+               A.Start(8, 1, 4, priority=20), A.Start(8, 2, 4, priority=None)]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 11
+    assert A.GRAMMAR_VERSION == 12
 
 
 def test_a_start_beside_a_live_request_is_drawn_under_pp_only_and_waits_for_its_slot():

@@ -23,7 +23,7 @@ from scripted_runtime.hooks.patch_base import ALL_TOPOLOGIES, Patch
 ROOT = Path(__file__).resolve().parents[2]
 
 # Words the ``expected`` field is written in (mutate.caught_by's vocabulary).
-CHECK_WORDS = ("contract sessions", "contract diagnostics", "contract lora", "invariant idle_gate", "invariant slot_ownership", "invariant radix_locks",
+CHECK_WORDS = ("contract sessions", "contract diagnostics", "contract lora", "contract priority", "invariant idle_gate", "invariant slot_ownership", "invariant radix_locks",
                "invariant pool_accounting", "invariant hicache_load_before_read", "invariant hicache_transfer_slots",
                "invariant hicache_host_accounting", "contract pause", "contract abort", "contract flush",
                "contract update_weights", "contract continue", "contract memory_occupation", "contract runtime_limits",
@@ -199,6 +199,9 @@ PINNED = [
     # grammar 11: the LoRA load from tensors
     ('mut_lora_tensor_load_unnormalized', ('pp1-lora',),
      'output oracle (a request served with an adapter loaded from tensors outputs what its files do not), crash'),
+    # priority scheduling (written with the priority contract, before the explorer drew a priority)
+    ('mut_priority_preemption_threshold_dropped', ('pp1-priority',),
+     'contract priority (a request preempted by none better by more than the threshold)'),
     # written blind (issue 34, item 5)
     ('mut_merge_batch_rows_other_first', ('pp1-overlap', 'pp1-normal', 'pp4'),
      "unknown (written blind); should show as wrong outputs (requests decode in each other's rows), then a "
@@ -265,7 +268,7 @@ def test_the_table_is_pinned_name_topologies_expected_and_order():
 def test_each_mutant_is_declared_in_a_family_module_by_its_install_function():
     families = {"idle_gate", "loops", "pools", "radix_locks", "batches", "hicache", "requests",
                 "kv_content", "prefix_cache", "kv_pressure", "stream_output", "aborts", "chunked_prefill",
-                "memory_occupation", "runtime_ops", "lora"}
+                "memory_occupation", "runtime_ops", "lora", "priority"}
     for patch in mutants.MUTANTS.values():
         module = patch.install.__module__
         assert module.startswith("scripted_runtime.hooks.mutants."), (patch.name, module)

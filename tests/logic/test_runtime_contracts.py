@@ -215,3 +215,16 @@ def test_diagnostics_a_profile_past_its_target_and_a_log_level_not_applied_are_v
                                                                             "output_dir": str(tmp_path)},
                                                                 "traces": []})
     assert not mem.problems
+
+
+def test_a_priority_preemption_frees_a_slot_for_the_request_it_admits(run):
+    # the limit lowered to 2 below 3 running; a better request preempts one and is admitted: one for
+    # one (found by the pp1-priority exploration: SGLang takes victims by tokens, not slots)
+    victim = ("c", 0, 101.0, True)
+    run.log.append(BatchRecord(run.step, None, "extend", ("d",), None, running=2,
+                               priority_pass=((("d", 20, 100.5, False),), (victim,), 100.0)))
+    assert run.check() is None
+    run.log.append(BatchRecord(run.step, None, "extend", ("e",), None, running=2,
+                               priority_pass=((("e", 20, 102.5, False),), (), 102.0)))  # no victim: over
+    v = run.check()
+    assert v is not None and v.name == "runtime_limits"

@@ -120,6 +120,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         lora: Optional[str] = None,
         session: Optional[str] = None,
         after: Optional[ReqHandle] = None,
+        priority: Optional[int] = None,
         await_arrival: bool = True,
     ) -> ReqHandle:
         """Send a generate request of ``prompt_len`` copies of ``prompt_token``
@@ -140,7 +141,9 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         request of that whole history (``handle.expected_prompt``, computed
         from what this script sent and was answered, not from SGLang's own
         record). ``after`` must have finished (SGLang aborts a turn after an
-        unfinished one)."""
+        unfinished one). ``priority=P``: the request's priority, for a server
+        with priority scheduling on (``--topology pp1-priority``: higher
+        values first; SGLang ignores it otherwise)."""
         if input_ids is None:
             if prompt_len is None or prompt_len < 1:
                 raise ValueError("start_req needs prompt_len >= 1 or input_ids")
@@ -161,6 +164,8 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         if lora is not None:
             self._lora_ready_for_request(lora)
             payload["lora_path"] = lora
+        if priority is not None:
+            payload["priority"] = int(priority)
         expected_prompt = None
         if after is not None and session is None:
             raise ValueError("start_req: after= continues a session turn; name the session (session=ID)")
@@ -172,6 +177,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         handle.expected_prompt = expected_prompt
         handle.max_new_tokens = max_new_tokens
         handle.logprob_start_len = logprob_start_len
+        handle.priority = priority
         return handle
 
     def send_generate(self, payload: Dict[str, Any], *, await_arrival: bool = True) -> ReqHandle:

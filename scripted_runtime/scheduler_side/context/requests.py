@@ -37,6 +37,7 @@ class ReqHandle:
         self.expected_prompt: Optional[list] = None
         self.max_new_tokens: Optional[int] = None
         self.logprob_start_len: Optional[int] = None  # as posted (ctx.start_req); None: SGLang's default
+        self.priority: Optional[int] = None  # as posted (ctx.start_req); None: none sent
         # What the output oracle compared it with ({"compared": tokens, "logprobs": the reference's}),
         # set by output_oracle.check_outputs for the logprob contract
         self.oracle_reference: Optional[dict] = None

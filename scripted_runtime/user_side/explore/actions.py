@@ -38,7 +38,13 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # 11: Start and Resend draw ``logprob_start`` (return_logprob with the 2 best per token, input
 # logprobs from a prompt position or none), judged by the logprob contract; LoraOp kind
 # "load_tensors" (load_lora_adapter_from_tensors), on a LoRA topology.
-GRAMMAR_VERSION = 11
+# 12: Start.priority (a priority-scheduling topology only: none sent, or a priority of PRIORITIES),
+# judged by the priority contract.
+GRAMMAR_VERSION = 12
+# A request's priority on a priority-scheduling topology (pp1-priority: higher first, SGLang's
+# preemption threshold 10): none sent (SGLang's worst, preempted by any other), 0 twice, 5 (better
+# than 0, not past the threshold: waits), 20 (past it: preempts a 0 or none).
+PRIORITIES = (None, 0, 0, 5, 20)
 # The harness's LoRA adapters (user_side/models/lora_adapters.py ADAPTERS) and the prompt lengths a
 # request with one draws (the output oracle computes each adapter's references of them up front).
 LORA_ADAPTERS = ("lora0", "lora1", "lora2")
@@ -108,6 +114,7 @@ class Start:
     # under PP: started when the loop comes to the micro-batch slot of live request #beside
     # (``program.join_batch_of``), so it is merged into that slot's running batch
     beside: Optional[int] = None
+    priority: Optional[int] = None  # its priority (a priority-scheduling topology); None: none sent
 
     def _start(self) -> Optional[int]:
         return None if self.logprob_start is None else logprob_start_of(self.logprob_start, self.prompt_len)
@@ -116,6 +123,7 @@ class Start:
         return (f"start: {_prompt_words(self.family, self.prompt_len)}, "
                 f"{_request_words(self.max_new_tokens, self.ignore_eos, self.stop_at, self.stream, self._start())}"
                 + (f", LoRA adapter {self.lora}" if self.lora else "")
+                + (f", priority {self.priority}" if self.priority is not None else "")
                 + (f", in the micro-batch of live request #{self.beside}" if self.beside is not None else ""))
 
 
@@ -518,6 +526,8 @@ def _start_call(family: int, length: int, action: Union[Start, Resend]) -> str:
         args.append(f"top_logprobs=2, logprob_start_len={logprob_start_of(action.logprob_start, length)}")
     if getattr(action, "lora", None):
         args.append(f"lora={action.lora!r}")
+    if getattr(action, "priority", None) is not None:
+        args.append(f"priority={action.priority}")
     return f"reqs.append(ctx.start_req({', '.join(args)}))"
 
 

@@ -23,7 +23,7 @@ from scripted_runtime.user_side.explore import actions as A
 
 # Iterations that bring a request into decoding (a PP iteration is one
 # microbatch slot: a request advances once per round of 4 slots).
-DECODE_STEPS = {"pp1-overlap": 4, "pp1-normal": 4, "pp4": 12, "pp1-hicache": 4, "pp1-lora": 4}
+DECODE_STEPS = {"pp1-overlap": 4, "pp1-normal": 4, "pp4": 12, "pp1-hicache": 4, "pp1-lora": 4, "pp1-priority": 4}
 NEW_TOKENS = 12
 
 

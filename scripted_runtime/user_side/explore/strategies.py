@@ -36,10 +36,12 @@ RESEND_LONGER = 3
 KV_LEAVE_PAGES = (0, 4, 64, 200)
 
 LOOP_OF_TOPOLOGY = {"pp1-overlap": "overlap", "pp1-normal": "normal", "pp4": "pp", "pp1-hicache": "normal",
-                    "pp1-lora": "overlap"}
+                    "pp1-lora": "overlap", "pp1-priority": "overlap"}
 # Steps "when window W opens" waits for it, per topology (PP steps are microbatch slots).
-WINDOW_WAIT_STEPS = {"pp1-overlap": 24, "pp1-normal": 24, "pp4": 60, "pp1-hicache": 24, "pp1-lora": 24}
-MAX_STEPS_ACTION = {"pp1-overlap": 8, "pp1-normal": 8, "pp4": 12, "pp1-hicache": 8, "pp1-lora": 8}
+WINDOW_WAIT_STEPS = {"pp1-overlap": 24, "pp1-normal": 24, "pp4": 60, "pp1-hicache": 24, "pp1-lora": 24,
+                     "pp1-priority": 24}
+MAX_STEPS_ACTION = {"pp1-overlap": 8, "pp1-normal": 8, "pp4": 12, "pp1-hicache": 8, "pp1-lora": 8,
+                    "pp1-priority": 8}
 
 
 def windows_for(topology: str, features: Optional[Tuple[str, ...]] = None) -> Tuple[str, ...]:
@@ -134,6 +136,13 @@ def _request_semantics() -> dict:
 # Under PP, which live request's micro-batch a Start may join (Start.beside): none (first), or
 # one of the first few. At pp=1 there is one running batch, so it is not drawn there.
 BESIDE_PICKS = 3
+
+
+def priority_starts() -> st.SearchStrategy:
+    """A request with a priority of ``A.PRIORITIES`` (a priority-scheduling
+    topology): three running slots fill, a better one preempts or waits."""
+    return st.builds(A.Start, prompt_len=st.sampled_from(PROMPT_LENGTHS), family=st.sampled_from(PROMPT_FAMILIES),
+                     priority=st.sampled_from(A.PRIORITIES), **_request_semantics())
 
 
 def starts(lengths=PROMPT_LENGTHS, *, pipeline: bool = False) -> st.SearchStrategy:
@@ -253,6 +262,8 @@ def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None,
         choices += [lora_starts(), lora_starts(), lora_ops(),
                     st.builds(A.OnPhase, phase=st.sampled_from(TARGET_PHASES[LOOP_OF_TOPOLOGY[topology]]),
                               op=lora_ops(), max_steps=st.just(WINDOW_WAIT_STEPS[topology]))]
+    if "priority" in features:  # traffic with priorities, twice as often: full slots, preemptions
+        choices += [priority_starts(), priority_starts()]
     if fuzz_cases:  # asked for: drawn twice as often as one other kind of action
         choices += [fuzz_actions(fuzz_cases), fuzz_actions(fuzz_cases)]
     loaded = sorted(extensions.actions())
@@ -281,5 +292,7 @@ def programs(topology: str, *, max_actions: int = MAX_ACTIONS,
         return st.builds(lambda h, first, rest: ([h] if h else []) + first + rest, hold, first,
                          st.lists(action_strategy(topology, features, fuzz_cases), max_size=max_actions - 4))
     first = st.one_of(starts(), lora_starts()) if "lora" in features else starts()
+    if "priority" in features:
+        first = priority_starts()
     return st.builds(lambda first, rest: [first] + rest, first,
                      st.lists(action_strategy(topology, features, fuzz_cases), max_size=max_actions - 1))
