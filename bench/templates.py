@@ -15,7 +15,12 @@ Per topology and repeat, in turn (order rotated between repeats):
   first server of a build: the template's imports are on the clock);
 * ``warm``: the same from the template the ``cold`` start left running (every
   later server of the process: the pytest plugin's pool, ``explore``'s
-  restarts, ``mutate``'s rows).
+  restarts, ``mutate``'s rows);
+* ``child``: a child process of this one (``python -c``: the harness
+  imported, a server started, its first script run), forking its server from
+  this process's template (``SCRIPTED_RUNTIME_TEMPLATE_SHARE``: an ``ab``
+  side, an ``explore -n`` worker, a command a test runs), timed from the
+  child's start; its template's PSS is this process's (not counted again).
 
 Memory, read once each server is up and quiet: PSS summed over the server's
 processes (shared pages split between the processes that map them, so a
@@ -37,7 +42,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 300.0
-MODES = ("plain", "spawned", "cold", "warm")
+MODES = ("plain", "spawned", "cold", "warm", "child")
+CHILD = """
+import sys, time
+sys.path.insert(0, sys.argv[3])  # bench/, not on PYTHONPATH: that is part of the template's environment
+from scripted_runtime import ScriptedServer
+server = ScriptedServer.start(topology=sys.argv[1], start_timeout_s=300)
+result = server.run(sys.argv[2])
+assert result.passed and server.template_shared, (result.summary(), server.origin)
+print("FIRST-SCRIPT-DONE", flush=True)
+from proctree import memory_mib
+time.sleep(1.0)
+rss, pss = memory_mib(server.pids())
+print("MEMORY", rss, pss, server.info.get("sglang_version"), flush=True)
+server.shutdown()
+"""
 
 
 def one_step(ctx):
@@ -75,6 +94,24 @@ def _harness(topology: str, mode: str) -> dict:
         server.shutdown()
 
 
+def _child(topology: str) -> dict:
+    import subprocess
+
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, topology, f"{Path(__file__).resolve()}:one_step",
+                             str(ROOT / "bench")], stdout=subprocess.PIPE, text=True, cwd=str(ROOT))
+    start_s, memory = None, None
+    for line in proc.stdout:
+        if line.startswith("FIRST-SCRIPT-DONE"):
+            start_s = time.monotonic() - t0
+        elif line.startswith("MEMORY"):
+            memory = line.split()
+    if proc.wait(timeout=120) != 0 or start_s is None or memory is None:
+        raise RuntimeError(f"child: exited {proc.returncode} before its first script and memory line")
+    return {"start_s": start_s, "rss_mib": float(memory[1]), "pss_mib": float(memory[2]), "template_pss_mib": 0.0,
+            "version": memory[3]}
+
+
 def _plain(topology: str) -> dict:
     from compare_child import PlainServer
     from proctree import memory_mib
@@ -102,11 +139,12 @@ def measure(topology: str, repeat: int, progress) -> dict:
     warmup.shutdown()
     out = {m: [] for m in MODES}
     for i in range(repeat):
-        # warm right after cold, on the template cold started
+        # warm and child right after cold, on the template cold started
         order = [m for turn in rotated(["plain", "spawned", "cold"], i) for m in
-                 (("cold", "warm") if turn == "cold" else (turn,))]
+                 (("cold", "warm", "child") if turn == "cold" else (turn,))]
         for mode in order:
-            fig = _plain(topology) if mode == "plain" else _harness(topology, mode)
+            fig = (_plain(topology) if mode == "plain" else _child(topology) if mode == "child"
+                   else _harness(topology, mode))
             out[mode].append(fig)
             progress(f"{topology} repeat {i + 1}/{repeat} {mode}: start {fig['start_s']:.1f}s, "
                      f"PSS {fig['pss_mib'] + fig['template_pss_mib']:.0f} MiB")

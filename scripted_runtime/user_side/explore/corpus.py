@@ -133,15 +133,45 @@ LORA_OPERATIONS: Dict[str, List[A.Action]] = {
 }
 
 
+def priority_phases(topology: str) -> Dict[str, List[A.Action]]:
+    """Phases of a priority topology's full running slots (three at most)."""
+    decode = DECODE_STEPS[topology]
+    return {
+        # three priority-0 requests decoding: the running slots are full
+        "priority_slots_full": [A.Start(8, 0, NEW_TOKENS, priority=0), A.Start(64, 1, NEW_TOKENS, priority=0),
+                                A.Start(100, 2, NEW_TOKENS, priority=0), A.Steps(decode)],
+        # three without a priority (SGLang's worst) decoding, one of them still chunking a long prompt
+        "unprioritized_slots_full": [A.Start(8, 0, NEW_TOKENS), A.Start(65, 1, NEW_TOKENS),
+                                     A.Start(192, 2, NEW_TOKENS), A.Steps(2)],
+    }
+
+
+# Priority's own request shapes (grammar 12), applied in every phase of a priority topology.
+PRIORITY_OPERATIONS: Dict[str, List[A.Action]] = {
+    # better by more than the threshold: preempts a running request when the slots are full
+    "priority_preempts": [A.Start(63, 0, NEW_TOKENS, priority=20), A.Steps(3)],
+    # better by less than the threshold: waits for a slot; then one that preempts passes it
+    "priority_waits_then_preempts": [A.Start(8, 1, NEW_TOKENS, priority=5), A.Steps(2),
+                                     A.Start(127, 2, NEW_TOKENS, priority=20), A.Steps(2)],
+}
+
+
 def programs(topology: str, features: Tuple[str, ...] = ()) -> List[Tuple[str, List[A.Action]]]:
     """``(name, program)`` for every phase x operation sequence (with
     HiCache's phases when ``features`` has "hicache"). With "lora": the
     LoRA phases with every operation sequence, and every phase with LoRA's
     operations (the base phases with the base operations are the plain
-    topology's corpus)."""
+    topology's corpus); with "priority" the same with priority's phases and
+    request shapes."""
     grid = dict(phases(topology))
     if "hicache" in features:
         grid.update(hicache_phases(topology))
+    if "priority" in features:  # as LoRA's: its phases x every sequence, every phase x its sequences
+        priority_grid = priority_phases(topology)
+        return ([(f"{phase}+{op}", prefix + ops) for phase, prefix in priority_grid.items()
+                 for op, ops in {**OPERATIONS, **PRIORITY_OPERATIONS}.items()]
+                + [(f"{phase}+{op}", prefix + ops) for phase, prefix in grid.items()
+                   for op, ops in PRIORITY_OPERATIONS.items()])
     if "lora" in features:
         lora_grid = lora_phases(topology)
         return ([(f"{phase}+{op}", prefix + ops) for phase, prefix in lora_grid.items()
