@@ -2,9 +2,10 @@
 features: ``enable_priority_scheduling``, three running requests at most):
 a better request preempts or waits as SGLang's threshold says, with the
 ``priority`` contract and every check on; the dropped-threshold mutant is
-caught by the contract. Slow lane: a ci exploration of the topology (no
-failure, priorities drawn, deterministic) and the mutant's kill by the
-explorer. The contract on fakes: tests/logic/test_priority_contract.py."""
+caught by the contract. Slow lane: ``mutate --topology pp1-priority``
+(the unmutated baseline clean, the mutant killed by the ci exploration with
+its seed corpus, the kill replayed; without the corpus it survives the ci
+budget: bench/README.md). The contract on fakes: tests/logic/test_priority_contract.py."""
 from __future__ import annotations
 
 import json
@@ -41,7 +42,7 @@ def test_a_ci_priority_exploration_finds_nothing_and_the_explorer_kills_the_muta
     out = tmp_path / "table.json"
     proc = subprocess.run(
         [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--topology", "pp1-priority",
-         "--no-corpus", "--shrink-time", "5", "--out", str(tmp_path / "found"), "--json", str(out)],
+         "--shrink-time", "5", "--out", str(tmp_path / "found"), "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = {r["mutant"]: r for r in json.loads(out.read_text())["rows"]}
