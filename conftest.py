@@ -123,6 +123,39 @@ def pytest_collection_modifyitems(config, items):
                 + [i for i in keep if "crashes_server" in i.keywords])
 
 
+def pytest_collection_finish(session):
+    """The mutants' install child (tests/logic/test_mutants.py, ``child_report``)
+    starts now when a selected test needs it: its ~20 s of imports then run
+    beside the tests before it."""
+    if session.config.option.collectonly:
+        return
+    if any("child_report" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("skip")
+           for item in session.items):
+        import importlib.util
+        import tempfile
+
+        if importlib.util.find_spec("sglang") is None:
+            return
+        from tests.logic import test_mutants
+
+        directory = Path(tempfile.mkdtemp(prefix="scripted-runtime-mutants-child-"))
+        session.config.stash[test_mutants.CHILD_REPORT] = test_mutants.start_child_report(directory)
+
+
+def pytest_sessionfinish(session):
+    from tests.logic import test_mutants
+
+    started = session.config.stash.get(test_mutants.CHILD_REPORT, None)
+    if started is not None:
+        proc, directory = started
+        if proc.poll() is None:  # the session ended before its test: nothing left running
+            proc.kill()
+            proc.wait()
+        import shutil
+
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def server_pool(scripted_runtime_pool):
     """The plugin's session pool: one live server per configuration."""

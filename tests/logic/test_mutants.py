@@ -313,6 +313,7 @@ def test_fix_toggles_are_declared_by_their_revert_functions():
 
 # --- installed on the real scheduler module (one subprocess) --------------------
 
+CHILD_REPORT = pytest.StashKey()  # (Popen, directory) of the child conftest.py started at collection
 CHILD = r'''
 import importlib, inspect, json, sys, types, warnings
 from collections import deque
@@ -1263,21 +1264,40 @@ print("@@REPORT@@" + json.dumps(report, default=str))
 '''
 
 
+def start_child_report(directory):
+    """The child that installs every mutant on the installed release, started
+    (its output in files under ``directory``); conftest.py starts it when
+    collection ends, so its imports of SGLang (~20 s here) run beside the
+    tests before this module's."""
+    # A file, not ``-c``: the digest guard reads the source of a function the child defines.
+    script = directory / "install_each.py"
+    script.write_text(textwrap.dedent(CHILD))
+    out, err = open(directory / "stdout.txt", "w"), open(directory / "stderr.txt", "w")
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=out, stderr=err, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)})
+    out.close()
+    err.close()
+    return proc, directory
+
+
 @pytest.fixture(scope="module")
-def child_report(tmp_path_factory):
+def child_report(request, tmp_path_factory):
     try:
         import sglang  # noqa: F401
     except ImportError:
         pytest.skip("SGLang is not installed in this interpreter")
-    # A file, not ``-c``: the digest guard reads the source of a function the child defines.
-    script = tmp_path_factory.mktemp("mutants") / "install_each.py"
-    script.write_text(textwrap.dedent(CHILD))
-    proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                              p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)})
+    started = request.config.stash.get(CHILD_REPORT, None)
+    proc, directory = started if started is not None else start_child_report(tmp_path_factory.mktemp("mutants"))
+    try:
+        proc.wait(timeout=240)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    stdout, stderr = (directory / "stdout.txt").read_text(), (directory / "stderr.txt").read_text()
     marker = "@@REPORT@@"
-    line = next((l for l in proc.stdout.splitlines() if l.startswith(marker)), None)
-    assert proc.returncode == 0 and line, (proc.stdout[-3000:] + proc.stderr[-5000:])
+    line = next((l for l in stdout.splitlines() if l.startswith(marker)), None)
+    assert proc.returncode == 0 and line, (stdout[-3000:] + stderr[-5000:])
     return json.loads(line[len(marker):])
 
 
