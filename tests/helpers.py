@@ -36,3 +36,24 @@ def run_ok(server, script, *args, **kwargs):
     result = server.run(script, *args, **kwargs)
     assert result.passed, f"{result.summary()}\n{result.traceback}"
     return result
+
+
+def mutate_table(topology: str, out_dir: Path, *args: str, timeout_s: float = 1800):
+    """``scripted-runtime mutate --topology TOPOLOGY ARGS`` in a subprocess,
+    its written files under ``out_dir/found``: its rows by mutant name, the
+    unmutated baseline asserted clean (else the table is void)."""
+    import json
+    import subprocess
+    import sys
+
+    from scripted_runtime.user_side import mutate
+
+    table = out_dir / "table.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--topology", topology, *args,
+         "--out", str(out_dir / "found"), "--json", str(table)],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {r["mutant"]: r for r in json.loads(table.read_text())["rows"]}
+    assert rows[mutate.BASELINE]["status"] == "clean", rows[mutate.BASELINE]
+    return rows

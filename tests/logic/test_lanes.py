@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 LOGIC, SERVER = ROOT / "tests" / "logic", ROOT / "tests" / "server"
 # the suite's fixtures (conftest.py) and the plugin's (scripted_runtime/pytest_plugin.py)
 SERVER_FIXTURES = {"server", "server_pool", "scripted_server", "scripted_runtime_pool"}
-# calls that start SGLang: a server, an explorer runner's server, a command that starts its own, a
-# foreign pytest run with the plugin
+# calls that start SGLang: a server, an explorer runner's server, a command that starts its own (the
+# mutate command through tests/helpers.py's mutate_table among them), a foreign pytest run with the plugin
 STARTING_CALLS = {"ScriptedServer.start", "ScriptedServer", "ensure_server", "cli.main", "explorer.explore",
-                  "runpytest_subprocess"}
+                  "runpytest_subprocess", "mutate_table"}
 # a subprocess running the command line (as a module or the installed command), a bench that starts servers,
 # or Python source run in a subprocess that starts one
 STARTING_WORDS = {"scripted_runtime.user_side.cli", "scripted-runtime", "compare.py", "iteration_cost.py",

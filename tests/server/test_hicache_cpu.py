@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import mutate_table
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -100,19 +102,8 @@ def test_the_explorer_kills_every_hicache_mutant(tmp_path):
     """``mutate --topology pp1-hicache``: the unmutated baseline finds
     nothing; each HiCache mutant is found by search, by the check it names,
     and its written file replays on a fresh server."""
-    out = tmp_path / "table.json"
     names = [m for m, _, _ in MUTANT_SCENARIOS]
-    proc = subprocess.run(
-        [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--topology", "pp1-hicache",
-         *(a for n in names for a in ("--mutant", n)), "--out", str(tmp_path / "found"), "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    import json
-
-    rows = {r["mutant"]: r for r in json.loads(out.read_text())["rows"]}
-    from scripted_runtime.user_side import mutate
-
-    assert rows[mutate.BASELINE]["status"] == "clean"
+    rows = mutate_table("pp1-hicache", tmp_path, *(a for n in names for a in ("--mutant", n)))
     for mutant, _, check in MUTANT_SCENARIOS:
         assert rows[mutant]["status"] == "killed" and rows[mutant]["caught_by"] == f"invariant {check}", rows[mutant]
         assert rows[mutant]["replays"] is True, rows[mutant]

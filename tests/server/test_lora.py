@@ -5,12 +5,13 @@ the slow lane a ci exploration of the topology and the kill table of the
 LoRA mutants. The contract on fakes: tests/logic/test_lora_contract.py."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import mutate_table
 
 ROOT = Path(__file__).resolve().parents[2]
 S = "scenarios/lora.py"
@@ -83,16 +84,7 @@ def test_a_ci_lora_exploration_of_the_release_finds_nothing_and_covers_loads_and
 
 @pytest.mark.slow  # four servers and four ci searches (~5 min)
 def test_the_explorer_kills_the_lora_mutants_and_the_kills_replay(tmp_path):
-    out = tmp_path / "table.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--topology", "pp1-lora",
-         "--shrink-time", "5", "--out", str(tmp_path / "found"), "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = {r["mutant"]: r for r in json.loads(out.read_text())["rows"]}
-    from scripted_runtime.user_side import mutate
-
-    assert rows[mutate.BASELINE]["status"] == "clean"
+    rows = mutate_table("pp1-lora", tmp_path, "--shrink-time", "5")
     for name in ("mut_lora_admission_forgets_running", "mut_lora_slot_keeps_stale_weights",
                  "mut_lora_tensor_load_unnormalized"):
         assert rows[name]["status"] == "killed" and rows[name]["replays"] is True, rows[name]

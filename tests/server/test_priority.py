@@ -8,14 +8,10 @@ its seed corpus, the kill replayed; without the corpus it survives the ci
 budget: bench/README.md). The contract on fakes: tests/logic/test_priority_contract.py."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import mutate_table
+
 SCENARIO = "scenarios/priority.py:preempt_for_a_better_request"
 MUTANT = "mut_priority_preemption_threshold_dropped"
 
@@ -39,14 +35,5 @@ def test_preemption_within_the_threshold_is_a_priority_contract_violation(server
 
 @pytest.mark.slow
 def test_a_ci_priority_exploration_finds_nothing_and_the_explorer_kills_the_mutant(tmp_path):
-    out = tmp_path / "table.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "scripted_runtime.user_side.cli", "mutate", "--topology", "pp1-priority",
-         "--shrink-time", "5", "--out", str(tmp_path / "found"), "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = {r["mutant"]: r for r in json.loads(out.read_text())["rows"]}
-    from scripted_runtime.user_side import mutate
-
-    assert rows[mutate.BASELINE]["status"] == "clean", rows[mutate.BASELINE]
+    rows = mutate_table("pp1-priority", tmp_path, "--shrink-time", "5")
     assert rows[MUTANT]["status"] == "killed" and rows[MUTANT]["replays"] is True, rows[MUTANT]
