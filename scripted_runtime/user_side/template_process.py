@@ -32,7 +32,10 @@ secret), the template also listens there. A connection's first line must be
 wrong one is closed unanswered); then the same requests as on the pipes,
 one answer per request on that connection. Both variables leave the
 template's environment before its imports, and the socket and every
-connection are closed in a forked child. Another local user cannot reach
+connection are closed in a forked child. When its harness hangs up the
+template removes the socket, its directory and its own log
+(``SCRIPTED_RUNTIME_TEMPLATE_LOG``) before it exits: a harness killed with
+SIGKILL leaves nothing behind. Another local user cannot reach
 the socket (the directory's mode); the same user reads the token from the
 harness's environment, as it can the control socket's (docs/internals.md,
 "Who can reach what"). The template still exits when its own harness's
@@ -82,6 +85,7 @@ READ_CHUNK = 1 << 16
 REAP_INTERVAL_S = 1.0
 ENV_LISTEN = "SCRIPTED_RUNTIME_TEMPLATE_LISTEN"  # a socket path in a 0700 directory, for child harnesses
 ENV_TOKEN = "SCRIPTED_RUNTIME_TEMPLATE_TOKEN"  # the secret a connection's first line must carry
+ENV_LOG = "SCRIPTED_RUNTIME_TEMPLATE_LOG"  # its log (stderr): removed when its harness hangs up
 MAX_LINE = 1 << 20  # a connection sending more without a newline is dropped
 # imported before the first fork: what a spawned launcher imports (the
 # entry point and everything SGLang's launch_server pulls in, the scheduler
@@ -362,6 +366,7 @@ def main() -> None:
     os.close(devnull)
     os.dup2(2, 1)  # whatever the imports print goes to the log, not the protocol
     listen_path, token = os.environ.pop(ENV_LISTEN, ""), os.environ.pop(ENV_TOKEN, "")
+    log_path = os.environ.pop(ENV_LOG, "")
     template = _Template(proto_in, proto_out)
     try:
         info = _preimport()
@@ -380,6 +385,24 @@ def main() -> None:
             print(f"template: cannot listen on {listen_path}: {exc}", file=sys.stderr, flush=True)
     template.send({"ready": True, **info})
     template.serve()
+    _remove_own_files(listen_path, log_path)
+
+
+def _remove_own_files(listen_path: str, log_path: str) -> None:
+    """Its harness hung up (closed or killed): the socket, its directory
+    and the log go with the template (a harness killed with SIGKILL runs
+    no cleanup of its own; one that closes it removes them too)."""
+    for path in (listen_path, log_path):
+        if path:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    if listen_path:
+        try:
+            os.rmdir(os.path.dirname(listen_path))
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -137,7 +137,8 @@ class Template:
         self.socket_path = os.path.join(self._share_dir, "socket")
         self._token = secrets.token_hex(16)
         t0 = time.monotonic()
-        listen = {template_process.ENV_LISTEN: self.socket_path, template_process.ENV_TOKEN: self._token}
+        listen = {template_process.ENV_LISTEN: self.socket_path, template_process.ENV_TOKEN: self._token,
+                  template_process.ENV_LOG: str(self.log_path)}
         with open(self.log_path, "wb") as log:
             self._proc = subprocess.Popen(
                 [python, "-m", "scripted_runtime.user_side.template_process"],
@@ -343,7 +344,7 @@ def _shared_entries() -> List[Dict[str, Any]]:
     return [e for e in entries if isinstance(e, dict) and {"socket", "token", "key"} <= set(e)]
 
 
-def _publish() -> None:
+def publish() -> None:
     """Name this process's listening templates in its environment (its
     children inherit it), keeping the inherited entries of other builds."""
     own = [t.share_entry() for t in _templates.values() if not t.shared]
@@ -387,7 +388,7 @@ def template_for(env: Mapping[str, str], python_path: str, cwd: str, python: str
         if template is None:
             template = Template(python, base, cwd, key=digest)
         _templates[key] = template
-        _publish()
+        publish()
         return template
 
 
@@ -402,14 +403,14 @@ def release(template: Template) -> None:
         for key in [k for k, t in _templates.items() if t is template]:
             del _templates[key]
         template.close()
-        _publish()
+        publish()
 
 
 def close_all() -> None:
     with _registry_lock:
         while _templates:
             _templates.popitem()[1].close()
-        _publish()
+        publish()
 
 
 atexit.register(close_all)

@@ -145,14 +145,18 @@ def test_a_template_is_shared_only_with_a_child_of_the_same_build_and_environmen
     try:
         env = {"HOME": "/root", protocol.ENV_HOOKS: "1"}
         key = templates.key_digest(sys.executable, templates.base_env(env, "/site"))
-        monkeypatch.setenv(templates.ENV_SHARE, json.dumps([served.entry(key=key)]))
-        template = templates.template_for({**env, protocol.ENV_API_KEY: "per-server"}, "/site", str(tmp_path))
-        try:
-            assert template.shared and template.pid == os.getpid()
-            assert template in templates.running()
-        finally:
-            templates.release(template)
-        assert template not in templates.running()
+        with monkeypatch.context() as mp:
+            mp.setenv(templates.ENV_SHARE, json.dumps([served.entry(key=key)]))
+            template = templates.template_for({**env, protocol.ENV_API_KEY: "per-server"}, "/site", str(tmp_path))
+            try:
+                assert template.shared and template.pid == os.getpid()
+                assert template in templates.running()
+            finally:
+                templates.release(template)
+            assert template not in templates.running()
+        # the environment as it was, then this process's own templates named again (the suite's, started
+        # by the plugin while this test ran, published into the environment the context then restored)
+        templates.publish()
         # the base environment differs (HOME is read at import: huggingface_hub's cache paths): not shared
         assert key != templates.key_digest(sys.executable, templates.base_env({**env, "HOME": "/tmp"}, "/site"))
         assert key != templates.key_digest("/other/python", templates.base_env(env, "/site"))

@@ -72,12 +72,14 @@ def _kill_a_harness_and_wait(env, *, own_template):
         from scripted_runtime.user_side import templates
         server = ScriptedServer.start(topology="pp1-normal")
         (template,) = templates.running()
+        print(template.socket_path, template.log_path, flush=True)
         print(template.pid, int(template.shared), *server.pids(), flush=True)
         time.sleep(600)
     """)
     harness = subprocess.Popen([sys.executable, "-c", HARNESS], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                                env=env)
     try:
+        files = harness.stdout.readline().split()
         line = harness.stdout.readline()
         template_pid, shared, *server_pids = [int(p) for p in line.split()]
         assert len(server_pids) >= 2, f"expected the template and the server's processes, got {line!r}"
@@ -88,7 +90,11 @@ def _kill_a_harness_and_wait(env, *, own_template):
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and any(processes.is_running(p) for p in ending):
             time.sleep(0.2)
-        return template_pid, bool(shared), [p for p in [template_pid, *server_pids] if processes.is_running(p)]
+        left = [p for p in [template_pid, *server_pids] if processes.is_running(p)]
+        if own_template and not left:  # its socket, the socket's directory and its log went with it
+            litter = [f for f in (*files, os.path.dirname(files[0])) if os.path.exists(f)]
+            assert not litter, f"a killed harness's template left {litter}"
+        return template_pid, bool(shared), left
     finally:
         if harness.poll() is None:
             harness.kill()
