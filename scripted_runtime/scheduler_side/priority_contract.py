@@ -94,9 +94,8 @@ def _judge(b: Any, continuing: Optional[str], settings: Any, view: Any, later: l
     if victims and not settings.preemption:
         return Violation(NAME, f"a prefill launched at step {b.step} sent {', '.join(sorted(victim_rids))} back to "
                          "the queue, retracted, though priority preemption is off", owners(victim_rids))
-    preemptors = [e for e in admitted + waiting]
     for rid, priority, _, _ in victims:
-        better = [e for e in preemptors if (priority - e[1]) * settings.sign > settings.threshold]
+        better = [e for e in admitted + waiting if (priority - e[1]) * settings.sign > settings.threshold]
         if not better:
             return Violation(
                 NAME, f"{rid} (priority {priority}) was preempted by the prefill launched at step {b.step}, but no "

@@ -246,22 +246,6 @@ def _side_options(args: argparse.Namespace) -> dict:
     return dict(config=server_config(args), timeout_s=args.timeout, start_timeout_s=args.start_timeout)
 
 
-def _share_a_template(device: str) -> None:
-    """Start this process's template for its children to share; if it
-    cannot start, each child starts its own (and says why)."""
-    from scripted_runtime.user_side import server as server_mod, templates
-
-    try:
-        template = server_mod.prestart_template(device)
-    except templates.TemplateError as exc:
-        print(f"[ab] no shared process template ({str(exc).splitlines()[0][:200]}); each side starts its own",
-              file=sys.stderr, flush=True)
-        return
-    if template is not None:
-        print(f"[ab] process template {template.pid} ready; both sides fork their servers from it",
-              file=sys.stderr, flush=True)
-
-
 def _cmd_ab(args: argparse.Namespace) -> int:
     from scripted_runtime.user_side.builds import ab, side, spec as build_spec
 
@@ -274,7 +258,11 @@ def _cmd_ab(args: argparse.Namespace) -> int:
         print(f"scripted-runtime: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if base == sys.executable and sum(s.kind == "current" for s in sides) == 2:
-        _share_a_template(options["config"].device)  # both sides fork from it: one import, not two
+        from scripted_runtime.user_side import server as server_mod
+
+        # both sides fork from it: one import, not two
+        server_mod.share_template_with_children(options["config"].device, tag="ab", each="each side",
+                                                together="both sides")
     reports = []
     for s in sides:
         report = side.run_side(s, scenarios, base_python=base, **options)

@@ -214,6 +214,23 @@ def prestart_template(device: str = "cpu") -> Optional[templates.Template]:
     return templates.template_for(env, path, module_paths.harness_path_entry())
 
 
+def share_template_with_children(device: str, *, tag: str, each: str, together: str) -> None:
+    """Start this process's template before the child processes that start
+    servers (``ab``'s sides, ``explore -n``'s workers), so they fork from it
+    (templates.py: children share it) instead of each importing torch and
+    SGLang; say so on stderr as ``[TAG]``. If it cannot start, ``each`` (of
+    the children) starts its own, and the line says why."""
+    try:
+        template = prestart_template(device)
+    except templates.TemplateError as exc:
+        print(f"[{tag}] no shared process template ({str(exc).splitlines()[0][:200]}); {each} starts its own",
+              file=sys.stderr, flush=True)
+        return
+    if template is not None:
+        print(f"[{tag}] process template {template.pid} ready; {together} fork their servers from it",
+              file=sys.stderr, flush=True)
+
+
 class ScriptedServer:
     def __init__(self, config: ServerConfig, *, start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
                  log_dir: Optional[Path] = None) -> None:

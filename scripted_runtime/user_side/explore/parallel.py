@@ -120,23 +120,6 @@ def run_in_build(args: argparse.Namespace) -> int:
         raise
 
 
-def _share_a_template(device: str) -> None:
-    """The workers fork their servers from one template of this process
-    (templates.py: children share it) instead of each importing torch and
-    SGLang side by side; if it cannot start, each starts its own."""
-    from scripted_runtime.user_side import server as server_mod, templates
-
-    try:
-        template = server_mod.prestart_template(device)
-    except templates.TemplateError as exc:
-        print(f"[explore] no shared process template ({str(exc).splitlines()[0][:200]}); "
-              "each worker starts its own", file=sys.stderr, flush=True)
-        return
-    if template is not None:
-        print(f"[explore] process template {template.pid} ready; the workers fork their servers from it",
-              file=sys.stderr, flush=True)
-
-
 def run_workers(args: argparse.Namespace) -> int:
     """``explore -n N``: N workers, each with its own server; merged statistics."""
     from scripted_runtime.user_side.explore.search import PROFILES
@@ -145,7 +128,10 @@ def run_workers(args: argparse.Namespace) -> int:
     prof = PROFILES[args.profile]
     total = args.max_examples or prof.max_examples
     t0 = time.monotonic()
-    _share_a_template(getattr(args, "device", None) or "cpu")
+    from scripted_runtime.user_side import server as server_mod
+
+    server_mod.share_template_with_children(getattr(args, "device", None) or "cpu", tag="explore",
+                                            each="each worker", together="the workers")
     with tempfile.TemporaryDirectory(prefix="scripted-runtime-explore-") as tmp:
         stop_file = os.path.join(tmp, "stop")
         procs, stats_files = [], []
