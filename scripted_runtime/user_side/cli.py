@@ -599,8 +599,9 @@ def build_parser() -> argparse.ArgumentParser:
     mut = sub.add_parser("mutate", help="the kill table: explore against each built-in (or your own) mutant "
                                         "and the unmutated build, per topology")
     mut.add_argument("--topology", default="pp1-overlap,pp1-normal,pp4",
-                     help="comma-separated: pp1-overlap, pp1-normal, pp4, pp1-hicache (HiCache on, a small "
-                          "device pool; the HiCache mutants' topology) (default: the first three)")
+                     help="comma-separated: pp1-overlap, pp1-normal, pp4, or a feature topology: pp1-hicache "
+                          "(the HiCache mutants' topology), pp1-lora (the LoRA mutants'), pp1-priority (the "
+                          "priority mutant's) (default: the first three)")
     mut.add_argument("--mutant", action="append", metavar="NAME",
                      help="only this built-in mutant (repeatable; default: all of hooks/mutants/)")
     _add_patch_option(mut)
