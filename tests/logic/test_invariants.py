@@ -114,6 +114,18 @@ def test_slot_ownership_kv_index_of_live_row_is_free():
     assert v.invariant == "slot_ownership" and "KV indices [7] of live request a (row 1)" in v.message
 
 
+def test_slot_ownership_names_the_row_whose_kv_is_free_among_several():
+    """Every live row is looked up in one array: the violation still names
+    the row that holds the free index, not the first row checked."""
+    s = FakeScheduler(reqs=[FakeReq("a", row=1, allocated=10), FakeReq("b", row=2, allocated=5),
+                            FakeReq("c", row=3, allocated=4)])  # KV a 0..9, b 10..14, c 15..18
+    s.token_to_kv_pool_allocator.free_pages = torch.cat([torch.tensor([12]), torch.arange(19, TOTAL)])
+    v = check(s, disabled=["pool_accounting"])
+    assert v.invariant == "slot_ownership" and "KV indices [12] of live request b (row 2)" in v.message
+    s.token_to_kv_pool_allocator.free_pages = torch.arange(19, TOTAL)
+    assert check(s, disabled=["pool_accounting"]) is None
+
+
 def test_slot_ownership_sees_free_list_changes_across_iterations_of_one_run():
     """The free-row set is cached between iterations; every way SGLang (or a
     bug) changes the list must still be seen: a double free appending in
