@@ -3,6 +3,7 @@ normalization, statistics, the worker command line. No server."""
 from __future__ import annotations
 
 import ast
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -218,6 +219,26 @@ def test_seed_corpus_is_every_operation_in_every_phase_and_compiles(topology):
     assert {A.Flush, A.UpdateWeights, A.AbortOne, A.AbortAll, A.Pause, A.Continue} <= ops
 
 
+def test_seed_corpus_joins_a_decoding_micro_batch_under_pp_and_scales_its_waits():
+    """Under PP a request joins the micro-batch of a decoding one only when
+    started beside it, so pp4's corpus has that phase (pp=1's has not, where
+    every request joins the one running batch); its profile wait is as many
+    micro-batch rounds as pp=1's is iterations; the two short requests under
+    KV pressure are in every topology's corpus."""
+    from scripted_runtime.user_side.explore import corpus
+
+    assert "joined_decoding" in corpus.phases("pp4") and "joined_decoding" not in corpus.phases("pp1-normal")
+    joined = corpus.phases("pp4")["joined_decoding"]
+    assert [a.beside for a in joined if isinstance(a, A.Start)] == [None, 0]
+    waits = {t: [a.n for a in corpus.operations(t)["knobs_and_queries"] if isinstance(a, A.Steps)]
+             for t in ("pp1-overlap", "pp4")}
+    assert waits == {"pp1-overlap": [8], "pp4": [24]}
+    assert corpus.operations("pp1-normal") is corpus.OPERATIONS
+    for topology in ("pp1-overlap", "pp1-normal", "pp4"):
+        names = [name for name, _ in corpus.programs(topology)]
+        assert "finished+kv_pressure_two_arrive" in names
+
+
 def test_search_runs_the_corpus_first_outside_the_time_budget_then_generates():
     from scripted_runtime.user_side.explore import corpus, search
 
@@ -232,6 +253,28 @@ def test_search_runs_the_corpus_first_outside_the_time_budget_then_generates():
     fake = _FakeRunner("pp1-normal")
     search.search(fake, ExploreSettings(profile="ci", max_examples=5, corpus=False, known_bugs=()))
     assert fake.ran[0] not in seeds
+
+
+def test_the_search_time_budget_starts_after_the_corpus(monkeypatch):
+    """The corpus runs outside the time budget however long it takes (at
+    pp=4 it alone is ~70 s, longer than the ci profile's 60 s): the
+    generated programs still get the whole budget. A fake clock advances 1 s
+    a program run."""
+    from scripted_runtime.user_side.explore import corpus, search
+
+    now = [1000.0]
+
+    class _Timed(_FakeRunner):
+        def run(self, program, trace=None):
+            now[0] += 1.0
+            return super().run(program, trace)
+
+    monkeypatch.setattr(search, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    fake = _Timed("pp4")
+    search.search(fake, ExploreSettings(profile="ci", max_examples=1000, max_time_s=30.0, known_bugs=()))
+    seeds = [p for _, p in corpus.programs("pp4")]
+    assert len(seeds) > 30 and fake.ran[:len(seeds)] == seeds
+    assert 29 <= len(fake.ran) - len(seeds) <= 31, len(fake.ran) - len(seeds)
 
 
 def test_a_failing_corpus_program_is_the_reported_failure():
