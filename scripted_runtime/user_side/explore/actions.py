@@ -164,8 +164,8 @@ class Resend:
 class ExhaustKv:
     """Take every free KV slot but ``leave_pages`` pages (``ctx.exhaust_kv``):
     admission, ``retract_decode`` and tree eviction under memory pressure.
-    Not drawn under PP: every PP rank schedules on its own pool, and the
-    harness can take slots from the driver rank's only."""
+    Under PP every rank takes the same room from its own pool
+    (``strategies.kv_pressure_drawn``)."""
 
     leave_pages: int
     evict_cache: bool = False  # evict the radix tree's evictable KV first and take it too

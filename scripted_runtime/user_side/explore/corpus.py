@@ -46,6 +46,10 @@ def phases(topology: str) -> Dict[str, List[A.Action]]:
                        A.Steps(decode)],
         # finished: right after its last token (not pruned yet on some loops), then idle
         "finished": [A.Start(8, 0, 2), A.Steps(decode)],
+        # under PP: a request admitted into the micro-batch of one decoding (each slot has its
+        # own running batch; a request otherwise joins whichever slot's turn it arrives in)
+        **({"joined_decoding": [A.Start(8, 0, NEW_TOKENS), A.Steps(3), A.Start(8, 1, NEW_TOKENS, beside=0),
+                                A.Steps(decode)]} if decode > DECODE_STEPS["pp1-normal"] else {}),
     }
 
 
@@ -78,14 +82,32 @@ OPERATIONS: Dict[str, List[A.Action]] = {
     # after a release that lost the weights, then the next rollout's request on the new weights
     "rl_cycle_broadcast_then_rollout": [A.RlCycle("retract", "weights", 1, distributed=True),
                                         A.Start(64, 1, NEW_TOKENS)],
-    # (a profile of two forwards, then eight iterations: past its target, it must have stopped itself)
+    # (a profile of two forwards, then eight iterations, 24 under PP: past its target, it must have
+    # stopped itself; ``operations`` scales the wait)
     "knobs_and_queries": [A.SlowDown(1), A.SetLimit("above"), A.WeightQuery("server_info"),
                           A.WeightQuery("version"), A.WeightQuery("get_weights"), A.WeightQuery("snapshot"),
                           A.WeightQuery("compare"), A.WeightQuery("freeze_gc"), A.SlowDown(0),
                           A.SessionOp("open"), A.SessionOp("reopen"), A.SessionOp("close"),
                           A.WeightQuery("log_level"), A.WeightQuery("profile"), A.Steps(8),
                           A.WeightQuery("profile_stop")],
+    # KV pressure as two short requests arrive together: room for either alone, not both (SGLang's
+    # admission must charge the first's extend before it admits the second; with every page but 14
+    # taken and the cache evicted, 8 + 1 fits, 8 + 1 + 8 + 1 does not)
+    "kv_pressure_two_arrive": [A.ExhaustKv(14, evict_cache=True), A.Start(8, 1, 1), A.Start(8, 2, 1),
+                               A.Steps(4), A.ReleaseKv()],
 }
+
+
+def operations(topology: str) -> Dict[str, List[A.Action]]:
+    """``OPERATIONS`` as run on ``topology``: the waits inside a sequence
+    scaled to its steps (a PP iteration is one micro-batch slot, so a
+    request advances once per round of slots)."""
+    scale = DECODE_STEPS[topology] // DECODE_STEPS["pp1-normal"]
+    if scale == 1:
+        return OPERATIONS
+    return {name: [A.Steps(a.n * scale) if isinstance(a, A.Steps) and name == "knobs_and_queries" else a
+                   for a in ops]
+            for name, ops in OPERATIONS.items()}
 
 
 def hicache_phases(topology: str) -> Dict[str, List[A.Action]]:
@@ -169,15 +191,15 @@ def programs(topology: str, features: Tuple[str, ...] = ()) -> List[Tuple[str, L
     if "priority" in features:  # as LoRA's: its phases x every sequence, every phase x its sequences
         priority_grid = priority_phases(topology)
         return ([(f"{phase}+{op}", prefix + ops) for phase, prefix in priority_grid.items()
-                 for op, ops in {**OPERATIONS, **PRIORITY_OPERATIONS}.items()]
+                 for op, ops in {**operations(topology), **PRIORITY_OPERATIONS}.items()]
                 + [(f"{phase}+{op}", prefix + ops) for phase, prefix in grid.items()
                    for op, ops in PRIORITY_OPERATIONS.items()])
     if "lora" in features:
         lora_grid = lora_phases(topology)
         return ([(f"{phase}+{op}", prefix + ops) for phase, prefix in lora_grid.items()
-                 for op, ops in {**OPERATIONS, **LORA_OPERATIONS}.items()]
+                 for op, ops in {**operations(topology), **LORA_OPERATIONS}.items()]
                 + [(f"{phase}+{op}", prefix + ops) for phase, prefix in grid.items()
                    for op, ops in LORA_OPERATIONS.items()])
     return [(f"{phase}+{op}", prefix + ops)
             for phase, prefix in grid.items()
-            for op, ops in OPERATIONS.items()]
+            for op, ops in operations(topology).items()]
