@@ -335,18 +335,17 @@ def _check_kv_not_free(v: StateView, by_row: Dict[int, List[Any]], mem: Invarian
     import numpy as np  # lazily: the harness process reads this module too
 
     table = v.s.req_to_token_pool.req_to_token
-    rows = mem.rows
     # Every live row's KV indices in one array, looked up in one take: three
     # numpy calls an iteration, not three a row (the rows are read right after
     # a forward, on cold caches, where each call costs ~10x its warm time).
-    parts = []
+    held = []  # (the row's owner, its KV indices)
     for row, owners in by_row.items():
         n = state.kv_allocated_len(owners[0])
         if n > 0:
-            parts.append(rows.row(table, row, n))
-    if not parts:
+            held.append((owners[0], mem.rows.row(table, row, n)))
+    if not held:
         return None
-    idx = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    idx = np.concatenate([i for _, i in held]) if len(held) > 1 else held[0][1]
     try:
         free_now = counts.take(idx)
     except IndexError:  # an index past every free one cannot be free
@@ -354,22 +353,10 @@ def _check_kv_not_free(v: StateView, by_row: Dict[int, List[Any]], mem: Invarian
         free_now = counts.take(idx)
     if not np.count_nonzero(free_now):  # ~3x cheaper than .any() on a few hundred
         return None
-    return _first_row_with_free_kv(v, by_row, counts, table, rows)
-
-
-def _first_row_with_free_kv(v: StateView, by_row: Dict[int, List[Any]], counts: Any, table: Any,
-                            rows: "RowTable") -> Optional[Violation]:
-    """The violation naming the first live row with a free KV index (the
-    failing iteration only: it looks at the rows one by one)."""
-    for row, owners in by_row.items():
-        n = state.kv_allocated_len(owners[0])
-        if n <= 0:
-            continue
-        idx = rows.row(table, row, n)
+    for req, idx in held:  # the failing iteration only: which row holds a free index
         idx = idx[idx < len(counts)]
         bad = idx[counts.take(idx) > 0]
         if len(bad):
-            req = owners[0]
             return Violation("slot_ownership",
                              f"KV indices {bad[:6].tolist()} of live request {req.rid} (row {state.req_pool_idx(req)}) "
                              "are in the allocator's free list", v.owner_info([req]))

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from scripted_runtime.user_side.explore import actions as A
+from scripted_runtime.user_side.explore.strategies import LOOP_OF_TOPOLOGY
 
 # Iterations that bring a request into decoding (a PP iteration is one
 # microbatch slot: a request advances once per round of 4 slots).
@@ -49,8 +50,18 @@ def phases(topology: str) -> Dict[str, List[A.Action]]:
         # under PP: a request admitted into the micro-batch of one decoding (each slot has its
         # own running batch; a request otherwise joins whichever slot's turn it arrives in)
         **({"joined_decoding": [A.Start(8, 0, NEW_TOKENS), A.Steps(3), A.Start(8, 1, NEW_TOKENS, beside=0),
-                                A.Steps(decode)]} if decode > DECODE_STEPS["pp1-normal"] else {}),
+                                A.Steps(decode)]} if LOOP_OF_TOPOLOGY[topology] == "pp" else {}),
     }
+
+
+def _knobs_and_queries(profile_wait: int) -> List[A.Action]:
+    """Every runtime knob, weight query and session operation once, and a
+    profile of two forwards left running ``profile_wait`` iterations."""
+    return [A.SlowDown(1), A.SetLimit("above"), A.WeightQuery("server_info"), A.WeightQuery("version"),
+            A.WeightQuery("get_weights"), A.WeightQuery("snapshot"), A.WeightQuery("compare"),
+            A.WeightQuery("freeze_gc"), A.SlowDown(0), A.SessionOp("open"), A.SessionOp("reopen"),
+            A.SessionOp("close"), A.WeightQuery("log_level"), A.WeightQuery("profile"), A.Steps(profile_wait),
+            A.WeightQuery("profile_stop")]
 
 
 # Operation sequences; a pause is always followed by its continue.
@@ -83,13 +94,8 @@ OPERATIONS: Dict[str, List[A.Action]] = {
     "rl_cycle_broadcast_then_rollout": [A.RlCycle("retract", "weights", 1, distributed=True),
                                         A.Start(64, 1, NEW_TOKENS)],
     # (a profile of two forwards, then eight iterations, 24 under PP: past its target, it must have
-    # stopped itself; ``operations`` scales the wait)
-    "knobs_and_queries": [A.SlowDown(1), A.SetLimit("above"), A.WeightQuery("server_info"),
-                          A.WeightQuery("version"), A.WeightQuery("get_weights"), A.WeightQuery("snapshot"),
-                          A.WeightQuery("compare"), A.WeightQuery("freeze_gc"), A.SlowDown(0),
-                          A.SessionOp("open"), A.SessionOp("reopen"), A.SessionOp("close"),
-                          A.WeightQuery("log_level"), A.WeightQuery("profile"), A.Steps(8),
-                          A.WeightQuery("profile_stop")],
+    # stopped itself; ``operations`` gives PP its wait)
+    "knobs_and_queries": _knobs_and_queries(profile_wait=8),
     # KV pressure as two short requests arrive together: room for either alone, not both (SGLang's
     # admission must charge the first's extend before it admits the second; with every page but 14
     # taken and the cache evicted, 8 + 1 fits, 8 + 1 + 8 + 1 does not)
@@ -99,15 +105,13 @@ OPERATIONS: Dict[str, List[A.Action]] = {
 
 
 def operations(topology: str) -> Dict[str, List[A.Action]]:
-    """``OPERATIONS`` as run on ``topology``: the waits inside a sequence
-    scaled to its steps (a PP iteration is one micro-batch slot, so a
-    request advances once per round of slots)."""
+    """``OPERATIONS`` as run on ``topology``: the profile's wait in
+    micro-batch rounds under PP (a PP iteration is one micro-batch slot, so
+    a request advances once per round of slots)."""
     scale = DECODE_STEPS[topology] // DECODE_STEPS["pp1-normal"]
     if scale == 1:
         return OPERATIONS
-    return {name: [A.Steps(a.n * scale) if isinstance(a, A.Steps) and name == "knobs_and_queries" else a
-                   for a in ops]
-            for name, ops in OPERATIONS.items()}
+    return {**OPERATIONS, "knobs_and_queries": _knobs_and_queries(profile_wait=8 * scale)}
 
 
 def hicache_phases(topology: str) -> Dict[str, List[A.Action]]:
