@@ -496,7 +496,9 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
         compared += 1
         if problem:
             hint = yield from chunk_hint(ctx, prompt, output, expected, h.extend_ends)
-            raise OutputMismatch(f"request {h.rid} ({prompts.describe(prompt)}, {status}): {problem}{hint}")
+            turn = (f", a turn of session {h.session!r}: its history as the client's conversation makes it"
+                    if getattr(h, "expected_prompt", None) is not None and getattr(h, "session", None) else "")
+            raise OutputMismatch(f"request {h.rid} ({prompts.describe(prompt)}{turn}, {status}): {problem}{hint}")
         # what it was compared with, for the logprob contract: its first `compared` tokens are the reference's
         h.oracle_reference = {"compared": min(len(output), comparable), "logprobs": logprobs}
     return compared

@@ -471,7 +471,7 @@ def test_new_actions_round_trip_through_the_failure_database():
                A.UpdateWeights(True, distributed=True), A.OnPhase("decode", A.RlCycle("retract", "all", 1, True), 24),
                A.Start(8, 1, 4, priority=20), A.Start(8, 2, 4, priority=None)]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 12
+    assert A.GRAMMAR_VERSION == 13
 
 
 def test_a_start_beside_a_live_request_is_drawn_under_pp_only_and_waits_for_its_slot():
@@ -481,7 +481,7 @@ def test_a_start_beside_a_live_request_is_drawn_under_pp_only_and_waits_for_its_
 
     seen = {"pp4": set(), "pp1-overlap": set()}
     for topology in seen:
-        @h_settings(max_examples=300, database=None, derandomize=True)
+        @h_settings(max_examples=500, database=None, derandomize=True)
         @given(strategies.programs(topology))
         def draw(program):
             seen[topology].update(a.beside for a in program if isinstance(a, A.Start))
@@ -613,3 +613,105 @@ def test_a_weight_update_behind_an_unanswered_request_fails_as_the_answer_check_
                        match="request r3 ended finished .* no /generate answer arrived within 0s of the weight update"):
         list(_drain(explore_helpers.update_weights(ctx, [silent], flush_cache=False)))
     assert not [c for c in ctx.calls if c[0] == "update"]
+
+
+# --- session turns (grammar 13) ---------------------------------------------------------------
+
+class _SessionCtx:
+    """What ``program.session_turn`` calls on ``ctx``: opens answered at
+    once (refused when ``refuse``), requests recorded as handles."""
+
+    def __init__(self, refuse=False):
+        self.scheduler = FakeScheduler(idle=True)
+        self.control_ops, self.sent, self.refuse = [], [], refuse
+
+    def unsettled_ops_of_type(self, request_type):
+        return []
+
+    def open_session(self, session_id):
+        refuse = self.refuse
+
+        class Op:
+            name, payload, success = f"open_session({session_id!r})", {"session_id": session_id}, not refuse
+
+            def wait(self):
+                return self
+                yield
+
+        op = Op()
+        self.control_ops.append(op)
+        return op
+
+    def start_req(self, **kwargs):
+        after = kwargs.get("after")
+        history = (list(kwargs["input_ids"]) if after is None else
+                   list(after.expected_prompt) + [7] * after.max_new_tokens + list(kwargs["input_ids"]))
+        handle = SimpleNamespace(session=kwargs["session"],
+                                 expected_prompt=history, max_new_tokens=kwargs["max_new_tokens"],
+                                 last_req=None, kwargs=kwargs, finished=True)
+        self.sent.append(handle)
+        return handle
+
+
+def test_a_session_turn_opens_a_conversation_or_continues_a_turn_in_its_own_session():
+    ctx, reqs = _SessionCtx(), [SimpleNamespace(session=None, expected_prompt=None)]  # a plain request first
+
+    def turn(after, length=8, new=4):
+        return list(_drain(explore_helpers.session_turn(ctx, reqs, after=after, family=1, length=length,
+                                                        max_new_tokens=new)))
+
+    turn(None)  # a conversation's first turn: a session opened for it, numbered as session_op numbers them
+    turn(None)
+    turn(0)  # continues the first turn (index among the program's turns, not its requests), in its session
+    turn(7)  # 7 modulo 3 turns: the second
+    first, second, third, fourth = ctx.sent
+    assert [h.session for h in ctx.sent] == [
+        "explored-session-1", "explored-session-2", "explored-session-1", "explored-session-2"]
+    assert first.kwargs["after"] is None and third.kwargs["after"] is first and fourth.kwargs["after"] is second
+    assert third.kwargs["input_ids"] == prompts.prompt_ids(1, 8) and third.kwargs["temperature"] == 0.0
+    assert reqs[1:] == ctx.sent  # every turn is judged at the end like any request
+    # a history that could pass TURN_MAX_HISTORY is not sent; nor a first turn whose open SGLang refuses
+    long_ago = SimpleNamespace(session="s",
+                               expected_prompt=[5] * (explore_helpers.TURN_MAX_HISTORY - 20), max_new_tokens=12,
+                               finished=True)
+    reqs[:] = [long_ago]
+    assert turn(0, length=63) == [] and len(ctx.sent) == 4  # 300 + 12 + 63 tokens
+    turn(0, length=1, new=2)
+    assert len(ctx.sent) == 5 and ctx.sent[-1].kwargs["after"] is long_ago
+    # the next turn waits for the one it continues to end (a chat client sends it after the answer),
+    # a bounded number of iterations; an eager one is sent at once
+    running = ctx.sent[-1]
+    running.finished = False
+    gen = explore_helpers.session_turn(ctx, [running], after=0, family=0, length=1, max_new_tokens=1)
+    assert [next(gen) for _ in range(3)] == [None] * 3 and len(ctx.sent) == 5
+    running.finished = True
+    assert list(_drain(gen)) == [] and ctx.sent[-1].kwargs["after"] is running
+    running.finished = False
+    assert len(list(_drain(explore_helpers.session_turn(ctx, [running], after=0, family=0, length=1,
+                                                         max_new_tokens=1)))) == explore_helpers.TURN_WAIT_STEPS
+    assert list(_drain(explore_helpers.session_turn(ctx, [running], after=0, family=0, length=1, max_new_tokens=1,
+                                                    eager=True))) == [] and len(ctx.sent) == 8
+    refused = _SessionCtx(refuse=True)
+    assert list(_drain(explore_helpers.session_turn(refused, [], after=None, family=0, length=8,
+                                                    max_new_tokens=2))) == [] and refused.sent == []
+
+
+@pytest.mark.parametrize("topology", ["pp1-overlap", "pp1-normal", "pp4", "pp1-hicache", "pp1-lora"])
+def test_session_turns_are_drawn_on_every_topology_and_compile_to_their_helper(topology):
+    draw = strategies.action_strategy(topology)
+    # simplest: a conversation's first turn; then one continuing the program's first turn, eager or not
+    assert find(draw, lambda a: isinstance(a, A.Turn), settings=NO_DB) == A.Turn(None, 0, 8, 1)
+    assert find(draw, lambda a: isinstance(a, A.Turn) and a.after is not None, settings=NO_DB) == A.Turn(0, 0, 8, 1)
+    assert find(draw, lambda a: isinstance(a, A.Turn) and a.eager, settings=NO_DB) == A.Turn(None, 0, 8, 1, eager=True)
+    program = [A.Start(8, 0, 4), A.Turn(None, 1, 65, 3), A.Pause("in_place"), A.Turn(2, 0, 1, 5, stream=True),
+               A.Turn(0, 1, 8, 2, eager=True)]
+    text = A.to_source(program).text
+    compile(text, "<program>", "exec")
+    assert "    yield from explore.session_turn(ctx, reqs, after=None, family=1, length=65, max_new_tokens=3)\n" in text
+    assert ("    if explore.can_start(ctx):\n        yield from explore.session_turn(ctx, reqs, after=2, family=0, "
+            "length=1, max_new_tokens=5, stream=True)\n") in text  # held back while the tokenizer is paused
+    assert "a turn continuing turn #2 once it ended: its history, then 1 tokens of family 0" in text
+    assert "explore.session_turn(ctx, reqs, after=0, family=1, length=8, max_new_tokens=2, eager=True)" in text
+    assert "a turn continuing turn #0 (sent at once)" in text
+    assert failure_db.decode(failure_db.encode(program)) == program
+    assert A.resolve_prompts(program)[1:] == [None] * 4  # not a Resend's earlier request

@@ -175,6 +175,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         handle = self._post_generate(payload, await_arrival=await_arrival, raw=False)
         handle.lora = lora
         handle.expected_prompt = expected_prompt
+        handle.session = session
         handle.max_new_tokens = max_new_tokens
         handle.logprob_start_len = logprob_start_len
         handle.priority = priority

@@ -35,6 +35,7 @@ class ReqHandle:
         # A session turn's whole prompt as the client's history makes it (ctx.start_req(session=...)):
         # what the output oracle compares it against, instead of SGLang's own record of it
         self.expected_prompt: Optional[list] = None
+        self.session: Optional[str] = None  # the session it is a turn of (ctx.start_req(session=...))
         self.max_new_tokens: Optional[int] = None
         self.logprob_start_len: Optional[int] = None  # as posted (ctx.start_req); None: SGLang's default
         self.priority: Optional[int] = None  # as posted (ctx.start_req); None: none sent

@@ -422,6 +422,60 @@ def session_op(ctx, kind: str):
     raise ValueError(f"unknown session operation {kind!r}")
 
 
+# The longest history a session turn is sent with (tokens): the prompt of the turn it continues,
+# that turn's max_new_tokens and the new input, so a chain of turns stays inside every topology's
+# KV pool (pp1-hicache's is 400 tokens) and the oracle's reference runs stay short.
+TURN_MAX_HISTORY = 320
+# Iterations (per PP slot) a turn waits for the turn it continues to end before it is sent anyway.
+TURN_WAIT_STEPS = 40
+
+
+def session_of(handle) -> Optional[str]:
+    """The session a request was sent as a turn of (``ctx.start_req(session=...)``), or None."""
+    return getattr(handle, "session", None)
+
+
+def session_turn(ctx, reqs, *, after: Optional[int], family: int, length: int, max_new_tokens: int,
+                 stream: bool = False, eager: bool = False):
+    """``yield from session_turn(ctx, reqs, ...)`` (``Turn``): with ``after``
+    None (or no turn yet), open a session (``explored-session-<n>``, the
+    numbering ``session_op`` uses) and send a conversation's first turn,
+    ``prompt_ids(family, length)``; else continue the program's turn
+    ``after`` (modulo their number) in its session with that input, once
+    that turn has ended, as a chat client sends its next turn after the
+    answer (at most ``TURN_WAIT_STEPS`` iterations per PP slot, then
+    anyway), or at once with ``eager``; its session may be closed by then
+    (SGLang aborts a turn after one still running, or in a closed
+    session). The turn is appended to ``reqs``
+    (every end check judges it; the output oracle against the history,
+    ``handle.expected_prompt``, when the turn it continues had finished).
+    Not sent (returns None) when the open is refused or the history could
+    pass ``TURN_MAX_HISTORY`` tokens."""
+    turns = [h for h in reqs if session_of(h) is not None]
+    earlier = turns[after % len(turns)] if after is not None and turns else None
+    if earlier is None:
+        opened = [op.payload["session_id"] for op in ctx.control_ops if op.name.startswith("open_session(")]
+        yield from _after_earlier(ctx, "OpenSessionReqInput")
+        op = ctx.open_session(f"explored-session-{len(opened) + 1}")
+        yield from op.wait()
+        if not op.success:
+            return None
+        session = op.payload["session_id"]
+    else:
+        session = session_of(earlier)
+        for _ in range(0 if eager else TURN_WAIT_STEPS * _slots(ctx)):
+            if earlier.finished:
+                break
+            yield
+        before = earlier.expected_prompt or list(getattr(earlier.last_req, "origin_input_ids", ()) or ())
+        if len(before) + (earlier.max_new_tokens or 0) + length > TURN_MAX_HISTORY:
+            return None
+    handle = ctx.start_req(input_ids=prompt_ids(family, length), max_new_tokens=max_new_tokens, ignore_eos=True,
+                           temperature=0.0, stream=stream, session=session, after=earlier)
+    reqs.append(handle)
+    return handle
+
+
 # Iterations a LoRA helper waits for the program's earlier LoRA update (an unload waits at the
 # tokenizer until the adapter's requests finished) before it gives up on its own.
 LORA_WAIT_STEPS = 120

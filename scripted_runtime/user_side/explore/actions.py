@@ -40,7 +40,9 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # "load_tensors" (load_lora_adapter_from_tensors), on a LoRA topology.
 # 12: Start.priority (a priority-scheduling topology only: none sent, or a priority of PRIORITIES),
 # judged by the priority contract.
-GRAMMAR_VERSION = 12
+# 13: Turn (a session turn: a conversation's first turn in a session opened for it, or a turn
+# continuing an earlier turn of the program, its prompt the history SGLang builds).
+GRAMMAR_VERSION = 13
 # A request's priority on a priority-scheduling topology (pp1-priority: higher first, SGLang's
 # preemption threshold 10): none sent (SGLang's worst, preempted by any other), 0 twice, 5 (better
 # than 0, not past the threshold: waits), 20 (past it: preempts a 0 or none).
@@ -307,6 +309,46 @@ class SessionOp:
         return f"session: {self.kind}"
 
 
+# A session turn's own input lengths (a Turn; its first turn's prompt is one of them too): one
+# token, a short one, one to a chunk boundary and one past it, so the history SGLang builds
+# crosses the 64-token chunk boundaries at different points. The turns a Turn may continue:
+# one of the program's first few, modulo their number.
+TURN_INPUT_LENGTHS = (8, 1, 63, 65)
+TURN_PICKS = 3
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A session turn (``program.session_turn``): ``after=None`` starts a
+    conversation, its first turn in a session opened for it; ``after=k``
+    continues the program's turn ``k`` (modulo their number; a first turn
+    when there is none) in that turn's session with input
+    ``prompts.prompt_ids(family, input_len)``, once that turn has ended (a
+    chat client's next turn follows the answer), or at once with ``eager``.
+    SGLang builds the turn's prompt from the history (the turn it
+    continues, its whole prompt and output, then the input); the output
+    oracle compares it with a fresh request of that history as the
+    client's conversation makes it. A turn after one still running is
+    aborted by SGLang ("appending to a request that hasn't finished"), one
+    in a closed session too: both are drawn."""
+
+    after: Optional[int]
+    family: int
+    input_len: int
+    max_new_tokens: int
+    stream: bool = False
+    eager: bool = False  # sent at once, not after the turn it continues ended
+
+    def describe(self) -> str:
+        words = _request_words(self.max_new_tokens, True, None, self.stream)
+        what = (f"a conversation's first turn (a session opened for it): {_prompt_words(self.family, self.input_len)}"
+                if self.after is None else
+                f"a turn continuing turn #{self.after}"
+                + (" (sent at once)" if self.eager else " once it ended")
+                + f": its history, then {_prompt_words(self.family, self.input_len)}")
+        return f"session turn: {what}, {words}"
+
+
 @dataclass(frozen=True)
 class LoraOp:
     """``load``, ``load_tensors`` (the same adapter from its tensors:
@@ -427,7 +469,7 @@ class ReleaseTransfers:
 
 Action = Union[Steps, Start, Flush, UpdateWeights, Pause, Continue, AbortOne, AbortAll, OnWindow, OnPhase, Extension,
                HoldTransfers, ReleaseTransfers, Resend, ExhaustKv, ReleaseKv, FuzzRequest, AbortUnknown,
-               ReleaseMemory, ResumeMemory, RlCycle, SetLimit, SlowDown, WeightQuery, SessionOp, LoraOp]
+               ReleaseMemory, ResumeMemory, RlCycle, SetLimit, SlowDown, WeightQuery, SessionOp, LoraOp, Turn]
 
 
 def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
@@ -604,6 +646,11 @@ def to_source(actions: Sequence[Action], *, docstring: str = "", mark: Optional[
                 body = [f"yield from explore.join_batch_of(ctx, reqs, {action.beside})"] + body
         elif isinstance(action, ExhaustKv):
             body = _op_lines(action)
+        elif isinstance(action, Turn):
+            call = (f"yield from explore.session_turn(ctx, reqs, after={action.after!r}, family={action.family}, "
+                    f"length={action.input_len}, max_new_tokens={action.max_new_tokens}"
+                    + (", stream=True" if action.stream else "") + (", eager=True)" if action.eager else ")"))
+            body = ["if explore.can_start(ctx):", "    " + call] if may_be_paused else [call]
         elif isinstance(action, FuzzRequest):
             call = (f"explore.fuzz_request(ctx, reqs, {tuple(action.cases)!r}, family={action.family}, "
                     f"prompt_len={action.prompt_len}, max_new_tokens={action.max_new_tokens})")

@@ -64,6 +64,15 @@ def _knobs_and_queries(profile_wait: int) -> List[A.Action]:
             A.WeightQuery("profile_stop")]
 
 
+def _session_turns(finish_wait: int) -> List[A.Action]:
+    """A conversation (grammar 13): its first turn (a 2-chunk prompt, 4 new
+    tokens), ``finish_wait`` iterations for it to finish, a turn continuing
+    it (its history a prefix hit on what the first left in the tree), and
+    the session closed while that turn runs (SGLang closes it when the turn
+    finishes)."""
+    return [A.Turn(None, 1, 65, 4), A.Steps(finish_wait), A.Turn(0, 2, 8, 4), A.SessionOp("close")]
+
+
 # Operation sequences; a pause is always followed by its continue.
 OPERATIONS: Dict[str, List[A.Action]] = {
     "flush": [A.Flush()],
@@ -101,17 +110,21 @@ OPERATIONS: Dict[str, List[A.Action]] = {
     # taken and the cache evicted, 8 + 1 fits, 8 + 1 + 8 + 1 does not)
     "kv_pressure_two_arrive": [A.ExhaustKv(14, evict_cache=True), A.Start(8, 1, 1), A.Start(8, 2, 1),
                                A.Steps(4), A.ReleaseKv()],
+    # a session's second turn after its first finished, the session closed while it runs (the
+    # first turn's 12 iterations, 36 under PP: ``operations``)
+    "session_turns": _session_turns(finish_wait=12),
 }
 
 
 def operations(topology: str) -> Dict[str, List[A.Action]]:
-    """``OPERATIONS`` as run on ``topology``: the profile's wait in
-    micro-batch rounds under PP (a PP iteration is one micro-batch slot, so
-    a request advances once per round of slots)."""
+    """``OPERATIONS`` as run on ``topology``: the profile's wait and the
+    first session turn's in micro-batch rounds under PP (a PP iteration is
+    one micro-batch slot, so a request advances once per round of slots)."""
     scale = DECODE_STEPS[topology] // DECODE_STEPS["pp1-normal"]
     if scale == 1:
         return OPERATIONS
-    return {**OPERATIONS, "knobs_and_queries": _knobs_and_queries(profile_wait=8 * scale)}
+    return {**OPERATIONS, "knobs_and_queries": _knobs_and_queries(profile_wait=8 * scale),
+            "session_turns": _session_turns(finish_wait=12 * scale)}
 
 
 def hicache_phases(topology: str) -> Dict[str, List[A.Action]]:
