@@ -467,9 +467,12 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
         req = h.last_req
         params = getattr(req, "sampling_params", None) if req is not None else None
         prompt = tuple(getattr(req, "origin_input_ids", ()) or ()) if req is not None else ()
-        if getattr(h, "expected_prompt", None) is not None:
+        if getattr(h, "expected_prompt", None) is not None and (status == "finished"
+                                                              or tuple(h.expected_prompt) == prompt):
             # a session turn: its whole history as the client's conversation makes it, not as SGLang
-            # recorded it (a history SGLang built wrong must show as a mismatch)
+            # recorded it (a history SGLang built wrong must show as a mismatch). Not a turn SGLang
+            # aborted with another prompt: refused at ingest (its session closed or closing, the turn
+            # it continues unfinished), it ran SGLang's placeholder prompt, judged as any such abort
             prompt = tuple(h.expected_prompt)
         ends = request_contract.params_of(h)  # (max_new_tokens, ignore_eos, stop tokens) as SGLang matches them
         if not prompt or not is_greedy(params) or ends is None or ends[0] is None:
@@ -497,7 +500,7 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
         if problem:
             hint = yield from chunk_hint(ctx, prompt, output, expected, h.extend_ends)
             turn = (f", a turn of session {h.session!r}: its history as the client's conversation makes it"
-                    if getattr(h, "expected_prompt", None) is not None and getattr(h, "session", None) else "")
+                    if getattr(h, "session", None) and prompt == tuple(h.expected_prompt or ()) else "")
             raise OutputMismatch(f"request {h.rid} ({prompts.describe(prompt)}{turn}, {status}): {problem}{hint}")
         # what it was compared with, for the logprob contract: its first `compared` tokens are the reference's
         h.oracle_reference = {"compared": min(len(output), comparable), "logprobs": logprobs}

@@ -119,6 +119,39 @@ def test_an_aborted_request_is_a_prefix_of_its_cut_reference(monkeypatch):
         _check(monkeypatch, _handle(REF[:5], reason, stops={43}, status="aborted"))
 
 
+def test_a_session_turn_is_compared_with_its_history_unless_sglang_refused_it_with_another_prompt(monkeypatch):
+    """A turn is judged against the client's history (``expected_prompt``);
+    one SGLang aborted with another prompt (refused at ingest: a closed
+    session, the turn it continues unfinished; it runs a placeholder) is
+    judged by the prompt SGLang ran, as any such abort."""
+    history = prompts.prompt_ids(1, 8)  # the client's history; SGLang's record (the handle's req) is family 0's
+    other = [t + 1 for t in REF]
+
+    def turn(output, reason, status):
+        h = _handle(output, reason, status=status)
+        h.expected_prompt, h.session = list(history), "s1"
+        return h
+
+    monkeypatch.setattr(oracle, "_references", {(None, tuple(prompts.prompt_ids(0, 8))): (list(REF), len(REF)),
+                                                (None, tuple(history)): (other, len(other))})
+    ctx = SimpleNamespace(scheduler=FakeScheduler(), control_ops=[])
+
+    def check(*handles):
+        with pytest.raises(StopIteration) as stop:
+            next(oracle.check_outputs(ctx, list(handles)))
+        return stop.value.value
+
+    length, abort = _Reason("FINISH_LENGTH", type="length", length=8), _Reason("FINISH_ABORT", type="abort")
+    assert check(turn(other[:8], length, "finished")) == 1
+    with pytest.raises(oracle.OutputMismatch, match="a turn of session 's1': its history as the client's"):
+        check(turn(REF[:8], length, "finished"))  # SGLang served another prompt: the history bug shape
+    assert check(turn(REF[:1], abort, "aborted")) == 1  # refused with its placeholder prompt: judged by it
+    aborted_mid_run = turn(REF[:2], abort, "aborted")
+    aborted_mid_run.last_req.origin_input_ids = list(history)  # SGLang ran the history, then an abort came
+    with pytest.raises(oracle.OutputMismatch, match="a turn of session 's1'"):
+        check(aborted_mid_run)
+
+
 # --- the program helpers (scheduler side), on a fake context ------------------------------
 
 class _FakeCtx:

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_ci_profile_exploration_passes(server, tmp_path, capsys):
-    # The corpus (120 programs, 140 at pp4) and 60 generated programs, 20 at pp4: the whole profile
+    # The corpus (126 programs, 147 at pp4) and 60 generated programs, 20 at pp4: the whole profile
     # (60 s of search after the corpus) costs ~55 s more per topology, over the suite's budget; the
     # kill table runs it whole.
     budget = {"max_examples": 20 if server.topology == "pp4" else 60}

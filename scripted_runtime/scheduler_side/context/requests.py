@@ -54,8 +54,10 @@ class ReqHandle:
         client's conversation makes it: this request's whole prompt, the
         output it was answered (cut at its ``max_new_tokens``), then
         ``new_input_ids``. None while this request has not finished (SGLang
-        aborts such a turn) or when its prompt is not known."""
-        if self.status != "finished":
+        aborts such a turn), when it ended without a finish reason (an abort
+        dropped it from the waiting queue: SGLang aborts the turn too), or
+        when its prompt is not known."""
+        if self.status != "finished" or self.finish_reason is None:
             return None
         prompt = self.expected_prompt
         if prompt is None:
