@@ -222,20 +222,25 @@ def reference(ctx: Any, prompt: Tuple[int, ...], n: int, lora: Optional[str] = N
     return entry[0], entry[1]
 
 
-def reference_entry(ctx: Any, prompt: Tuple[int, ...], n: int, lora: Optional[str] = None):
+def reference_entry(ctx: Any, prompt: Tuple[int, ...], n: int, lora: Optional[str] = None, *, disk: bool = True):
     """``yield from reference_entry(...)``: ``reference``'s (output, comparable
     prefix) and the alone run's logprobs (``_run_alone``), computed or
-    cached as ``reference`` does."""
+    cached as ``reference`` does. ``disk=False``: neither read from nor
+    written to the disk cache, only this server's memory (a session turn's
+    history, computed at the end of the first program that needs it: read
+    from the disk on a fresh server, that program's replay there would run
+    fewer iterations than it did, and a history replay would not repeat the
+    engine's allocations)."""
     key = (references_key(ctx, lora), prompt)
-    have = _known(ctx.scheduler, key)
+    have = _known(ctx.scheduler, key, disk=disk)
     if have is not None and len(have[0]) >= n:
         return tuple(have) + (None,) * (3 - len(have))  # an entry without logprobs: none recorded
     entry = yield from _run_alone(ctx, prompt, n, lora)
     _references[key] = entry
     computed["references"] += 1
-    disk = _disk_cache(ctx.scheduler)
-    if disk is not None:
-        disk.put(key[0], prompt, entry)
+    cache = _disk_cache(ctx.scheduler) if disk else None
+    if cache is not None:
+        cache.put(key[0], prompt, entry)
     return entry
 
 
@@ -311,12 +316,13 @@ def _disk_cache(scheduler: Any) -> Optional["reference_cache.ReferenceCache"]:
     return _disk["cache"]
 
 
-def _known(scheduler: Any, key: Tuple[Any, Tuple[int, ...]]) -> Optional[Tuple[List[int], int]]:
-    """The reference of ``key`` this server computed or another server of
-    its build did (read from the disk cache and kept in memory from then
-    on); None when there is none."""
+def _known(scheduler: Any, key: Tuple[Any, Tuple[int, ...]], *, disk: bool = True
+           ) -> Optional[Tuple[List[int], int]]:
+    """The reference of ``key`` this server computed or (``disk``) another
+    server of its build did (read from the disk cache and kept in memory
+    from then on); None when there is none."""
     have = _references.get(key)
-    if have is not None:
+    if have is not None or not disk:
         return have
     disk = _disk_cache(scheduler)
     entry = disk.get(*key) if disk is not None else None
@@ -467,8 +473,9 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
         req = h.last_req
         params = getattr(req, "sampling_params", None) if req is not None else None
         prompt = tuple(getattr(req, "origin_input_ids", ()) or ()) if req is not None else ()
-        if getattr(h, "expected_prompt", None) is not None and (status == "finished"
-                                                              or tuple(h.expected_prompt) == prompt):
+        turn = getattr(h, "expected_prompt", None) is not None and (status == "finished"
+                                                                  or tuple(h.expected_prompt) == prompt)
+        if turn:
             # a session turn: its whole history as the client's conversation makes it, not as SGLang
             # recorded it (a history SGLang built wrong must show as a mismatch). Not a turn SGLang
             # aborted with another prompt: refused at ingest (its session closed or closing, the turn
@@ -482,16 +489,19 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
             continue  # an adapter the harness does not offer: its weights (and references) unknown
         if status == "finished" and h.finish_reason not in ("FINISH_LENGTH", "FINISH_MATCHED_TOKEN"):
             continue  # a stop string (or a grammar) ends it where only the tokenizer can tell
-        todo.append((h, status, prompt, ends))
+        todo.append((h, status, prompt, ends, turn))
     todo = [t for t in todo if comparable_after_updates(t[0].posted_step, ctx.control_ops)]
     compared = 0
-    for h, status, prompt, (max_new, ignore_eos, stops) in todo:
+    for h, status, prompt, (max_new, ignore_eos, stops), turn in todo:
         lora = getattr(h, "lora", None)
         answer = request_contract.answer_of(h.last_req)  # what the client is sent: cut at finished_len
         output = answer["output_ids"] if answer is not None else h.output_ids
         if not output and status == "aborted":
             continue
-        ref, comparable, logprobs = yield from reference_entry(ctx, prompt, max(len(output), max_new), lora)
+        # a turn's history: this server's memory only (reference_entry); every other prompt may come
+        # from the disk cache, as the warm-up's do
+        ref, comparable, logprobs = yield from reference_entry(ctx, prompt, max(len(output), max_new), lora,
+                                                               disk=not turn)
         expected = request_contract.expected_output(ref, max_new_tokens=max_new, ignore_eos=ignore_eos,
                                                     stop_tokens=stops)
         problem = compare(status, output, expected, comparable=comparable,
@@ -499,9 +509,8 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
         compared += 1
         if problem:
             hint = yield from chunk_hint(ctx, prompt, output, expected, h.extend_ends)
-            turn = (f", a turn of session {h.session!r}: its history as the client's conversation makes it"
-                    if getattr(h, "session", None) and prompt == tuple(h.expected_prompt or ()) else "")
-            raise OutputMismatch(f"request {h.rid} ({prompts.describe(prompt)}{turn}, {status}): {problem}{hint}")
+            words = f", a turn of session {h.session!r}: its history as the client's conversation makes it" if turn else ""
+            raise OutputMismatch(f"request {h.rid} ({prompts.describe(prompt)}{words}, {status}): {problem}{hint}")
         # what it was compared with, for the logprob contract: its first `compared` tokens are the reference's
         h.oracle_reference = {"compared": min(len(output), comparable), "logprobs": logprobs}
     return compared

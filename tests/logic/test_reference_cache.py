@@ -209,3 +209,32 @@ def test_the_oracle_reads_a_cached_reference_instead_of_running_one(tmp_path, mo
     monkeypatch.setattr(output_oracle, "_references", {})
     monkeypatch.setattr(output_oracle, "_disk", {})
     assert output_oracle.cached_reference(ctx, PROMPT) is None, "the cache off: nothing read from disk"
+
+
+def test_a_session_turns_history_is_neither_read_from_nor_written_to_the_disk(tmp_path, monkeypatch):
+    """``reference_entry(..., disk=False)`` (a turn's history): run on this
+    server even when the disk holds it, kept in memory, not written; so a
+    fresh server replaying the program runs the same reference at its end."""
+    scheduler = _server_with_entry_on_disk(monkeypatch, tmp_path)
+    runs = []
+
+    def run_alone(ctx, prompt, n, lora=None):
+        runs.append(prompt)
+        return ([7, 8, 9], 3, None)
+        yield  # a generator, as the real one
+
+    monkeypatch.setattr(output_oracle, "_run_alone", run_alone)
+    monkeypatch.setattr(output_oracle, "references_key", lambda ctx, lora=None: FP)
+    ctx = SimpleNamespace(scheduler=scheduler)
+    history = (5, 6, 7, 8)
+
+    def entry(prompt, disk):
+        gen = output_oracle.reference_entry(ctx, prompt, 3, disk=disk)
+        with pytest.raises(StopIteration) as stop:
+            next(gen)
+        return stop.value.value
+
+    assert entry(PROMPT, disk=False) == ([7, 8, 9], 3, None) and runs == [PROMPT], "on disk, run anyway"
+    assert entry(history, disk=False) == ([7, 8, 9], 3, None) and entry(history, disk=False) and len(runs) == 2
+    assert ReferenceCache(tmp_path, output_oracle.cache_key(scheduler)).get(FP, history) is None, "not written"
+    assert output_oracle.computed["from_cache"] == 0
