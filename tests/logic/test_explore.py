@@ -592,3 +592,32 @@ def test_memory_operations_have_their_coverage_rows():
     rows = {kind(n) for n in ("release_memory_occupation(kv_cache)", "resume_memory_occupation(weights)",
                               "resume_memory_occupation(kv_cache,weights)")}
     assert rows <= set(stats_mod.OPS)
+
+
+def test_a_failure_met_while_shrinking_another_is_reported_with_its_own_first_program():
+    """Hypothesis reports the smallest of the failures met: when shrinking
+    one meets another, the reported one's first program and position (what
+    a history replay runs before it) are its own, not the first failure's.
+    Measured before the fix: a pp1-normal kill shrunk to a failure first met
+    at program 120 was history-replayed after the 91 programs before the
+    first failure, and did not reproduce."""
+    from scripted_runtime.user_side.explore import search
+
+    class _TwoBugs(_FakeRunner):
+        def run(self, program, trace=None):
+            self.ran.append(list(program))
+            small = len(program) == 2 and isinstance(program[1], A.Steps)  # what shrinking tries first
+            signature = ("InvariantViolation[slot_ownership]" if small else
+                         "EndStateError: big" if len(program) >= 2 else None)
+            return runner.Outcome(signature=signature, message="planted", steps=len(program))
+
+    lines = []
+    fake = _TwoBugs("pp1-normal")
+    result = search.search(fake, ExploreSettings(profile="ci", max_examples=200, corpus=False, known_bugs=()),
+                           progress=lines.append)
+    assert result.outcome.signature == "InvariantViolation[slot_ownership]", result.outcome.signature
+    first_small = next(i for i, p in enumerate(fake.ran) if len(p) == 2 and isinstance(p[1], A.Steps))
+    first_big = next(i for i, p in enumerate(fake.ran) if len(p) >= 2)
+    assert first_big < first_small, "the search met the big one first"
+    assert result.first_program == fake.ran[first_small] and result.found_after_examples == first_small + 1
+    assert any("shrinking met InvariantViolation[slot_ownership]" in line for line in lines), lines

@@ -381,6 +381,15 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
         result.first_outcome = first.get("outcome")
         result.needs_history = bool(first.get("needs_history"))
         result.found_after_examples = first.get("examples")
+        other = findings.get(exc.signature)
+        if exc.signature != first.get("signature") and other is not None:
+            # Hypothesis reports the smallest of the failures met (report_multiple_bugs=False): one first
+            # met while shrinking another. Its own first program and history stand for it (a history
+            # replay of the other's would replay the wrong programs before it).
+            progress(f"shrinking met {exc.signature} (first at program {other.position}) and reports it, "
+                     f"smaller, instead of {first.get('signature')}")
+            result.first_program, result.first_outcome = list(other.program), other.outcome
+            result.needs_history, result.found_after_examples = False, other.position
     stats.wall_s = time.monotonic() - t0
     result.longest_passing = longest[0]
     result.failures = list(findings.values())
