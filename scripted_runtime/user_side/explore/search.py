@@ -219,6 +219,7 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
     met_known: Dict[str, Tuple[list, Outcome, int]] = {}
     findings: Dict[str, Finding] = {}
     saved: set = set()  # failure signatures whose first program went to the failure database
+    other_signatures: set = set()  # failures met while shrinking the first: kept, not shrunk
 
     def meet(current: Finding) -> None:
         """Record ``current`` if its signature is new; offer it to be kept
@@ -357,6 +358,14 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
                     outcome.signature, topology=topology, sglang_version=version, message=outcome.message,
                     ops=outcome.ops, registry=known_bugs, own_failure=outcome.own_failure):
                 return
+        if outcome.failed and outcome.signature != first.get("signature"):
+            # Another failure met while shrinking the first: kept as found (``meet``), not shrunk.
+            # Raised, Hypothesis would report whichever is smallest by its own order, and the
+            # written file, its history replay and the report would no longer be the failure found.
+            if outcome.signature not in other_signatures:
+                other_signatures.add(outcome.signature)
+                progress(f"shrinking met another failure, {outcome.signature}: kept as found, not shrunk")
+            return
         if outcome.failed:
             last_failing[outcome.signature] = (list(program), outcome)
             raise failure_class(outcome.signature)(outcome.message)
@@ -381,15 +390,7 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
         result.first_outcome = first.get("outcome")
         result.needs_history = bool(first.get("needs_history"))
         result.found_after_examples = first.get("examples")
-        other = findings.get(exc.signature)
-        if exc.signature != first.get("signature") and other is not None:
-            # Hypothesis reports the smallest of the failures met (report_multiple_bugs=False): one first
-            # met while shrinking another. Its own first program and history stand for it (a history
-            # replay of the other's would replay the wrong programs before it).
-            progress(f"shrinking met {exc.signature} (first at program {other.position}) and reports it, "
-                     f"smaller, instead of {first.get('signature')}")
-            result.first_program, result.first_outcome = list(other.program), other.outcome
-            result.needs_history, result.found_after_examples = False, other.position
+
     stats.wall_s = time.monotonic() - t0
     result.longest_passing = longest[0]
     result.failures = list(findings.values())
