@@ -64,7 +64,7 @@ def test_ci_exploration_with_request_fuzzing_prints_the_fields_drawn(server_pool
     server = server_pool.get("pp1-overlap")
     # without novelty guidance: fresh draws, so the field cases drawn spread (mutating novel programs
     # re-draws few of them; that path is tested in test_novelty.py)
-    settings = ExploreSettings(profile="ci", max_examples=80, corpus=False, fuzz_requests=True, novelty=False)
+    settings = ExploreSettings(profile="ci", max_examples=120, corpus=False, fuzz_requests=True, novelty=False)
     report = explorer.explore(server.config, settings, server=server, out_dir=tmp_path, progress=lambda line: print(f"[explore] {line}"))
     explorer.print_report(report, profile="ci")
     out = capsys.readouterr().out
