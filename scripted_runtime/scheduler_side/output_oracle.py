@@ -324,8 +324,8 @@ def _known(scheduler: Any, key: Tuple[Any, Tuple[int, ...]], *, disk: bool = Tru
     have = _references.get(key)
     if have is not None or not disk:
         return have
-    disk = _disk_cache(scheduler)
-    entry = disk.get(*key) if disk is not None else None
+    cache = _disk_cache(scheduler)
+    entry = cache.get(*key) if cache is not None else None
     if entry is not None:
         _references[key] = entry
         computed["from_cache"] += 1

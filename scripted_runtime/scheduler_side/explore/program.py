@@ -454,9 +454,7 @@ def session_turn(ctx, reqs, *, after: Optional[int], family: int, length: int, m
     turns = [h for h in reqs if session_of(h) is not None]
     earlier = turns[after % len(turns)] if after is not None and turns else None
     if earlier is None:
-        opened = [op.payload["session_id"] for op in ctx.control_ops if op.name.startswith("open_session(")]
-        yield from _after_earlier(ctx, "OpenSessionReqInput")
-        op = ctx.open_session(f"explored-session-{len(opened) + 1}")
+        op = yield from session_op(ctx, "open")
         yield from op.wait()
         if not op.success:
             return None
