@@ -112,9 +112,11 @@ def test_bench_explore_keeps_every_failure_it_meets(mutant_server, tmp_path):
     a planted one, the mutant) is written at once, with its run, seed and
     position, and that file replays it."""
     bench = load_bench("explore")
-    rows = bench.measure(mutant_server.topology, 10.0, 1, out_dir=tmp_path, patches=[mutant_server.mutant],
+    # With shrinking off the search ends at the first failure, so the time limit is only a bound: the
+    # seed's draws are fixed, how many of them fit in a few seconds is not (CI met none in 10 s)
+    rows = bench.measure(mutant_server.topology, 90.0, 1, out_dir=tmp_path, patches=[mutant_server.mutant],
                          server=mutant_server)
-    assert rows["failures"], "the planted mutant was not met in 10 s"
+    assert rows["failures"], "the planted mutant was not met in 90 s"
     line = rows["failures"][0]
     m = re.match(r"run 1 \(seed 1\), program (\d+): (\S+) -> (\S+)$", line)
     assert m, line
