@@ -119,6 +119,8 @@ def key_of(scheduler: Any, harness_files: Sequence[str] = ()) -> Dict[str, Any]:
         "sglang_dir": sglang_dir,
         "sglang_sources": _digest(_files_signature(sglang_dir, "*.py")),
         "torch": getattr(torch, "__version__", "?"),
+        # a reduction split over more threads may round differently (CPU_THREAD_ENV in user_side/server.py)
+        "torch_threads": torch.get_num_threads(),
         "harness_oracle": harness.hexdigest(),
         "patches": patches,  # in order: a later patch may wrap an earlier one
         # a patch of the user's own file (PATH.py:ATTR): its file as it is now

@@ -190,12 +190,22 @@ def config_from_keywords(*, device: str = "cpu", topology: str = "pp1-overlap", 
                         revert_fixes=tuple(revert_fixes), patches=tuple(patches), extensions=tuple(extensions))
 
 
+# A CPU server's processes run one OpenMP (torch intra-op) thread each, unless
+# the user's environment sets OMP_NUM_THREADS. SGLang leaves a CPU server at
+# torch's default (one thread per core: it sets 1 itself only off CPU), so on
+# the 2-core box a pp=4 server's four ranks spin eight threads on two cores,
+# and the tiny model gains nothing from a second thread. Measured on the ci
+# exploration of the default suite (2026-11-27, docs/internals.md "Threads of
+# a CPU server"): pp4 103 s -> 61 s, pp1 25 s -> 22 s, same programs.
+CPU_THREAD_ENV = {"OMP_NUM_THREADS": "1"}
+
+
 def shared_environment(device: str) -> Tuple[Dict[str, str], str, List[str]]:
     """What every server of this harness shares, whatever its configuration:
     the environment (a template's, ``templates.base_env`` of it), the
     PYTHONPATH a template runs with, and the user's own PYTHONPATH entries."""
     harness = module_paths.harness_path_entry()
-    env = {**sglang_compat.SERVER_ENV, **os.environ}
+    env = {**sglang_compat.SERVER_ENV, **(CPU_THREAD_ENV if device == "cpu" else {}), **os.environ}
     first = [str(module_paths.site_dir()), harness]
     # the user's own entries (an ab side's child names the harness again: no second entry for it)
     user_path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in first]

@@ -48,6 +48,29 @@ def test_a_changed_engine_argument_is_another_key_and_recomputes(tmp_path, chang
     assert len(list(tmp_path.glob("*.json"))) == 2, "each key has its own file"
 
 
+def test_another_torch_thread_count_is_another_key(tmp_path, monkeypatch):
+    """A CPU server runs one thread per process unless the user's
+    OMP_NUM_THREADS says otherwise (user_side/server.py CPU_THREAD_ENV); a
+    reduction split over more threads may round differently, so references
+    computed under another count are not read."""
+    import torch
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    ReferenceCache(tmp_path, reference_cache.key_of(_scheduler())).put(FP, PROMPT, ENTRY)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert ReferenceCache(tmp_path, reference_cache.key_of(_scheduler())).get(FP, PROMPT) is None
+
+
+def test_a_cpu_server_runs_one_thread_per_process_unless_the_user_says(monkeypatch):
+    from scripted_runtime.user_side import server
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert server.shared_environment("cpu")[0]["OMP_NUM_THREADS"] == "1"
+    assert "OMP_NUM_THREADS" not in server.shared_environment("cuda")[0]  # SGLang sets 1 itself off CPU
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert server.shared_environment("cpu")[0]["OMP_NUM_THREADS"] == "2"
+
+
 @pytest.mark.parametrize("change", [{"pp_size": 4}, {"disable_overlap_schedule": True},
                                     {"pp_size": 4, "pp_async_batch_depth": 1}])
 def test_the_pipeline_topology_is_the_same_key(change):
