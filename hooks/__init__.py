@@ -11,6 +11,7 @@ SCRIPTED_RUNTIME_HOOKS=1. Each concern lives in its own module:
 * ``upstream_harness`` - lets SGLang's own built-in harness run on CPU, for the
   bench (SCRIPTED_RUNTIME_UPSTREAM_HARNESS=1);
 * ``hicache_gate``    - holds HiCache's host<->device copies on a script's request;
+* ``pause_abort_wake`` - ``pause_generation(abort)`` answers when its last request ends;
 * ``sglang_compat``   - every SGLang-version difference the others rely on.
 
 Patches are applied when the patched module is imported (``post_import``), so
@@ -47,6 +48,10 @@ def activate_common() -> None:
         from scripted_runtime.hooks import scheduler_hook
 
         post_import.when_imported(sglang_compat.SCHEDULER_MODULE, scheduler_hook.install)
+    from scripted_runtime.hooks import pause_abort_wake
+
+    if pause_abort_wake.requested():  # pause(abort) answers when its last request ends (pause_abort_wake.py)
+        post_import.when_imported(sglang_compat.TOKENIZER_MANAGER_MODULE, pause_abort_wake.install)
     from scripted_runtime.hooks import hicache_gate
 
     hicache_gate.install(sglang_compat.SCHEDULER_MODULE)  # HiCache copies a script can hold (hicache_gate.py)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
+TOKENIZER_MANAGER_MODULE = "sglang.srt.managers.tokenizer_manager"
 IO_STRUCT_MODULE = "sglang.srt.managers.io_struct"
 # CUDA kernels package: <=0.5.12.post1 imports it unconditionally (stubbed on CPU).
 SGL_KERNEL_MODULE = "sgl_kernel"
@@ -951,3 +952,20 @@ def priority_entry(req: Any) -> Tuple[str, int, float, bool]:
     stats = getattr(req, "time_stats", None)
     return (req.rid, int(getattr(req, "priority", 0) or 0),
             float(getattr(stats, "wait_queue_entry_time", 0.0) or 0.0), bool(getattr(req, "is_retracted", False)))
+
+
+# ---------------------------------------------------------------------------
+# pause_generation(abort)'s polling loop (hooks/pause_abort_wake.py).
+# 0.5.23 TokenizerManager.pause_generation, mode abort: ``while True:
+# self.abort_request(abort_all=True); if not await
+# self.model_update_lock.is_locked(): break; await asyncio.sleep(1.0)``, the
+# lock an ``utils/aio_rwlock.RWLock`` (``_cond`` notified when the last
+# reader leaves; ``_readers``, ``_writer_active``).
+PAUSE_ABORT_POLL_NAMES = ("abort_request", "model_update_lock", "is_locked", "sleep", "asyncio")
+
+
+def pause_abort_poll(pause_generation: Any) -> bool:
+    """Whether ``pause_generation`` is the polling loop above (by the names
+    its code uses: a release that waits another way is left alone)."""
+    code = getattr(pause_generation, "__code__", None)
+    return code is not None and all(name in code.co_names for name in PAUSE_ABORT_POLL_NAMES)

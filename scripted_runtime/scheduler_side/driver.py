@@ -452,7 +452,8 @@ class Driver:
         waiting = [op for op in self.ledger.unsettled() if op.name == "pause_generation(abort)"]
         if not waiting:
             return
-        if all(op.http.wait(ABORT_PAUSE_GRACE_S) for op in waiting):
+        # a script that waited for the answer in vain already spent (part of) the grace
+        if all(op.http.wait(max(0.0, ABORT_PAUSE_GRACE_S - op.http.waited_s)) for op in waiting):
             return
         raise ResetError(
             "a pause_generation(abort) of the previous script is still unanswered: SGLang's tokenizer sends "

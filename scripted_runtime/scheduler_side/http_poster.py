@@ -26,6 +26,9 @@ class HttpAnswer:
     # order (``[DONE]`` left out); ``body`` is then the last of them. None otherwise.
     chunks: Optional[List[Any]] = None
     _answered: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    # seconds already waited in vain (``wait`` calls that timed out): a later
+    # deadline for the same answer may count them
+    waited_s: float = field(default=0.0, repr=False, compare=False)
 
     @property
     def done(self) -> bool:
@@ -35,7 +38,10 @@ class HttpAnswer:
         """Block (without stepping the scheduler) until the answer arrived or
         ``timeout_s`` passed; True when it arrived. Only for answers that need
         no further scheduler iteration."""
-        return self._answered.wait(timeout_s)
+        if self._answered.wait(timeout_s):
+            return True
+        self.waited_s += max(0.0, timeout_s)
+        return False
 
     def mark_answered(self) -> None:
         """The post is over (status and body, or error, are set): wakes ``wait``."""

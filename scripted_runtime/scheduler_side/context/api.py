@@ -328,7 +328,8 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         scheduler (processed in the next iteration). ``abort`` never does:
         SGLang's tokenizer flags itself paused (holding new requests until
         continue) and sends ``abort_all`` until no request holds its lock,
-        every second, answering only then; this returns once its first
+        every second (in the harness's servers woken as soon as the lock is
+        free: hooks/pause_abort_wake.py), answering only then; this returns once its first
         ``abort_all`` reached the scheduler (processed in the next
         iteration), and ``op.http`` answers after the requests ended
         (``yield`` until they are, then ``op.http.wait(s)``)."""
