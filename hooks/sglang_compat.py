@@ -30,6 +30,15 @@ ROTARY_CPU_FLAG_MODULES = (
 # core cannot be walked from Python (node_by_id / root_node raise
 # NotImplementedError); the Python core can. Ignored by older releases.
 SERVER_ENV = {"SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python"}
+# Ports SGLang picks for itself (0.5.23 ``PortArgs.init_new``: the process
+# group's store port, ``nccl_port``, from ``get_free_port_below_ephemeral``,
+# checked free when chosen and bound later by the ranks). A harness HTTP port
+# drawn from the same range can be taken by a server starting beside it.
+SGLANG_OWN_PORT_RANGE = (22000, 29999)
+# What uvicorn logs when the HTTP port is taken; SGLang's launcher then does
+# not exit (its lifespan joins the warm-up thread, which waits for a server
+# that never answers), so the harness reads it off the log.
+HTTP_BIND_FAILED = "error while attempting to bind on address"
 # SGLang's own built-in scripted-runtime harness (0.5.2x; absent before). Its
 # package __init__ installs tree-core inspectors from sglang.test.kits, which
 # look for a Rust workspace the wheel does not ship (see hooks/upstream_harness.py).

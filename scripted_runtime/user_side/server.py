@@ -56,8 +56,19 @@ ScriptLike = Union[Callable, str, protocol.ScriptTarget]
 
 # SGLang derives ports from the HTTP port (0.5.13: gRPC at port + 10000, which
 # must stay <= 65535), so the HTTP port comes from below the kernel's ephemeral
-# range (32768+), where an OS-assigned port could land too high.
-HTTP_PORT_RANGE = (20000, 30000)
+# range (32768+), where an OS-assigned port could land too high; and from below
+# the range SGLang picks its own ports from (sglang_compat.SGLANG_OWN_PORT_RANGE:
+# with both at 20000-30000 a standby starting beside a restart lost its HTTP port
+# to the other server's process-group store, measured 2026-11-27).
+HTTP_PORT_RANGE = (20000, sglang_compat.SGLANG_OWN_PORT_RANGE[0])
+# A start whose HTTP port was taken between its choice and SGLang's bind is tried
+# again on another port this many times.
+PORT_TAKEN_RETRIES = 1
+LOG_CHECK_S = 1.0  # how often a start reads the server log for a failed bind
+
+
+class PortTakenError(ServerStartError):
+    """SGLang could not bind the HTTP port the harness chose for it."""
 
 
 def free_port(port_range: Tuple[int, int] = HTTP_PORT_RANGE, tries: int = 200) -> int:
@@ -328,6 +339,17 @@ class ScriptedServer:
         self._abandon.set()
 
     def _launch(self) -> None:
+        for attempt in range(PORT_TAKEN_RETRIES + 1):
+            try:
+                self._launch_once()
+                return
+            except PortTakenError as exc:
+                if attempt == PORT_TAKEN_RETRIES:
+                    raise
+                print(f"[scripted-runtime] {str(exc).splitlines()[0]}; starting again on another port",
+                      file=sys.stderr, flush=True)
+
+    def _launch_once(self) -> None:
         t0 = time.monotonic()
         self.server_id = uuid.uuid4().hex
         workdirs.prune_stale()  # work dirs of earlier servers, untouched for a week
@@ -419,9 +441,13 @@ class ScriptedServer:
 
     def _wait_for_ready(self, t0: float) -> protocol.Ready:
         deadline = t0 + self.start_timeout_s
+        next_log_check = time.monotonic() + LOG_CHECK_S
         while time.monotonic() < deadline:
             if self._abandon.is_set():
                 raise ServerStartError("start abandoned (a standby no longer needed)")
+            if time.monotonic() >= next_log_check:
+                next_log_check = time.monotonic() + LOG_CHECK_S
+                self._raise_if_port_taken()
             if self._sock.poll(int(POLL_S * 1000) * 4):
                 msg = self._sock.recv_pyobj()
                 if isinstance(msg, protocol.Ready):
@@ -442,6 +468,15 @@ class ScriptedServer:
         raise ServerStartError(
             f"the scheduler hook did not report ready within {self.start_timeout_s:.0f}s "
             f"(waiting for warmup to drain; log: {self.log_path}):\n{log_tail(self.log_path)}")
+
+    def _raise_if_port_taken(self) -> None:
+        """PortTakenError when the log says SGLang could not bind its HTTP
+        port (its launcher then waits for good instead of exiting)."""
+        tail = log_tail(self.log_path, lines=20)
+        line = next((l for l in tail.splitlines() if sglang_compat.HTTP_BIND_FAILED in l), None)
+        if line is not None:
+            raise PortTakenError(f"the HTTP port of {self.http_url} was taken by another process before SGLang "
+                                 f"bound it: {line.strip()} (log: {self.log_path})")
 
     @property
     def trace_dir(self) -> Path:

@@ -11,9 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-pytestmark = pytest.mark.sglang  # imports SGLang's tokenizer manager
 
-from scripted_runtime.hooks import pause_abort_wake  # noqa: E402
+from scripted_runtime.hooks import pause_abort_wake
 
 
 def _sglang_pause_generation():

@@ -201,8 +201,10 @@ def script_update_weights(ctx, flush):
     r = ctx.start_req(prompt_len=32, max_new_tokens=3, ignore_eos=True)
     yield from ctx.wait_finished(r, max_steps=100)
     yield from ctx.wait_idle(max_steps=50)
-    op = ctx.update_weights_from_disk(flush_cache=flush)
-    yield from op.wait(max_steps=200)
+    # arrival by time: the tokenizer sends the update once the finished request left its lock, which
+    # takes milliseconds, not a number of idle iterations (200 of them took 0.06 s and missed it once)
+    op = ctx.update_weights_from_disk(flush_cache=flush, await_arrival=True)
+    yield from op.wait(max_steps=2)
     nodes_after = ctx.tree_node_count()
     r2 = ctx.start_req(prompt_len=8, max_new_tokens=3, ignore_eos=True)
     yield from ctx.wait_finished(r2, max_steps=100)
