@@ -308,6 +308,19 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
             pass
         return op.arrived
 
+    def await_frame(self, request_type: str, timeout_s: float) -> bool:
+        """Block, without stepping, until a frame of ``request_type`` (e.g.
+        ``"AbortReq"``) reached the scheduler's socket and is not ingested
+        yet, or ``timeout_s`` passed; True when one is there. For a frame
+        SGLang's tokenizer sends on its own (the last ``abort_all`` of a
+        ``pause_generation(abort)``, sent right before its answer)."""
+        try:
+            self._inbox.wait_for(lambda f: type(f).__name__ == request_type, timeout_s=timeout_s,
+                                 what=request_type)
+        except ArrivalTimeout:
+            return False
+        return True
+
     def flush_cache(self) -> ControlOp:
         """Ask for a cache flush. ``op.success`` is False when the scheduler's
         idle gate refused it (visible after the next yield).
