@@ -1,0 +1,72 @@
+"""``explore.pause(ctx, reqs, "abort")`` (scheduler_side/explore/program.py)
+on a small stand-in for ``ctx``: once answered, a pause whose first round
+found a forwarded request still unanswered takes the tokenizer's last
+``abort_all`` (sent right before the answer) and lets one iteration process
+it, so nothing of the pause is left for the next operation; a pause with no
+such request looks for nothing."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from scripted_runtime.scheduler_side.explore import program
+
+
+class _Answer:
+    def __init__(self, done: bool) -> None:
+        self.done = done
+
+    def wait(self, timeout_s: float) -> bool:
+        return True
+
+
+class _Ctx:
+    def __init__(self, last_abort_arrives: bool) -> None:
+        self.scheduler = SimpleNamespace()
+        self.looked_for = []
+        self._arrives = last_abort_arrives
+
+    def pause_generation(self, mode):
+        return SimpleNamespace(http=_Answer(True), name=f"pause_generation({mode})")
+
+    def await_frame(self, request_type, timeout_s):
+        self.looked_for.append((request_type, timeout_s))
+        return self._arrives
+
+
+def _handle(*, finished: bool, answered: bool, status: str = "running"):
+    return SimpleNamespace(finished=finished, http=_Answer(answered), status=status, rid="r")
+
+
+def _steps(gen) -> int:
+    n = 0
+    try:
+        while True:
+            next(gen)
+            n += 1
+    except StopIteration:
+        return n
+
+
+def test_the_last_abort_of_a_pause_that_found_a_request_in_flight_is_processed(monkeypatch):
+    monkeypatch.setattr(program, "_slots", lambda ctx: 1)
+    ctx = _Ctx(last_abort_arrives=True)
+    # the request ended (the scheduler's view) but its answer had not come when the pause was posted
+    steps = _steps(program.pause(ctx, [_handle(finished=True, answered=False)], "abort"))
+    assert ctx.looked_for == [("AbortReq", program.LAST_ABORT_GRACE_S)]
+    assert steps == 1, "one iteration processes the last abort_all"
+
+
+def test_no_iteration_when_the_last_abort_does_not_come(monkeypatch):
+    monkeypatch.setattr(program, "_slots", lambda ctx: 1)
+    ctx = _Ctx(last_abort_arrives=False)
+    assert _steps(program.pause(ctx, [_handle(finished=True, answered=False)], "abort")) == 0
+    assert ctx.looked_for
+
+
+def test_nothing_is_looked_for_without_a_forwarded_request_in_flight(monkeypatch):
+    monkeypatch.setattr(program, "_slots", lambda ctx: 1)
+    for reqs in ([], [_handle(finished=True, answered=True)],
+                 [_handle(finished=True, answered=False, status="posted")]):  # kept back by the tokenizer
+        ctx = _Ctx(last_abort_arrives=True)
+        assert _steps(program.pause(ctx, reqs, "abort")) == 0
+        assert ctx.looked_for == []
