@@ -243,8 +243,9 @@ ABORT_PAUSE_ANSWER_S = 3.0
 
 # How long to look for the abort_all SGLang's tokenizer sends right before answering a
 # pause(abort) whose first round found a request in flight: sent before the answer, over IPC
-# (well under a millisecond), so the inbox's grace for a frame after an answer. Not every such
-# pause sends one (0.5 s here cost a pp1-normal search a quarter of its programs: 542 against 703).
+# (well under a millisecond), so the inbox's grace for a frame after an answer; a request whose
+# answer had not reached the harness when the pause was posted may have left the lock already,
+# and then no second round comes.
 LAST_ABORT_GRACE_S = NO_FRAME_GRACE_S
 
 
