@@ -207,7 +207,7 @@ def config_from_keywords(*, device: str = "cpu", topology: str = "pp1-overlap", 
 # the 2-core box a pp=4 server's four ranks spin eight threads on two cores,
 # and the tiny model gains nothing from a second thread. Measured on the ci
 # exploration of the default suite (2026-11-27, docs/internals.md "Threads of
-# a CPU server"): pp4 103 s -> 61 s, pp1 25 s -> 22 s, same programs.
+# a CPU server"): pp4 103 s -> 52 s, pp1 25 s -> 22-23 s, same programs.
 CPU_THREAD_ENV = {"OMP_NUM_THREADS": "1"}
 
 
