@@ -7,7 +7,8 @@ tokens.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import functools
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from hypothesis import strategies as st
 
@@ -85,33 +86,78 @@ WEIGHT_QUERIES = ("checksum", "snapshot", "compare", "get_weights", "version", "
 SESSION_OPS = ("open", "close", "reopen")
 
 
-def runtime_ops() -> st.SearchStrategy:
-    return st.one_of(st.builds(A.SetLimit, value=st.sampled_from(LIMIT_VALUES)),
-                     st.builds(A.WeightQuery, kind=st.sampled_from(WEIGHT_QUERIES)),
-                     st.builds(A.SlowDown, ms=st.sampled_from(SLOW_DOWN_MS)),
-                     st.builds(A.SessionOp, kind=st.sampled_from(SESSION_OPS)))
+# Every kind of control operation, by family and name: each request the scheduler handles on
+# a path of its own (a pause mode, a weight query, a session request each count as one). A
+# control operation draws a family among those whose kinds the program keeps (``programs``),
+# then a kind of that family, each as likely as the others. Before the swarm draw a draw went
+# through Hypothesis's one_of, which flattens nested choices into one list of its leaves: a
+# weight query was 1 control operation in 14, one query kind 1 in 140 (now 1 in 10 and 1 in
+# 100 when a program keeps every kind).
+CONTROL_OP_KINDS: Tuple[Tuple[str, str, st.SearchStrategy], ...] = (
+    ("flush", "flush", st.just(A.Flush())),
+    ("abort", "abort_one", st.builds(A.AbortOne, pick=st.integers(0, 3))),
+    ("abort", "abort_all", st.just(A.AbortAll())),
+    ("update", "update_disk", st.builds(A.UpdateWeights, flush=st.booleans())),
+    ("update", "update_tensor", st.builds(A.UpdateWeights, flush=st.booleans(), tensor=st.just(True))),
+    ("update", "update_distributed", st.builds(A.UpdateWeights, flush=st.booleans(), distributed=st.just(True))),
+    *(("pause", f"pause_{mode}", st.just(A.Pause(mode))) for mode in PAUSE_MODES),
+    ("continue", "continue", st.just(A.Continue())),
+    ("memory", "release_memory", st.builds(A.ReleaseMemory, tags=st.sampled_from(MEMORY_TAG_CHOICES))),
+    ("memory", "resume_memory", st.just(A.ResumeMemory())),
+    ("rl_cycle", "rl_cycle", rl_cycles()),
+    ("knob", "set_limit", st.builds(A.SetLimit, value=st.sampled_from(LIMIT_VALUES))),
+    ("knob", "slow_down", st.builds(A.SlowDown, ms=st.sampled_from(SLOW_DOWN_MS))),
+    *(("query", f"query_{kind}", st.just(A.WeightQuery(kind))) for kind in WEIGHT_QUERIES),
+    *(("session", f"session_{kind}", st.just(A.SessionOp(kind))) for kind in SESSION_OPS),
+)
+CONTROL_OP_NAMES = tuple(name for _, name, _ in CONTROL_OP_KINDS)
+ALL_OP_KINDS = tuple(range(len(CONTROL_OP_KINDS)))
+# The kinds an OnWindow / OnPhase may place: not those that only undo an earlier op of the
+# program (continue, resume).
+UNDOING_OP_KINDS = ("continue", "resume_memory")
+PLACED_OP_KINDS = tuple(i for i in ALL_OP_KINDS if CONTROL_OP_NAMES[i] not in UNDOING_OP_KINDS)
 
 
-def control_ops() -> st.SearchStrategy:
-    return st.one_of(
-        st.just(A.Flush()),
-        st.builds(A.AbortOne, pick=st.integers(0, 3)),
-        st.just(A.AbortAll()),
-        st.builds(A.UpdateWeights, flush=st.booleans(), tensor=st.booleans()),
-        st.builds(A.UpdateWeights, flush=st.booleans(), distributed=st.just(True)),
-        st.builds(A.Pause, mode=st.sampled_from(PAUSE_MODES)),
-        st.just(A.Continue()),
-        st.builds(A.ReleaseMemory, tags=st.sampled_from(MEMORY_TAG_CHOICES)),
-        st.just(A.ResumeMemory()),
-        rl_cycles(),
-        runtime_ops(),
-    )
+def op_kinds(*names: str) -> Tuple[int, ...]:
+    """The indices into ``CONTROL_OP_KINDS`` of the kinds ``names``."""
+    return tuple(CONTROL_OP_NAMES.index(name) for name in names)
 
 
-def _placed(op: A.Action) -> bool:
-    """Ops an OnWindow / OnPhase may place: not those that only undo an
-    earlier op of the program (continue, resume)."""
-    return not isinstance(op, (A.Continue, A.ResumeMemory))
+def _pick(draw: Callable, options: Sequence, kept: Optional[Sequence[int]] = None):
+    """One of ``options``, each as likely as the others (an explicit index:
+    Hypothesis's one_of would flatten nested choices and merge repeated
+    ones); shrinks towards the first. With ``kept``, one of the options at
+    those positions: an index into all of them, drawn again while it falls
+    on one left out (``PICK_TRIES`` times, then the first kept), so that an
+    index means the same option whichever others a program keeps (which
+    keeps a swarm program shrinking as well as any: ``_kept``)."""
+    if kept is None:
+        return options[draw(st.integers(0, len(options) - 1))]
+    for _ in range(PICK_TRIES):
+        i = draw(st.integers(0, len(options) - 1))
+        if i in kept:
+            return options[i]
+    return options[min(kept)]
+
+
+PICK_TRIES = 8
+
+
+FAMILIES = tuple(dict.fromkeys(family for family, _, _ in CONTROL_OP_KINDS))
+
+
+@st.composite
+def control_ops(draw: Callable, kept: Tuple[int, ...] = ALL_OP_KINDS, placed: bool = False) -> A.Action:
+    """A control operation of one of the kinds ``kept`` (indices into
+    ``CONTROL_OP_KINDS``): a family, then a kind of it; with ``placed``
+    only those an OnWindow / OnPhase may place (all of those when ``kept``
+    holds none)."""
+    if placed:
+        kept = tuple(i for i in kept if i in PLACED_OP_KINDS) or PLACED_OP_KINDS
+    family = _pick(draw, FAMILIES, {FAMILIES.index(CONTROL_OP_KINDS[i][0]) for i in kept})
+    members = [i for i, (f, _, _) in enumerate(CONTROL_OP_KINDS) if f == family]
+    index = _pick(draw, members, {members.index(i) for i in kept if i in members})
+    return draw(CONTROL_OP_KINDS[index][2])
 
 
 # A request's logprobs (Start.logprob_start): none (first, and three times in seven), output
@@ -203,11 +249,12 @@ def kv_pressure_drawn(topology: str) -> bool:
     return topology in LOOP_OF_TOPOLOGY
 
 
-def phase_ops(topology: str) -> st.SearchStrategy:
-    """What an OnPhase does once its phase holds: a control operation (not
-    continue: there is nothing to continue unless the program paused), or
-    taking the free KV (memory running out mid-decode)."""
-    ops = control_ops().filter(_placed)
+def phase_ops(topology: str, kept: Tuple[int, ...] = ALL_OP_KINDS) -> st.SearchStrategy:
+    """What an OnPhase does once its phase holds: a control operation of the
+    kinds ``kept`` (not continue: there is nothing to continue unless the
+    program paused), or, half the time, taking the free KV (memory running
+    out mid-decode)."""
+    ops = control_ops(kept, placed=True)
     if not kv_pressure_drawn(topology):
         return ops
     return st.one_of(ops, st.builds(A.ExhaustKv, leave_pages=st.sampled_from(KV_LEAVE_PAGES),
@@ -246,55 +293,175 @@ def hicache_gate_actions() -> st.SearchStrategy:
     )
 
 
-def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None,
-                    fuzz_cases: Optional[Tuple[str, ...]] = None) -> st.SearchStrategy:
-    """One action; HiCache's gate actions only with the feature on
-    (``features``, by default the topology's own); fuzzed requests only with
-    ``fuzz_cases`` (request fuzzing on: the field cases it draws)."""
-    if features is None:
-        features = engine_config.features_of(topology)
+# Operation sequences (the swarm draw's): a pause and its continue, a memory release and its
+# resume, a query before and after an operation. Clients drive them so (an RL framework pauses,
+# updates and continues; it compares a checksum before and after), and drawn as single
+# operations the closing one rarely follows the opening one with only a few actions between.
+SEQUENCE_GAP_STEPS = 3
+OBSERVING_QUERIES = ("checksum", "snapshot", "compare", "get_weights", "version", "server_info")
+
+
+def _between(kept: Tuple[int, ...]) -> st.SearchStrategy:
+    """What a sequence holds between its ends: nothing, a few steps, or a
+    control operation of the kinds ``kept``; at most two of them."""
+    return st.lists(st.one_of(st.builds(A.Steps, n=st.integers(1, SEQUENCE_GAP_STEPS)),
+                              control_ops(kept, placed=True)), max_size=2)
+
+
+@st.composite
+def paused(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...], wait: int) -> Tuple[A.Action, ...]:
+    """A pause of a kept mode, at once or once a phase holds, what happens
+    while paused (``_between``), then its continue."""
+    modes = {i for i, m in enumerate(PAUSE_MODES) if CONTROL_OP_NAMES.index(f"pause_{m}") in kept}
+    pause = A.Pause(_pick(draw, PAUSE_MODES, modes or range(len(PAUSE_MODES))))
+    if draw(st.booleans()):
+        pause = A.OnPhase(_pick(draw, loop_phases), pause, wait)
+    return (pause, *draw(_between(kept)), A.Continue())
+
+
+@st.composite
+def released(draw: Callable, kept: Tuple[int, ...]) -> Tuple[A.Action, ...]:
+    """A memory release, what happens while released, then the resume."""
+    return (A.ReleaseMemory(draw(st.sampled_from(MEMORY_TAG_CHOICES))), *draw(_between(kept)), A.ResumeMemory())
+
+
+@st.composite
+def observed(draw: Callable, kept: Tuple[int, ...]) -> Tuple[A.Action, ...]:
+    """A weight query (of the kept kinds), a control operation, a query again."""
+    queries = {i for i, q in enumerate(OBSERVING_QUERIES) if CONTROL_OP_NAMES.index(f"query_{q}") in kept}
+    queries = queries or range(len(OBSERVING_QUERIES))
+    first = _pick(draw, OBSERVING_QUERIES, queries)
+    op = draw(control_ops(kept, placed=True))
+    last = _pick(draw, OBSERVING_QUERIES, queries)
+    return (A.WeightQuery(first), op, A.WeightQuery(last))
+
+
+# A kind of action (``action_kinds``): a function of the control-operation kinds a program
+# keeps that returns the kind's strategy, and whether that strategy draws a sequence of
+# actions (a tuple) rather than one.
+ActionKind = Callable[[Tuple[int, ...]], st.SearchStrategy]
+
+
+def action_kinds(topology: str, features: Tuple[str, ...],
+                 fuzz_cases: Optional[Tuple[str, ...]]) -> Tuple[Tuple[ActionKind, bool], ...]:
+    """The kinds of action a program on ``topology`` draws, each as likely as
+    the others (a kind listed twice, twice as likely), as (kind, draws a
+    sequence); HiCache's gate actions only with the feature on; fuzzed
+    requests only with ``fuzz_cases`` (request fuzzing on: the field cases
+    it draws); the user's own actions where extensions are loaded."""
+    return _action_kinds(topology, tuple(features), fuzz_cases, tuple(sorted(extensions.actions())))
+
+
+@functools.lru_cache(maxsize=None)
+def _action_kinds(topology: str, features: Tuple[str, ...], fuzz_cases: Optional[Tuple[str, ...]],
+                  loaded: Tuple[str, ...]) -> Tuple[Tuple[ActionKind, bool], ...]:
     names = windows_for(topology, features)
-    choices = [
-        st.builds(A.Steps, n=st.integers(1, MAX_STEPS_ACTION[topology])),
-        starts(HICACHE_PROMPT_LENGTHS if "hicache" in features else PROMPT_LENGTHS,
-               pipeline=LOOP_OF_TOPOLOGY[topology] == "pp"),
-        control_ops(),
-        st.builds(A.OnWindow, window=st.sampled_from(names),
-                  op=control_ops().filter(_placed),
-                  max_steps=st.just(WINDOW_WAIT_STEPS[topology])),
-        resends(),
-        turns(),
-        turns(),  # twice: a turn continues another only where the program sent one before it (turns())
-        st.builds(A.OnPhase, phase=st.sampled_from(TARGET_PHASES[LOOP_OF_TOPOLOGY[topology]]),
-                  op=phase_ops(topology), max_steps=st.just(WINDOW_WAIT_STEPS[topology])),
+    wait = WINDOW_WAIT_STEPS[topology]
+    loop_phases = TARGET_PHASES[LOOP_OF_TOPOLOGY[topology]]
+    steps = st.builds(A.Steps, n=st.integers(1, MAX_STEPS_ACTION[topology]))
+    start = starts(HICACHE_PROMPT_LENGTHS if "hicache" in features else PROMPT_LENGTHS,
+                   pipeline=LOOP_OF_TOPOLOGY[topology] == "pp")
+    resend, turn = resends(), turns()
+    single: List[ActionKind] = [
+        lambda ops: steps,
+        lambda ops: start,
+        lambda ops: control_ops(ops),
+        lambda ops: st.builds(A.OnWindow, window=st.sampled_from(names), op=control_ops(ops, placed=True),
+                              max_steps=st.just(wait)),
+        lambda ops: resend,
+        lambda ops: turn,
+        lambda ops: turn,  # twice: a turn continues another only where the program sent one before it (turns())
+        lambda ops: st.builds(A.OnPhase, phase=st.sampled_from(loop_phases), op=phase_ops(topology, ops),
+                              max_steps=st.just(wait)),
+    ]
+    sequences: List[ActionKind] = [
+        lambda ops: paused(ops, loop_phases, wait),
+        lambda ops: released(ops),
+        lambda ops: observed(ops),
     ]
     if kv_pressure_drawn(topology):
-        choices.append(kv_pressure_actions())
+        pressure = kv_pressure_actions()
+        single.append(lambda ops: pressure)
     if "hicache" in features:
-        choices.append(hicache_gate_actions())
-        choices.append(starts(HICACHE_PROMPT_LENGTHS))  # new traffic twice as often: evictions, returns
+        gate, hicache_start = hicache_gate_actions(), starts(HICACHE_PROMPT_LENGTHS)
+        single += [lambda ops: gate, lambda ops: hicache_start]  # new traffic twice as often: evictions, returns
     if "lora" in features:
-        choices += [lora_starts(), lora_starts(), lora_ops(),
-                    st.builds(A.OnPhase, phase=st.sampled_from(TARGET_PHASES[LOOP_OF_TOPOLOGY[topology]]),
-                              op=lora_ops(), max_steps=st.just(WINDOW_WAIT_STEPS[topology]))]
+        lora_start, lora_op = lora_starts(), lora_ops()
+        lora_on_phase = st.builds(A.OnPhase, phase=st.sampled_from(loop_phases), op=lora_op, max_steps=st.just(wait))
+        single += [lambda ops: lora_start, lambda ops: lora_start, lambda ops: lora_op, lambda ops: lora_on_phase]
     if "priority" in features:  # traffic with priorities, twice as often: full slots, preemptions
-        choices += [priority_starts(), priority_starts()]
+        priority_start = priority_starts()
+        single += [lambda ops: priority_start] * 2
     if fuzz_cases:  # asked for: drawn three times as often as one other kind of action (twice until
         # grammar 13's turns, also drawn twice, made them rarer: 7 field cases in 80 programs, not 10+)
-        choices += [fuzz_actions(fuzz_cases)] * 3
-    loaded = sorted(extensions.actions())
+        fuzz = fuzz_actions(fuzz_cases)
+        single += [lambda ops: fuzz] * 3
     if loaded:  # a user's own actions (--extension), drawn like the built-in ones
-        choices.append(st.builds(A.Extension, name=st.sampled_from(loaded)))
-    return st.one_of(*choices)
+        extension = st.builds(A.Extension, name=st.sampled_from(loaded))
+        single.append(lambda ops: extension)
+    return tuple((kind, False) for kind in single) + tuple((kind, True) for kind in sequences)
+
+
+@st.composite
+def _one_action(draw: Callable, kinds: Tuple[Tuple[ActionKind, bool], ...], kept: Sequence[int],
+                kept_ops: Tuple[int, ...]):
+    """An action (or a sequence) of one of the kinds at positions ``kept``."""
+    kind, _ = _pick(draw, kinds, kept)
+    return draw(kind(kept_ops))
+
+
+def action_strategy(topology: str, features: Optional[Tuple[str, ...]] = None,
+                    fuzz_cases: Optional[Tuple[str, ...]] = None) -> st.SearchStrategy:
+    """One action of any kind that draws one (``action_kinds``), any control
+    operation: what a novelty mutant puts into a corpus program."""
+    if features is None:
+        features = engine_config.features_of(topology)
+    kinds = action_kinds(topology, tuple(features), fuzz_cases)
+    return _one_action(kinds, frozenset(i for i, (_, sequence) in enumerate(kinds) if not sequence), ALL_OP_KINDS)
+
+
+# Swarm testing (Groce, Zhang, Eide, Chen, Regehr, "Swarm Testing", ISSTA 2012): each program
+# first draws which kinds of action and of control operation it keeps, each left out with
+# probability 1/2, then draws its actions among those only. A shape that needs a few kinds
+# together and few others around them (a retract pause while requests decode, and its
+# continue; a checksum, an update, a checksum) is much likelier in a program that left most
+# other kinds out than in one that mixes all ~50 kinds in the same proportions as every other
+# program; over many programs every kind is still drawn. Hypothesis shrinks the leave-out draws
+# towards keeping every kind. Measured against the draw before it in bench/README.md ("The
+# swarm draw").
+
+
+def _kept(draw: Callable, n: int) -> Tuple[int, ...]:
+    """Which of ``n`` kinds a program keeps: each left out (a True draw, one
+    in two) or kept; all of them if none is left."""
+    left_out = [draw(st.booleans()) for _ in range(n)]
+    return tuple(i for i in range(n) if not left_out[i]) or tuple(range(n))
+
+
+@st.composite
+def swarm_actions(draw: Callable, topology: str, features: Tuple[str, ...],
+                  fuzz_cases: Optional[Tuple[str, ...]], max_size: int) -> List[A.Action]:
+    """Up to ``max_size`` actions of the kinds this program keeps (swarm
+    testing, above); a sequence kind's actions count one each."""
+    kinds = action_kinds(topology, features, fuzz_cases)
+    kept = frozenset(_kept(draw, len(kinds)))
+    kept_ops = _kept(draw, len(CONTROL_OP_KINDS))
+    drawn = draw(st.lists(_one_action(kinds, kept, kept_ops), max_size=max_size))
+    flat: List[A.Action] = []
+    for item in drawn:
+        flat.extend(item if isinstance(item, tuple) else (item,))
+    return flat[:max_size]
 
 
 def programs(topology: str, *, max_actions: int = MAX_ACTIONS,
              features: Optional[Tuple[str, ...]] = None,
              fuzz_cases: Optional[Tuple[str, ...]] = None) -> st.SearchStrategy:
     """Programs that start at least one request first (an empty engine has
-    little to race with); the rest is free."""
+    little to race with); the rest is free, drawn among the kinds of action
+    the program keeps (swarm testing, above)."""
     if features is None:
         features = engine_config.features_of(topology)
+    features = tuple(features)
     if "hicache" in features:
         # With HiCache, a program may hold the copies from its start (a GPU whose copies lag the
         # scheduler), so a race with a pending copy needs only the requests that make one.
@@ -306,9 +473,9 @@ def programs(topology: str, *, max_actions: int = MAX_ACTIONS,
                          min_size=1, max_size=len(PROMPT_FAMILIES)).map(
             lambda drawn: [A.Start(n, PROMPT_FAMILIES[i], new) for i, (n, new) in enumerate(drawn)])
         return st.builds(lambda h, first, rest: ([h] if h else []) + first + rest, hold, first,
-                         st.lists(action_strategy(topology, features, fuzz_cases), max_size=max_actions - 4))
+                         swarm_actions(topology, features, fuzz_cases, max_actions - 4))
     first = st.one_of(starts(), lora_starts()) if "lora" in features else starts()
     if "priority" in features:
         first = priority_starts()
     return st.builds(lambda first, rest: [first] + rest, first,
-                     st.lists(action_strategy(topology, features, fuzz_cases), max_size=max_actions - 1))
+                     swarm_actions(topology, features, fuzz_cases, max_actions - 1))
