@@ -417,11 +417,14 @@ def test_requests_of_very_different_lengths_together_still_shrink():
     """A failure that needs a 1-token and a 192-token request together shrinks
     to two or three plain requests (a Resend may stand for the long one: it
     depends on the request it resends, so Hypothesis need not find the pair
-    of Starts)."""
+    of Starts). With the swarm draw, four at most: this test's derandomized
+    draws shrink to four plain starts, six other seeds' to two or three
+    (a program's leave-out draws come first, and each one the shrinker
+    changes is a program run)."""
     program = find(strategies.programs("pp1-normal"),
                    lambda p: {n for _, n in filter(None, A.resolve_prompts(p))} >= {1, 192},
                    settings=settings(NO_DB, max_examples=6000))
-    assert 2 <= len(program) <= 3 and all(isinstance(a, (A.Start, A.Resend)) for a in program)
+    assert 2 <= len(program) <= 4 and all(isinstance(a, (A.Start, A.Resend)) for a in program)
     assert all(a.max_new_tokens == 1 and a.ignore_eos and a.stop_at is None for a in program)
     assert {f for f, _ in filter(None, A.resolve_prompts(program))} == {0}
 

@@ -35,6 +35,15 @@ RESEND_LONGER = 3
 # and room for one long prompt (the radix tree is evicted to make room). The CPU default's
 # page is one token and its pool 8192 (pp1-hicache's 400).
 KV_LEAVE_PAGES = (0, 4, 64, 200)
+# ...or, half the time, any amount up to the largest: admission under pressure is
+# decided by how the free KV compares with the waiting requests' needs (one fits, two do not;
+# a decode step's worth short), so the levels between the named ones are drawn too.
+
+
+def kv_leave_pages() -> st.SearchStrategy:
+    """Pages an ExhaustKv leaves free: a named level (``KV_LEAVE_PAGES``,
+    first), or any amount from 0 to the largest."""
+    return st.one_of(st.sampled_from(KV_LEAVE_PAGES), st.integers(0, max(KV_LEAVE_PAGES)))
 
 LOOP_OF_TOPOLOGY = {"pp1-overlap": "overlap", "pp1-normal": "normal", "pp4": "pp", "pp1-hicache": "normal",
                     "pp1-lora": "overlap", "pp1-priority": "overlap"}
@@ -236,7 +245,7 @@ def turns() -> st.SearchStrategy:
 
 
 def kv_pressure_actions() -> st.SearchStrategy:
-    return st.one_of(st.builds(A.ExhaustKv, leave_pages=st.sampled_from(KV_LEAVE_PAGES), evict_cache=st.booleans()),
+    return st.one_of(st.builds(A.ExhaustKv, leave_pages=kv_leave_pages(), evict_cache=st.booleans()),
                      st.just(A.ReleaseKv()))
 
 
@@ -257,7 +266,7 @@ def phase_ops(topology: str, kept: Tuple[int, ...] = ALL_OP_KINDS) -> st.SearchS
     ops = control_ops(kept, placed=True)
     if not kv_pressure_drawn(topology):
         return ops
-    return st.one_of(ops, st.builds(A.ExhaustKv, leave_pages=st.sampled_from(KV_LEAVE_PAGES),
+    return st.one_of(ops, st.builds(A.ExhaustKv, leave_pages=kv_leave_pages(),
                                     evict_cache=st.booleans()))
 
 

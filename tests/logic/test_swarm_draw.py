@@ -1,0 +1,137 @@
+"""The explorer's swarm draw (strategies.py): every kind of control
+operation drawn by family then kind, a program keeping some kinds only,
+the operation sequences, and indices that keep their meaning whichever
+kinds a program keeps. Pure logic, no server."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, find, given, settings, strategies as st
+
+from scripted_runtime.user_side.explore import actions as A, strategies as S
+
+NO_DB = settings(database=None, max_examples=2000, derandomize=True)
+PHASES = S.TARGET_PHASES["normal"]
+CONTROL_TYPES = (A.Flush, A.AbortOne, A.AbortAll, A.UpdateWeights, A.Pause, A.Continue, A.ReleaseMemory,
+                 A.ResumeMemory, A.RlCycle, A.SetLimit, A.SlowDown, A.WeightQuery, A.SessionOp)
+
+
+def _name(op: A.Action) -> str:
+    """The CONTROL_OP_KINDS name of a drawn control operation."""
+    if isinstance(op, A.Pause):
+        return f"pause_{op.mode}"
+    if isinstance(op, A.WeightQuery):
+        return f"query_{op.kind}"
+    if isinstance(op, A.SessionOp):
+        return f"session_{op.kind}"
+    if isinstance(op, A.UpdateWeights):
+        return "update_distributed" if op.distributed else "update_tensor" if op.tensor else "update_disk"
+    return {A.Flush: "flush", A.AbortOne: "abort_one", A.AbortAll: "abort_all", A.Continue: "continue",
+            A.ReleaseMemory: "release_memory", A.ResumeMemory: "resume_memory", A.RlCycle: "rl_cycle",
+            A.SetLimit: "set_limit", A.SlowDown: "slow_down"}[type(op)]
+
+
+@pytest.mark.parametrize("name", S.CONTROL_OP_NAMES)
+def test_every_kind_of_control_operation_is_drawn(name):
+    assert _name(find(S.control_ops(), lambda op: _name(op) == name, settings=NO_DB)) == name
+
+
+def test_the_kinds_are_the_grammars_operations_once_each():
+    assert len(set(S.CONTROL_OP_NAMES)) == len(S.CONTROL_OP_NAMES)
+    assert {f"query_{q}" for q in S.WEIGHT_QUERIES} <= set(S.CONTROL_OP_NAMES)
+    assert {f"pause_{m}" for m in S.PAUSE_MODES} <= set(S.CONTROL_OP_NAMES)
+    # the smallest control operation is the first kind (a flush): what a failure shrinks towards
+    assert find(S.control_ops(), lambda op: True, settings=NO_DB) == A.Flush()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_a_control_operation_is_one_of_the_kinds_kept_and_placed_ones_undo_nothing(data):
+    kept = tuple(sorted(data.draw(st.sets(st.sampled_from(S.ALL_OP_KINDS), min_size=1))))
+    op = data.draw(S.control_ops(kept))
+    assert S.CONTROL_OP_NAMES.index(_name(op)) in kept
+    placed = data.draw(S.control_ops(kept, placed=True))
+    assert _name(placed) not in S.UNDOING_OP_KINDS
+    if any(i in S.PLACED_OP_KINDS for i in kept):
+        assert S.CONTROL_OP_NAMES.index(_name(placed)) in kept
+
+
+def test_an_index_means_the_same_option_whichever_others_are_kept():
+    """_pick draws an index into every option and draws again while it falls
+    on one left out, so keeping more options does not change what an index
+    already drawn picks."""
+    def drawing(*indices):
+        it = iter(indices)
+        return lambda strategy: next(it)
+
+    options = ("a", "b", "c", "d")
+    assert S._pick(drawing(2), options, {0, 2}) == "c"
+    assert S._pick(drawing(2), options, {0, 1, 2, 3}) == "c"
+    assert S._pick(drawing(1, 3), options, {0, 3}) == "d"  # 1 left out: drawn again
+    assert S._pick(drawing(*[1] * S.PICK_TRIES), options, {2, 3}) == "c"  # every try left out: the first kept
+
+
+def test_a_program_keeps_about_half_the_kinds():
+    kept = []
+
+    @settings(NO_DB, max_examples=400, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def collect(data):
+        kept.append(len(data.draw(st.composite(lambda draw: S._kept(draw, 20))())))
+
+    collect()
+    assert min(kept) >= 1 and max(kept) == 20
+    assert 8 <= sum(kept) / len(kept) <= 12
+
+
+def _control_kinds(program):
+    return [_name(a.op if isinstance(a, (A.OnPhase, A.OnWindow)) else a) for a in program
+            if isinstance(getattr(a, "op", a), CONTROL_TYPES)]
+
+
+def test_swarm_programs_hold_fewer_kinds_than_uniform_ones(monkeypatch):
+    """What swarm testing is for: a program focused on a few kinds of action
+    rather than one of everything. Over 600 derandomized pp1-normal
+    programs, fewer distinct action types per program than when every
+    program keeps every kind (2148 against 2888 when written)."""
+    def count():
+        kinds = 0
+
+        @settings(NO_DB, max_examples=600, suppress_health_check=list(HealthCheck))
+        @given(S.programs("pp1-normal"))
+        def collect(program):
+            nonlocal kinds
+            kinds += len({type(a).__name__ for a in program})
+
+        collect()
+        return kinds
+
+    swarm = count()
+    monkeypatch.setattr(S, "_kept", lambda draw, n: tuple(range(n)))
+    uniform = count()
+    assert swarm < 0.9 * uniform, (swarm, uniform)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_the_sequences_open_and_close_as_clients_drive_them(data):
+    kept = tuple(sorted(data.draw(st.sets(st.sampled_from(S.ALL_OP_KINDS), min_size=1))))
+    paused = data.draw(S.paused(kept, PHASES, 24))
+    first = paused[0].op if isinstance(paused[0], A.OnPhase) else paused[0]
+    assert isinstance(first, A.Pause) and paused[-1] == A.Continue() and len(paused) <= 4
+    modes = {m for m in S.PAUSE_MODES if S.CONTROL_OP_NAMES.index(f"pause_{m}") in kept}
+    assert not modes or first.mode in modes
+    released = data.draw(S.released(kept))
+    assert isinstance(released[0], A.ReleaseMemory) and released[-1] == A.ResumeMemory()
+    observed = data.draw(S.observed(kept))
+    assert len(observed) == 3 and all(isinstance(q, A.WeightQuery) for q in (observed[0], observed[2]))
+    assert observed[0].kind in S.OBSERVING_QUERIES and observed[2].kind in S.OBSERVING_QUERIES
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(S.programs("pp1-normal"), S.action_strategy("pp1-normal"))
+def test_programs_are_flat_and_bounded_and_a_mutants_action_is_one_action(program, action):
+    assert 1 <= len(program) <= S.MAX_ACTIONS and isinstance(program[0], A.Start)
+    assert all(not isinstance(a, tuple) for a in program)
+    assert not isinstance(action, tuple)
