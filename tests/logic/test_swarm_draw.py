@@ -113,20 +113,63 @@ def test_swarm_programs_hold_fewer_kinds_than_uniform_ones(monkeypatch):
     assert swarm < 0.9 * uniform, (swarm, uniform)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+WINDOWS = S.windows_for("pp1-normal")
+
+
+def _opening(action):
+    """The operation a sequence opens with, and where it was placed."""
+    if isinstance(action, A.OnPhase):
+        assert action.phase in PHASES
+        return action.op, "phase"
+    if isinstance(action, A.OnWindow):
+        assert action.window in WINDOWS
+        return action.op, "window"
+    return action, "now"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_the_sequences_open_and_close_as_clients_drive_them(data):
     kept = tuple(sorted(data.draw(st.sets(st.sampled_from(S.ALL_OP_KINDS), min_size=1))))
-    paused = data.draw(S.paused(kept, PHASES, 24))
-    first = paused[0].op if isinstance(paused[0], A.OnPhase) else paused[0]
-    assert isinstance(first, A.Pause) and paused[-1] == A.Continue() and len(paused) <= 4
+    start = S.starts()
+    paused = data.draw(S.paused(kept, PHASES, WINDOWS, 24, start))
+    first, _ = _opening(paused[0])
+    assert isinstance(first, A.Pause) and paused[-1] == A.Continue() and len(paused) <= 2 + S.SEQUENCE_BETWEEN
     modes = {m for m in S.PAUSE_MODES if S.CONTROL_OP_NAMES.index(f"pause_{m}") in kept}
     assert not modes or first.mode in modes
-    released = data.draw(S.released(kept))
-    assert isinstance(released[0], A.ReleaseMemory) and released[-1] == A.ResumeMemory()
+    for kv in (False, True):
+        seq = data.draw(S.bracketed(kept, PHASES, WINDOWS, 24, start, kv))
+        opening, where = _opening(seq[0])
+        pairs = {A.ReleaseMemory: A.ResumeMemory(), A.SetLimit: A.SetLimit("default"), A.SlowDown: A.SlowDown(0),
+                 A.SessionOp: A.SessionOp("close"), A.ExhaustKv: A.ReleaseKv()}
+        if isinstance(opening, A.WeightQuery):
+            assert (opening.kind, seq[-1]) in {("profile", A.WeightQuery("profile_stop")),
+                                               ("snapshot", A.WeightQuery("compare"))}
+        else:
+            assert seq[-1] == pairs[type(opening)], seq
+        assert kv or not isinstance(opening, A.ExhaustKv)
+        assert not (isinstance(opening, A.ExhaustKv) and where == "window")  # a window places control ops only
+        assert len(seq) <= 2 + S.SEQUENCE_BETWEEN
     observed = data.draw(S.observed(kept))
     assert len(observed) == 3 and all(isinstance(q, A.WeightQuery) for q in (observed[0], observed[2]))
     assert observed[0].kind in S.OBSERVING_QUERIES and observed[2].kind in S.OBSERVING_QUERIES
+
+
+def test_every_bracket_and_every_placement_is_drawn():
+    start = S.starts()
+    for name, _, close in S.BRACKETS:
+        seq = find(S.bracketed(S.ALL_OP_KINDS, PHASES, WINDOWS, 24, start, True), lambda s: s[-1] == close,
+                   settings=NO_DB)
+        assert seq[-1] == close
+    assert find(S.bracketed(S.ALL_OP_KINDS, PHASES, WINDOWS, 24, start, True),
+                lambda s: s[-1] == A.ReleaseKv(), settings=NO_DB)[0] == A.ExhaustKv(0)
+    for where in ("now", "phase", "window"):
+        seq = find(S.paused(S.ALL_OP_KINDS, PHASES, WINDOWS, 24, start), lambda s: _opening(s[0])[1] == where,
+                   settings=NO_DB)
+        assert _opening(seq[0])[1] == where
+    # what happens in between: requests too (a limit lowered with two requests arriving)
+    assert find(S.bracketed(S.ALL_OP_KINDS, PHASES, WINDOWS, 24, start, False),
+                lambda s: sum(isinstance(a, A.Start) for a in s) >= 2, settings=NO_DB)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))

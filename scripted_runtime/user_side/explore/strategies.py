@@ -302,36 +302,75 @@ def hicache_gate_actions() -> st.SearchStrategy:
     )
 
 
-# Operation sequences (the swarm draw's): a pause and its continue, a memory release and its
-# resume, a query before and after an operation. Clients drive them so (an RL framework pauses,
-# updates and continues; it compares a checksum before and after), and drawn as single
-# operations the closing one rarely follows the opening one with only a few actions between.
+# Operation sequences (the swarm draw's): an operation that opens a state (a pause, a memory
+# release, a profile, a lowered limit, ...), what happens in that state, and the operation that
+# closes it; and a query before and after an operation. Clients drive them so (an RL framework
+# pauses, updates and continues, and compares a checksum before and after; an operator lowers a
+# limit and puts it back), and drawn as single operations the closing one rarely follows the
+# opening one with only a few actions between.
 SEQUENCE_GAP_STEPS = 3
+SEQUENCE_BETWEEN = 3  # actions at most between a sequence's ends
 OBSERVING_QUERIES = ("checksum", "snapshot", "compare", "get_weights", "version", "server_info")
+# What opens a state and what closes it, by the control-operation kind that opens it (a pause
+# is ``paused``'s, its modes being three kinds); with KV pressure drawn, taking the free KV and
+# giving it back too (``bracketed``).
+BRACKETS: Tuple[Tuple[str, st.SearchStrategy, A.Action], ...] = (
+    ("release_memory", st.builds(A.ReleaseMemory, tags=st.sampled_from(MEMORY_TAG_CHOICES)), A.ResumeMemory()),
+    ("query_profile", st.just(A.WeightQuery("profile")), A.WeightQuery("profile_stop")),
+    ("set_limit", st.builds(A.SetLimit, value=st.sampled_from(tuple(v for v in LIMIT_VALUES if v != "default"))),
+     A.SetLimit("default")),
+    ("slow_down", st.just(A.SlowDown(1)), A.SlowDown(0)),
+    ("session_open", st.just(A.SessionOp("open")), A.SessionOp("close")),
+    ("query_snapshot", st.just(A.WeightQuery("snapshot")), A.WeightQuery("compare")),
+)
 
 
-def _between(kept: Tuple[int, ...]) -> st.SearchStrategy:
-    """What a sequence holds between its ends: nothing, a few steps, or a
-    control operation of the kinds ``kept``; at most two of them."""
-    return st.lists(st.one_of(st.builds(A.Steps, n=st.integers(1, SEQUENCE_GAP_STEPS)),
-                              control_ops(kept, placed=True)), max_size=2)
+def _between(kept: Tuple[int, ...], start: st.SearchStrategy) -> st.SearchStrategy:
+    """What a sequence holds between its ends: up to ``SEQUENCE_BETWEEN`` of
+    a few steps, a request (``start``) or a control operation of the kinds
+    ``kept``."""
+    return st.lists(st.one_of(st.builds(A.Steps, n=st.integers(1, SEQUENCE_GAP_STEPS)), start,
+                              control_ops(kept, placed=True)), max_size=SEQUENCE_BETWEEN)
+
+
+def _opened(draw: Callable, op, loop_phases: Tuple[str, ...], windows_open: Tuple[str, ...], wait: int):
+    """``op`` at once (first), once a phase holds, or, when ``windows_open``
+    names any, once one of those race windows opens."""
+    where = _pick(draw, ("now", "phase", "window"), {0, 1, 2} if windows_open else {0, 1})
+    if where == "phase":
+        return A.OnPhase(_pick(draw, loop_phases), op, wait)
+    if where == "window":
+        return A.OnWindow(_pick(draw, windows_open), op, wait)
+    return op
 
 
 @st.composite
-def paused(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...], wait: int) -> Tuple[A.Action, ...]:
-    """A pause of a kept mode, at once or once a phase holds, what happens
-    while paused (``_between``), then its continue."""
+def paused(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...], windows_open: Tuple[str, ...],
+           wait: int, start: st.SearchStrategy) -> Tuple[A.Action, ...]:
+    """A pause of a kept mode, at once, once a phase holds or once a race
+    window opens, what happens while paused (``_between``), then its
+    continue."""
     modes = {i for i, m in enumerate(PAUSE_MODES) if CONTROL_OP_NAMES.index(f"pause_{m}") in kept}
     pause = A.Pause(_pick(draw, PAUSE_MODES, modes or range(len(PAUSE_MODES))))
-    if draw(st.booleans()):
-        pause = A.OnPhase(_pick(draw, loop_phases), pause, wait)
-    return (pause, *draw(_between(kept)), A.Continue())
+    return (_opened(draw, pause, loop_phases, windows_open, wait), *draw(_between(kept, start)), A.Continue())
 
 
 @st.composite
-def released(draw: Callable, kept: Tuple[int, ...]) -> Tuple[A.Action, ...]:
-    """A memory release, what happens while released, then the resume."""
-    return (A.ReleaseMemory(draw(st.sampled_from(MEMORY_TAG_CHOICES))), *draw(_between(kept)), A.ResumeMemory())
+def bracketed(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...], windows_open: Tuple[str, ...],
+              wait: int, start: st.SearchStrategy, kv: bool) -> Tuple[A.Action, ...]:
+    """One of ``BRACKETS`` whose opening kind is kept (any when none is), or
+    with ``kv`` taking the free KV: opened at once, once a phase holds or
+    (a control operation) once a race window opens; what happens in it
+    (``_between``); then its close."""
+    brackets = list(BRACKETS)
+    if kv:
+        brackets.append(("kv", st.builds(A.ExhaustKv, leave_pages=kv_leave_pages(), evict_cache=st.booleans()),
+                         A.ReleaseKv()))
+    open_ones = {i for i, (name, _, _) in enumerate(brackets) if name == "kv" or CONTROL_OP_NAMES.index(name) in kept}
+    name, opening, close = _pick(draw, brackets, open_ones or range(len(brackets)))
+    op = draw(opening)
+    first = _opened(draw, op, loop_phases, () if name == "kv" else windows_open, wait)
+    return (first, *draw(_between(kept, start)), close)
 
 
 @st.composite
@@ -383,9 +422,10 @@ def _action_kinds(topology: str, features: Tuple[str, ...], fuzz_cases: Optional
         lambda ops: st.builds(A.OnPhase, phase=st.sampled_from(loop_phases), op=phase_ops(topology, ops),
                               max_steps=st.just(wait)),
     ]
+    kv = kv_pressure_drawn(topology)
     sequences: List[ActionKind] = [
-        lambda ops: paused(ops, loop_phases, wait),
-        lambda ops: released(ops),
+        lambda ops: paused(ops, loop_phases, names, wait, start),
+        lambda ops: bracketed(ops, loop_phases, names, wait, start, kv),
         lambda ops: observed(ops),
     ]
     if kv_pressure_drawn(topology):
