@@ -6,6 +6,9 @@
 from scripted_runtime.scheduler_side.explore.prompts import prompt_ids
 
 PROMPT = prompt_ids(0, 24)
+# SGLang's tokenizer sends an unload once no request uses the adapter, on its own clock: wait for
+# its arrival by time (idle steps take ~0.4 ms each, so 200 of them missed it once), then step.
+UNLOAD_ARRIVAL_S = 10.0
 
 
 def load_serve_unload(ctx):
@@ -29,6 +32,7 @@ def load_serve_unload(ctx):
         yield
     yield from ctx.wait_finished(with_adapter, base, max_steps=60)
     assert with_adapter.output_ids != base.output_ids, "the adapter changed nothing"
+    ctx.await_arrival(unload, UNLOAD_ARRIVAL_S)
     yield from unload.wait(max_steps=200)
     assert unload.success, f"unload_lora_adapter('lora0') refused: {unload.answer!r}"
     assert ctx.loaded_lora_adapters == (), ctx.loaded_lora_adapters
@@ -46,6 +50,7 @@ def load_from_tensors(ctx):
     from_files = ctx.start_req(input_ids=PROMPT, max_new_tokens=6, ignore_eos=True, temperature=0.0, lora="lora1")
     yield from ctx.wait_finished(from_files, max_steps=60)
     unload = ctx.unload_lora_adapter("lora1")
+    ctx.await_arrival(unload, UNLOAD_ARRIVAL_S)
     yield from unload.wait(max_steps=200)
     assert unload.success and ctx.loaded_lora_adapters == (), (unload.answer, ctx.loaded_lora_adapters)
     tensors = ctx.load_lora_adapter_from_tensors("lora1")
