@@ -127,9 +127,14 @@ UNDOING_OP_KINDS = ("continue", "resume_memory")
 PLACED_OP_KINDS = tuple(i for i in ALL_OP_KINDS if CONTROL_OP_NAMES[i] not in UNDOING_OP_KINDS)
 
 
-def op_kinds(*names: str) -> Tuple[int, ...]:
-    """The indices into ``CONTROL_OP_KINDS`` of the kinds ``names``."""
-    return tuple(CONTROL_OP_NAMES.index(name) for name in names)
+def _kept_positions(names: Sequence[str], kept: Sequence[int]) -> Sequence[int]:
+    """The positions in ``names`` (control-operation kind names) of the kinds
+    ``kept`` holds; all of them when it holds none."""
+    positions = {i for i, name in enumerate(names) if CONTROL_OP_NAMES.index(name) in kept}
+    return positions or range(len(names))
+
+
+PICK_TRIES = 8
 
 
 def _pick(draw: Callable, options: Sequence, kept: Optional[Sequence[int]] = None):
@@ -149,10 +154,9 @@ def _pick(draw: Callable, options: Sequence, kept: Optional[Sequence[int]] = Non
     return options[min(kept)]
 
 
-PICK_TRIES = 8
-
-
-FAMILIES = tuple(dict.fromkeys(family for family, _, _ in CONTROL_OP_KINDS))
+OP_FAMILIES = tuple(dict.fromkeys(family for family, _, _ in CONTROL_OP_KINDS))
+OP_FAMILY_OF = tuple(OP_FAMILIES.index(family) for family, _, _ in CONTROL_OP_KINDS)  # per kind
+OP_FAMILY_MEMBERS = tuple(tuple(i for i in ALL_OP_KINDS if OP_FAMILY_OF[i] == f) for f in range(len(OP_FAMILIES)))
 
 
 @st.composite
@@ -163,9 +167,9 @@ def control_ops(draw: Callable, kept: Tuple[int, ...] = ALL_OP_KINDS, placed: bo
     holds none)."""
     if placed:
         kept = tuple(i for i in kept if i in PLACED_OP_KINDS) or PLACED_OP_KINDS
-    family = _pick(draw, FAMILIES, {FAMILIES.index(CONTROL_OP_KINDS[i][0]) for i in kept})
-    members = [i for i, (f, _, _) in enumerate(CONTROL_OP_KINDS) if f == family]
-    index = _pick(draw, members, {members.index(i) for i in kept if i in members})
+    family = _pick(draw, range(len(OP_FAMILIES)), {OP_FAMILY_OF[i] for i in kept})
+    members = OP_FAMILY_MEMBERS[family]
+    index = _pick(draw, members, {members.index(i) for i in kept if OP_FAMILY_OF[i] == family})
     return draw(CONTROL_OP_KINDS[index][2])
 
 
@@ -244,9 +248,13 @@ def turns() -> st.SearchStrategy:
                      max_new_tokens=st.integers(1, MAX_NEW_TOKENS), stream=st.booleans(), eager=st.booleans())
 
 
+def exhaust_kvs() -> st.SearchStrategy:
+    """Taking the free KV but ``kv_leave_pages()``, evicting the tree or not."""
+    return st.builds(A.ExhaustKv, leave_pages=kv_leave_pages(), evict_cache=st.booleans())
+
+
 def kv_pressure_actions() -> st.SearchStrategy:
-    return st.one_of(st.builds(A.ExhaustKv, leave_pages=kv_leave_pages(), evict_cache=st.booleans()),
-                     st.just(A.ReleaseKv()))
+    return st.one_of(exhaust_kvs(), st.just(A.ReleaseKv()))
 
 
 def kv_pressure_drawn(topology: str) -> bool:
@@ -266,8 +274,7 @@ def phase_ops(topology: str, kept: Tuple[int, ...] = ALL_OP_KINDS) -> st.SearchS
     ops = control_ops(kept, placed=True)
     if not kv_pressure_drawn(topology):
         return ops
-    return st.one_of(ops, st.builds(A.ExhaustKv, leave_pages=kv_leave_pages(),
-                                    evict_cache=st.booleans()))
+    return st.one_of(ops, exhaust_kvs())
 
 
 # A fuzzed request's base: short prompts (the cases make the long ones), a few new tokens.
@@ -323,6 +330,7 @@ BRACKETS: Tuple[Tuple[str, st.SearchStrategy, A.Action], ...] = (
     ("session_open", st.just(A.SessionOp("open")), A.SessionOp("close")),
     ("query_snapshot", st.just(A.WeightQuery("snapshot")), A.WeightQuery("compare")),
 )
+KV_BRACKET = ("kv", exhaust_kvs(), A.ReleaseKv())
 
 
 def _between(kept: Tuple[int, ...], start: st.SearchStrategy) -> st.SearchStrategy:
@@ -350,8 +358,7 @@ def paused(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...], 
     """A pause of a kept mode, at once, once a phase holds or once a race
     window opens, what happens while paused (``_between``), then its
     continue."""
-    modes = {i for i, m in enumerate(PAUSE_MODES) if CONTROL_OP_NAMES.index(f"pause_{m}") in kept}
-    pause = A.Pause(_pick(draw, PAUSE_MODES, modes or range(len(PAUSE_MODES))))
+    pause = A.Pause(_pick(draw, PAUSE_MODES, _kept_positions([f"pause_{m}" for m in PAUSE_MODES], kept)))
     return (_opened(draw, pause, loop_phases, windows_open, wait), *draw(_between(kept, start)), A.Continue())
 
 
@@ -362,10 +369,7 @@ def bracketed(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...
     with ``kv`` taking the free KV: opened at once, once a phase holds or
     (a control operation) once a race window opens; what happens in it
     (``_between``); then its close."""
-    brackets = list(BRACKETS)
-    if kv:
-        brackets.append(("kv", st.builds(A.ExhaustKv, leave_pages=kv_leave_pages(), evict_cache=st.booleans()),
-                         A.ReleaseKv()))
+    brackets = BRACKETS + (KV_BRACKET,) if kv else BRACKETS
     open_ones = {i for i, (name, _, _) in enumerate(brackets) if name == "kv" or CONTROL_OP_NAMES.index(name) in kept}
     name, opening, close = _pick(draw, brackets, open_ones or range(len(brackets)))
     op = draw(opening)
@@ -376,8 +380,7 @@ def bracketed(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...
 @st.composite
 def observed(draw: Callable, kept: Tuple[int, ...]) -> Tuple[A.Action, ...]:
     """A weight query (of the kept kinds), a control operation, a query again."""
-    queries = {i for i, q in enumerate(OBSERVING_QUERIES) if CONTROL_OP_NAMES.index(f"query_{q}") in kept}
-    queries = queries or range(len(OBSERVING_QUERIES))
+    queries = _kept_positions([f"query_{q}" for q in OBSERVING_QUERIES], kept)
     first = _pick(draw, OBSERVING_QUERIES, queries)
     op = draw(control_ops(kept, placed=True))
     last = _pick(draw, OBSERVING_QUERIES, queries)
@@ -428,7 +431,7 @@ def _action_kinds(topology: str, features: Tuple[str, ...], fuzz_cases: Optional
         lambda ops: bracketed(ops, loop_phases, names, wait, start, kv),
         lambda ops: observed(ops),
     ]
-    if kv_pressure_drawn(topology):
+    if kv:
         pressure = kv_pressure_actions()
         single.append(lambda ops: pressure)
     if "hicache" in features:
@@ -488,11 +491,10 @@ def _kept(draw: Callable, n: int) -> Tuple[int, ...]:
 
 
 @st.composite
-def swarm_actions(draw: Callable, topology: str, features: Tuple[str, ...],
-                  fuzz_cases: Optional[Tuple[str, ...]], max_size: int) -> List[A.Action]:
-    """Up to ``max_size`` actions of the kinds this program keeps (swarm
-    testing, above); a sequence kind's actions count one each."""
-    kinds = action_kinds(topology, features, fuzz_cases)
+def swarm_actions(draw: Callable, kinds: Tuple[Tuple[ActionKind, bool], ...], max_size: int) -> List[A.Action]:
+    """Up to ``max_size`` actions of the kinds (``action_kinds``) this
+    program keeps (swarm testing, above); a sequence kind's actions count
+    one each."""
     kept = frozenset(_kept(draw, len(kinds)))
     kept_ops = _kept(draw, len(CONTROL_OP_KINDS))
     drawn = draw(st.lists(_one_action(kinds, kept, kept_ops), max_size=max_size))
@@ -511,6 +513,7 @@ def programs(topology: str, *, max_actions: int = MAX_ACTIONS,
     if features is None:
         features = engine_config.features_of(topology)
     features = tuple(features)
+    kinds = action_kinds(topology, features, fuzz_cases)
     if "hicache" in features:
         # With HiCache, a program may hold the copies from its start (a GPU whose copies lag the
         # scheduler), so a race with a pending copy needs only the requests that make one.
@@ -522,9 +525,9 @@ def programs(topology: str, *, max_actions: int = MAX_ACTIONS,
                          min_size=1, max_size=len(PROMPT_FAMILIES)).map(
             lambda drawn: [A.Start(n, PROMPT_FAMILIES[i], new) for i, (n, new) in enumerate(drawn)])
         return st.builds(lambda h, first, rest: ([h] if h else []) + first + rest, hold, first,
-                         swarm_actions(topology, features, fuzz_cases, max_actions - 4))
+                         swarm_actions(kinds, max_actions - 4))
     first = st.one_of(starts(), lora_starts()) if "lora" in features else starts()
     if "priority" in features:
         first = priority_starts()
     return st.builds(lambda first, rest: [first] + rest, first,
-                     swarm_actions(topology, features, fuzz_cases, max_actions - 1))
+                     swarm_actions(kinds, max_actions - 1))
