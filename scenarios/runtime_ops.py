@@ -4,6 +4,7 @@
 
     .venv/bin/scripted-runtime run scenarios/runtime_ops.py:micro_batch_limit_serialises_admission
     .venv/bin/scripted-runtime run scenarios/runtime_ops.py:weight_queries_follow_the_weights
+    .venv/bin/scripted-runtime run scenarios/runtime_ops.py:weight_versions_across_a_pause
 """
 from scripted_runtime.scheduler_side.explore import program as explore
 
@@ -161,3 +162,31 @@ def _diagnostics(ctx):
     end = yield from explore.end_state_checks(ctx, [req])
     out["outputs_compared"] = end["outputs_compared"]
     return out
+
+
+def weight_versions_across_a_pause(ctx, mode="retract"):
+    """Three requests decode; a pause (``mode``: retract parks them in the
+    waiting queue with their output, in_place keeps them running) and a
+    labelled weight update (the RL order: pause, update, continue), then a
+    label change while they decode again. Each answer's
+    ``meta_info.weight_versions`` must label the tokens made before each
+    change with the version before it (the weight-version contract, end
+    check ``weight_versions``, judged by ``end_state_checks``)."""
+    reqs = [ctx.start_req(input_ids=explore.prompt_ids(i, 8 + 30 * i), max_new_tokens=12, ignore_eos=True,
+                          temperature=0.0) for i in range(3)]
+    yield from ctx.wait_until(lambda: all(len(r.output_ids) >= 3 for r in reqs), max_steps=60,
+                              what="every request decoding with 3 tokens")
+    pause = ctx.pause_generation(mode)
+    yield from pause.wait()
+    update = yield from _processed(ctx.update_weights_from_disk(flush_cache=False, await_arrival=True,
+                                                                weight_version="rollout-2"))
+    assert update.success and ctx.weight_version == "rollout-2", (update.answer, ctx.weight_version)
+    yield from explore.continue_generation(ctx, reqs)
+    yield from ctx.wait_until(lambda: all(len(r.output_ids) >= 8 or r.finished for r in reqs), max_steps=60,
+                              what="every request at 8 tokens after the continue")
+    yield from _processed(ctx.update_weight_version("rollout-3"))
+    result = yield from explore.end_state_checks(ctx, reqs)
+    records = [r.weight_version_record for r in reqs]
+    result["boundaries"] = [[had for _, had in events] for events, _ in records]
+    assert result["weight_versions_checked"] == len(reqs), result
+    return result

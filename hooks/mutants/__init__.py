@@ -107,6 +107,7 @@ ORDER = (
     "mut_tensor_update_skips_flush",
     "mut_session_close_always_deferred",
     "mut_profile_num_steps_ignored",
+    "mut_weight_version_event_names_new_version",
     "mut_lora_admission_forgets_running",
     "mut_lora_slot_keeps_stale_weights",
     # issue 35: the trainer's broadcast (written with the operation, before the explorer drew it)

@@ -1,4 +1,5 @@
-"""Mutants of the runtime knobs, weight queries, tensor updates and sessions
+"""Mutants of the runtime knobs, weight queries, tensor updates, sessions and
+weight-version labels
 (issue 35's ``set_internal_state``, ``weights_checker``,
 ``update_weights_from_tensor``, ``update_weights_from_distributed``, ``close_session``), written with the operations
 before the explorer drew them: their ``expected`` is what should notice
@@ -204,3 +205,36 @@ def _install_mut_profile_num_steps_ignored(scheduler_module: Any) -> None:
         return out
 
     replace_attr(cls, "_init_profile", _init_profile, original)
+
+
+@mutant("mut_weight_version_event_names_new_version", topologies=ALL,
+        summary="a weight-version change records the version just set, not the one that made the tokens so far",
+        expected="weight-version contract (an answer labels tokens made before a version change with the new "
+                 "version)")
+def _install_mut_weight_version_event_names_new_version(scheduler_module: Any) -> None:
+    """``Scheduler.record_weight_version_change`` overrides the served
+    version first and then records, on every live request with output, the
+    version its tokens so far were made under (``old_version``). The mutant
+    records the version served at the time of the call, which is already
+    the new one: every answer then labels the tokens it made before the
+    change with the version after it, and an RL trainer that drops tokens
+    of stale weights keeps them.
+
+    Plausible: the event's field reads "the version change"; moving the
+    override above the recording (as 0.5.23 has it) turns a "current
+    version" read into the new one. Done by wrapping the scheduler's
+    ``record_weight_version_events`` to pass the served version.
+
+    Seen by: the weight-version contract (end check weight_versions), for a request with output live
+    across ``update_weight_version`` or a labelled weight update (a pause,
+    or a label change while it decodes)."""
+    name = "mut_weight_version_event_names_new_version"
+    scheduler_class(scheduler_module, name)
+    original = find_attr(scheduler_module, "record_weight_version_events", name,
+                         "scheduler.record_weight_version_events")
+    get_serving = find_attr(scheduler_module, "get_serving", name, "scheduler.get_serving")
+
+    def record_weight_version_events(reqs, old_version):
+        return original(reqs, old_version=get_serving().weight_version)  # MUTANT: the version just set
+
+    replace_attr(scheduler_module, "record_weight_version_events", record_weight_version_events, original)

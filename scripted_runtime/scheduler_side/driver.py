@@ -193,7 +193,9 @@ class Driver:
                     memory.harness_error = traceback.format_exc(limit=4)
             if kind in weight_trainer.TYPES:
                 self.weight_trainer.before_dispatch(self.scheduler, recv_req)
+            version = sglang_compat.served_weight_version()
             output = dispatcher(recv_req)
+            self.tracker.on_version_change(version, sglang_compat.served_weight_version())
             if kind in weight_trainer.TYPES:
                 self.weight_trainer.after_dispatch(self.scheduler, recv_req, output)
             memory_occupation.after_dispatch(self.scheduler, recv_req, output)

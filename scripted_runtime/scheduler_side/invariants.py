@@ -46,6 +46,7 @@ from scripted_runtime.scheduler_side import priority_contract  # and after lora'
 from scripted_runtime.scheduler_side import hicache_checks, output_oracle, request_contract  # noqa: F401
 from scripted_runtime.scheduler_side import logprob_contract  # noqa: F401  (after request_contract: listed order)
 from scripted_runtime.scheduler_side import answer_delivery  # noqa: F401  (after: the end checks' listed order)
+from scripted_runtime.scheduler_side import weight_version_contract  # noqa: F401  (after: it reads the answers)
 from scripted_runtime.scheduler_side import request_fuzz
 from scripted_runtime.scheduler_side.check_registry import Violation
 from scripted_runtime.scheduler_side.context import radix

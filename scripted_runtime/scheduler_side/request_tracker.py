@@ -3,7 +3,7 @@ driver (fed from the dispatcher and ``run_batch``), read by the request
 handles, the step observer and the script context."""
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from scripted_runtime.scheduler_side.contracts import matches_abort
 
@@ -30,6 +30,13 @@ class RequestTracker:
         # its chunk boundaries as scheduled (a chunk shares the budget with the batch's other
         # requests, and a retracted request is recomputed from its cached prefix)
         self.extend_ends: Dict[int, List[int]] = {}
+        # id(Req) -> (the version served before, how many output tokens it had) at each change of
+        # the served weight version while it was unfinished with output: the boundaries SGLang's
+        # record_weight_version_change must record on it (its live set: in flight, chunked, waiting)
+        self.version_events: Dict[int, List[Tuple[str, int]]] = {}
+        # id(Req) -> the weight version served when it finished, noted at the first change after it
+        # (none: the version served now)
+        self.finish_version: Dict[int, str] = {}
 
     def clear(self) -> None:
         self.reqs.clear()
@@ -39,6 +46,8 @@ class RequestTracker:
         self.abort_matched.clear()
         self.first_prefix.clear()
         self.extend_ends.clear()
+        self.version_events.clear()
+        self.finish_version.clear()
 
     def on_abort(self, abort_req: Any, scheduler: Any) -> None:
         """An ``AbortReq`` is about to be processed: remember which waiting
@@ -71,3 +80,25 @@ class RequestTracker:
             if extend_lens is not None:
                 for req, pre_len, ext in zip(reqs or (), prefix_lens, extend_lens):
                     self.extend_ends.setdefault(id(req), []).append(int(pre_len) + int(ext))
+
+    def on_version_change(self, old: Any, new: Any) -> None:
+        """A control request just changed the served weight version from
+        ``old`` to ``new`` (``update_weight_version``, or a weight update
+        carrying ``weight_version``): note, for every request taken in, the
+        boundary its answer's ``weight_versions`` must show (an unfinished
+        one with output: the tokens it has were made under ``old``), or the
+        version it finished under (a finished one: ``old``, if not noted at
+        an earlier change). A request with no output yet has no boundary:
+        all its tokens will be made under a later version. Nothing when the
+        version did not change."""
+        if old == new or old is None:
+            return
+        seen = set()
+        for req in [*self.reqs.values(), *(r for taken in self.by_ingest.values() for r in taken)]:
+            if req is None or id(req) in seen:
+                continue
+            seen.add(id(req))
+            if getattr(req, "finished_reason", None) is not None:
+                self.finish_version.setdefault(id(req), old)
+            elif getattr(req, "output_ids", None):
+                self.version_events.setdefault(id(req), []).append((old, len(req.output_ids)))

@@ -61,6 +61,8 @@ def caught_by(signature: str) -> str:
         return "answer delivery"
     if signature.startswith("LogprobContractError"):
         return "logprob contract"
+    if signature.startswith("WeightVersionError"):
+        return "weight-version contract"
     if signature.startswith("server start"):
         return "server start"
     if signature.startswith("ResetError"):

@@ -27,7 +27,7 @@ CHECK_WORDS = ("contract sessions", "contract diagnostics", "contract lora", "co
                "invariant pool_accounting", "invariant hicache_load_before_read", "invariant hicache_transfer_slots",
                "invariant hicache_host_accounting", "contract pause", "contract abort", "contract flush",
                "contract update_weights", "contract continue", "contract memory_occupation", "contract runtime_limits",
-               "contract weight_queries", "output oracle", "end-state", "crash", "request contract", "none today",
+               "contract weight_queries", "output oracle", "end-state", "crash", "request contract", "weight-version contract", "none today",
                "unknown (written blind)")
 
 # The mutants written blind for issue 34 (item 5), without reading the
@@ -188,6 +188,8 @@ PINNED = [
      'contract sessions (a closed idle session is still open right after the close)'),
     ('mut_profile_num_steps_ignored', ('pp1-overlap', 'pp1-normal', 'pp4'),
      'contract diagnostics (a profile started with num_steps still runs past its target)'),
+    ('mut_weight_version_event_names_new_version', ('pp1-overlap', 'pp1-normal', 'pp4'),
+     'weight-version contract (an answer labels tokens made before a version change with the new version)'),
     ('mut_lora_admission_forgets_running', ('pp1-lora',),
      'crash (fetch_new_loras asserts more adapters than slots), contract lora (a forward holds more adapters than '
      'max_loras_per_batch)'),

@@ -94,6 +94,7 @@ def test_caught_by_names_the_check():
     assert mutate.caught_by("server start: boom") == "server start"
     assert mutate.caught_by("ResetError: the reset's close_session('s') was processed") == "reset"
     assert mutate.caught_by("LogprobContractError: request <rid>") == "logprob contract"
+    assert mutate.caught_by("WeightVersionError: request <rid>") == "weight-version contract"
     assert mutate.caught_by("") == ""
 
 

@@ -34,6 +34,33 @@ def test_weight_queries_follow_the_weights(server_pool):
         assert value["rows_changed"], value
 
 
+@pytest.mark.parametrize("mode", ["retract", "in_place"])
+def test_every_answer_labels_its_tokens_with_the_weights_that_made_them(server_pool, mode):
+    """A labelled weight update during a pause, a label change while the
+    requests decode: every answer's weight_versions agree with the changes
+    the harness saw (end check weight_versions), and each request saw both."""
+    value = run_ok(server_pool.get("pp1-overlap"), f"{OPS}:weight_versions_across_a_pause", mode=mode).value
+    assert value["weight_versions_checked"] == 3, value
+    assert all(len(b) == 2 and 3 <= b[0] < b[1] for b in value["boundaries"]), value
+
+
+@pytest.mark.slow
+def test_the_weight_version_contract_sees_tokens_labelled_with_a_later_version():
+    """``mut_weight_version_event_names_new_version``: SGLang records the
+    version just set at a change; the answers label every token made before
+    it with the new one, which nothing but the weight-version contract reads."""
+    from scripted_runtime import ScriptedServer
+
+    server = ScriptedServer.start(topology="pp1-normal", patches=["mut_weight_version_event_names_new_version"])
+    try:
+        result = server.run(f"{OPS}:weight_versions_across_a_pause")
+    finally:
+        server.shutdown()
+    assert not result.passed
+    assert result.error.startswith("WeightVersionError: request "), result.error
+    assert "'version': 'default'" in result.error and "rollout-2" in result.error, result.error
+
+
 def script_turn_every_knob(ctx):
     ops = [ctx.set_internal_state(pp_max_micro_batch_size=1), ctx.slow_down(0.002),
            ctx.update_weight_version("turned")]

@@ -395,6 +395,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         load_format: Optional[str] = None,
         abort_all_requests: bool = False,
         await_arrival: bool = False,
+        weight_version: Optional[str] = None,
     ) -> ControlOp:
         """Post /update_weights_from_disk; ``yield from op.wait()`` until the
         scheduler processed it. ``model_path`` defaults to the harness's
@@ -428,6 +429,8 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
             "flush_cache": flush_cache,
             "abort_all_requests": abort_all_requests,
         }
+        if weight_version is not None:  # the served version label after it (as update_weight_version sets)
+            payload["weight_version"] = weight_version
         if load_format is not None:
             payload["load_format"] = load_format
         elif os.environ.get(ENV_CHECKPOINT) == path:

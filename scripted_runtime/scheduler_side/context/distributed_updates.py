@@ -61,7 +61,8 @@ class DistributedUpdates:
 
     def update_weights_from_distributed(self, group_name: str = DEFAULT_GROUP, *,
                                         model_path: Optional[str] = None, flush_cache: bool = True,
-                                        await_arrival: bool = False) -> ControlOp:
+                                        await_arrival: bool = False,
+                                        weight_version: Optional[str] = None) -> ControlOp:
         """POST ``/update_weights_from_distributed`` naming every tensor of
         ``model_path`` (by default the harness's checkpoint: the weights
         ``update_weights_from_disk`` loads); the trainer broadcasts them when
@@ -86,7 +87,8 @@ class DistributedUpdates:
         rid = update_sources.note_posted(path)  # the update_weights contract then knows what it loads
         payload = {"names": names, "dtypes": [str(t.dtype).removeprefix("torch.") for _, t in tensors],
                    "shapes": [list(t.shape) for _, t in tensors], "group_name": group_name,
-                   "flush_cache": flush_cache, "abort_all_requests": False, "rid": rid}
+                   "flush_cache": flush_cache, "abort_all_requests": False, "rid": rid,
+                   **({"weight_version": weight_version} if weight_version is not None else {})}
         self.weight_trainer.expect_broadcast(group_name, path, names)
         op = self._control("update_weights_from_distributed", "/update_weights_from_distributed", payload,
                            sglang_compat.DISTRIBUTED_UPDATE_TYPE, rid=rid, await_arrival=await_arrival)

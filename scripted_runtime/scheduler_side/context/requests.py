@@ -141,6 +141,17 @@ class ReqHandle:
         return self._tracker.first_prefix.get(self.rid)
 
     @property
+    def weight_version_record(self) -> tuple:
+        """(the weight-version changes seen while it was unfinished with
+        output, each ``(version before, output tokens it had)``; the version
+        served when it finished, or None where no change came after its
+        finish): ``RequestTracker.on_version_change``."""
+        req = self._known()
+        if req is None:
+            return [], None
+        return list(self._tracker.version_events.get(id(req), ())), self._tracker.finish_version.get(id(req))
+
+    @property
     def extend_ends(self) -> List[int]:
         """Where each of its extend (prefill) forwards ended, in prompt
         tokens, in launch order: its chunk boundaries as SGLang scheduled

@@ -60,7 +60,7 @@ class TensorUpdates:
 
     def update_weights_from_tensor(self, named_tensors: Optional[Sequence[Tuple[str, Any]]] = None, *,
                                    model_path: Optional[str] = None, flush_cache: bool = True,
-                                   await_arrival: bool = False) -> ControlOp:
+                                   await_arrival: bool = False, weight_version: Optional[str] = None) -> ControlOp:
         """POST ``/update_weights_from_tensor`` with ``named_tensors`` (by
         default every tensor of ``model_path``, by default the harness's
         checkpoint: the same weights ``update_weights_from_disk`` loads), one
@@ -87,7 +87,8 @@ class TensorUpdates:
         named_tensors = list(named_tensors)
         rid = update_sources.note_posted(path)  # the update_weights contract then knows what it loads
         payload = {"serialized_named_tensors": sglang_compat.serialize_named_tensors(self._scheduler, named_tensors),
-                   "flush_cache": flush_cache, "abort_all_requests": False, **({"rid": rid} if rid else {})}
+                   "flush_cache": flush_cache, "abort_all_requests": False, **({"rid": rid} if rid else {}),
+                   **({"weight_version": weight_version} if weight_version is not None else {})}
         op = self._control("update_weights_from_tensor", "/update_weights_from_tensor", payload,
                            "UpdateWeightsFromTensorReqInput", rid=rid, await_arrival=await_arrival)
         op.payload = {"flush_cache": flush_cache, "tensors": len(named_tensors)}  # not the handles

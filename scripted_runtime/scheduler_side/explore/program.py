@@ -16,6 +16,7 @@ from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import (answer_delivery, control, hicache_state, output_oracle, request_contract,
                                              request_fuzz, state)
 from scripted_runtime.scheduler_side import logprob_contract  # after request_contract: the end checks' listed order
+from scripted_runtime.scheduler_side import weight_version_contract  # after answer_delivery: it reads the answers
 from scripted_runtime.scheduler_side.explore import phases
 from scripted_runtime.scheduler_side.inbox import NO_FRAME_GRACE_S
 from scripted_runtime.scheduler_side.explore.prompts import prompt_ids  # noqa: F401 - programs call explore.prompt_ids
@@ -200,8 +201,11 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
         tensor = False  # CPU tensors under PP: one rank only could rebuild them (measured); the disk path instead
     if distributed and sglang_compat.distributed_update_supported(ctx.scheduler):
         distributed = False  # under PP every stage claims the same rank of the group; the disk path instead
+    # labelled, as RL trainers label each update (the weight-version contract then judges every answer's
+    # spans across it); unique in the program, apart from update_weight_version's "explored-N"
+    version = f"update-{len(ctx.control_ops) + 1}"
     if not tensor and not distributed:
-        op = ctx.update_weights_from_disk(flush_cache=flush_cache, await_arrival=True)
+        op = ctx.update_weights_from_disk(flush_cache=flush_cache, await_arrival=True, weight_version=version)
         yield from _answered(ctx, op)
         return op
     if distributed and DISTRIBUTED_GROUP not in ctx.weight_update_groups:
@@ -209,8 +213,10 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
         yield from _answered(ctx, join)
     begin = ctx.begin_weight_update(await_arrival=True)
     yield from _answered(ctx, begin)
-    op = (ctx.update_weights_from_distributed(DISTRIBUTED_GROUP, flush_cache=flush_cache, await_arrival=True)
-          if distributed else ctx.update_weights_from_tensor(flush_cache=flush_cache, await_arrival=True))
+    op = (ctx.update_weights_from_distributed(DISTRIBUTED_GROUP, flush_cache=flush_cache, await_arrival=True,
+                                              weight_version=version)
+          if distributed else ctx.update_weights_from_tensor(flush_cache=flush_cache, await_arrival=True,
+                                                             weight_version=version))
     yield from _answered(ctx, op)
     yield from _answered(ctx, ctx.end_weight_update(await_arrival=True))
     return op
@@ -645,11 +651,15 @@ def end_state_checks(ctx, reqs) -> Dict[str, Any]:
     delivered = 0
     if ctx.check_enabled(answer_delivery.NAME):  # waits on the clock, takes no step
         delivered = answer_delivery.check_answers(plain)
+    versions = 0
+    if ctx.check_enabled(weight_version_contract.NAME):  # after the answers' delivery: it reads them
+        versions = weight_version_contract.check_answers(plain, current_version=ctx.weight_version)
     return {
         "outputs_compared": compared,
         "answers_checked": answers,
         "logprobs_checked": logprobs,
         "answers_delivered": delivered,
+        "weight_versions_checked": versions,
         "requests": len(reqs),
         "fuzzed": len(fuzzed),
         "finished": sum(1 for h in reqs if h.status == "finished"),
