@@ -112,8 +112,9 @@ def test_a_failure_met_in_a_mutant_freezes_the_corpus_and_shrinks_like_any(monke
     monkeypatch.setattr(N.Novelty, "freeze", lambda self: frozen.append(self) or real_freeze(self))
 
     def fails(program):
-        # (two flushes: the grammar draws a flush among more than a dozen control operations)
-        return sum(isinstance(a, A.Flush) for a in program) >= 2 and any(isinstance(a, A.Pause) for a in program)
+        # (two flushes: the grammar draws a flush among more than a dozen control operations; with a
+        # pause as well, 6 programs in 2,000 of the swarm draw: most seeds met none in 1,000)
+        return sum(isinstance(a, A.Flush) for a in program) >= 2
 
     met_in_a_mutant = []
     for seed in range(8):
@@ -121,8 +122,11 @@ def test_a_failure_met_in_a_mutant_freezes_the_corpus_and_shrinks_like_any(monke
         fake = _StatesRunner("pp1-normal", fails)
         result = search.search(fake, ExploreSettings(profile="dev", seed=seed, max_examples=1000, corpus=False,
                                                      known_bugs=(), shrink_time_s=30))
-        assert result.program is not None and len(frozen) == 1
-        # minimal is 3 (two flushes and a pause); shrinking is cut by its time budget on a loaded box
+        if result.program is None:  # none met in this seed's 1,000 programs: the next seed
+            assert not frozen
+            continue
+        assert len(frozen) == 1
+        # minimal is 2 (two flushes); shrinking is cut by its time budget on a loaded box
         assert fails(result.program) and len(result.program) <= 5, [a.describe() for a in result.program]
         if frozen[0].drawn_from_corpus(result.first_program):
             met_in_a_mutant.append(seed)

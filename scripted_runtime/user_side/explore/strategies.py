@@ -26,6 +26,10 @@ HICACHE_PROMPT_LENGTHS = (64, 128, 150, 192)
 # Requests of one prompt family share their prompt prefix in the radix tree; family 0 first.
 PROMPT_FAMILIES = tuple(range(prompts.FAMILIES))
 MAX_NEW_TOKENS = 12
+# A request's max_new_tokens: 1 to MAX_NEW_TOKENS (1 first: what a request shrinks to), or 0
+# (last, one request in 13): a prefill-only request, which SGLang finishes at its prefill
+# (length, no output) and which leaves the running batch by another path than a decoding one.
+MAX_NEW_TOKEN_CHOICES = tuple(range(1, MAX_NEW_TOKENS + 1)) + (0,)
 MAX_ACTIONS = 12
 # How many earlier requests a Resend picks among, and how far up the length ladder it may go.
 RESEND_PICKS = 4
@@ -181,11 +185,12 @@ LOGPROB_STARTS = (None, None, None, -1, 0, 32, 70)
 
 
 def _request_semantics() -> dict:
-    """A request's drawn end: ignore_eos (True, the simpler, first), and
+    """A request's drawn end: its max_new_tokens (``MAX_NEW_TOKEN_CHOICES``:
+    0, a prefill-only request, one in 13); ignore_eos (True, the simpler, first), and
     no stop token (first) or the k-th token of its reference output;
     whether its answer is streamed (not first); whether it asks for
     logprobs, and from where (``LOGPROB_STARTS``)."""
-    return {"max_new_tokens": st.integers(1, MAX_NEW_TOKENS),
+    return {"max_new_tokens": st.sampled_from(MAX_NEW_TOKEN_CHOICES),
             "ignore_eos": st.sampled_from((True, False)),
             "stop_at": st.one_of(st.none(), st.integers(0, MAX_NEW_TOKENS - 1)),
             "stream": st.booleans(),
@@ -377,14 +382,22 @@ def bracketed(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...
     return (first, *draw(_between(kept, start)), close)
 
 
+# Which queries an observed operation has around it: both half the time; none first, so that a
+# failure needing only the operation shrinks to it (the queries drawn as part of the sequence
+# could not be dropped one by one).
+OBSERVED_SHAPES = ("none", "before", "after", "both", "both", "both")
+
+
 @st.composite
 def observed(draw: Callable, kept: Tuple[int, ...]) -> Tuple[A.Action, ...]:
-    """A weight query (of the kept kinds), a control operation, a query again."""
+    """A weight query (of the kept kinds), a control operation, a query
+    again (``OBSERVED_SHAPES``: either query may be left out)."""
     queries = _kept_positions([f"query_{q}" for q in OBSERVING_QUERIES], kept)
-    first = _pick(draw, OBSERVING_QUERIES, queries)
+    shape = draw(st.sampled_from(OBSERVED_SHAPES))
+    first = _pick(draw, OBSERVING_QUERIES, queries) if shape in ("before", "both") else None
     op = draw(control_ops(kept, placed=True))
-    last = _pick(draw, OBSERVING_QUERIES, queries)
-    return (A.WeightQuery(first), op, A.WeightQuery(last))
+    last = _pick(draw, OBSERVING_QUERIES, queries) if shape in ("after", "both") else None
+    return (*([A.WeightQuery(first)] if first else []), op, *([A.WeightQuery(last)] if last else []))
 
 
 # A kind of action (``action_kinds``): a function of the control-operation kinds a program
