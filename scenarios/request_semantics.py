@@ -11,6 +11,7 @@ Run them:
   scripted-runtime run scenarios/request_semantics.py:stop_tokens
   scripted-runtime run scenarios/request_semantics.py:streamed_answers
   scripted-runtime run scenarios/request_semantics.py:logprobs
+  scripted-runtime run --topology pp1-text scenarios/request_semantics.py:stop_strings
 
 And what a ``return_logprob`` request's logprobs must be: the logprob
 contract (docs/checks.md, "The logprob contract").
@@ -114,3 +115,70 @@ def logprobs(ctx, max_new_tokens=5):
     cached = [getattr(h.last_req, "cached_tokens", None) for h in (again, from_zero)]
     assert cached == [32, 0], f"the resent prompts reused {cached} cached tokens, their logprob starts are 32 and 0"
     return {"cached": cached, **checks}
+
+
+def _stop_picks(tokenizer, output):
+    """Stop strings read off ``output`` (a request's greedy tokens): per
+    kind, (the stop, the first output token whose window holds it, or None
+    where SGLang misses it by design), for every kind the output offers
+    (``program.stop_text_of`` builds each, as the explorer's do):
+
+    * ``straddling``: the last character of one token and the first of the
+      next, encoded as one token (a window of 2): caught, and missed by a
+      window one token short;
+    * ``two_tokens``: two tokens' text; ``one_token``: one token's;
+    * ``three_tokens``: three tokens' text encoded as one token (a window
+      of 2): missed by design where it occurs nowhere shorter.
+    """
+    from scripted_runtime.scheduler_side import stop_strings as rule
+    from scripted_runtime.scheduler_side.explore.program import stop_text_of
+
+    decode = lambda ids: tokenizer.decode(list(ids))  # noqa: E731
+    encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    specials = set(tokenizer.all_special_ids)
+    picks = {}
+    for span, kind in ((0, "straddling"), (2, "two_tokens"), (3, "three_tokens"), (1, "one_token")):
+        for k in range(len(output) - max(span, 2) + 1):
+            if any(t in specials for t in output[k:k + max(span, 2)]):
+                continue
+            text = stop_text_of(decode, output, k, span)
+            if not text or (span in (0, 3) and len(encode(text)) != 1):
+                continue
+            picks[kind] = (text, rule.first_hit(output, [text], decode, rule.window_len([text], encode))[0])
+            break
+    return picks
+
+
+def stop_strings(ctx, max_new_tokens=12, families=3):
+    """Stop strings (a server with a tokenizer: ``--topology pp1-text``).
+    A greedy request per prompt shows what the model emits; then the same
+    prompts with stop strings read off those outputs (``_stop_picks``):
+    one starting inside a token (its occurrence spans two tokens, its
+    encoding one: caught, the request ends there as a ``stop``), two tokens'
+    text, three tokens' text that encodes as one (SGLang's window misses it
+    by design: the request runs to its length), one token's text. The request contract judges each by SGLang's stop-string rule
+    (``scheduler_side/stop_strings.py``); the output oracle judges those
+    that ran to their length. Returns how many stopped on a string."""
+    from scripted_runtime.scheduler_side.explore import program as explore
+    from scripted_runtime.scheduler_side.explore.prompts import prompt_ids
+
+    tokenizer = getattr(ctx.scheduler, "tokenizer", None)
+    if tokenizer is None:
+        raise RuntimeError("stop_strings needs a server with a tokenizer: run it with --topology pp1-text")
+    prompts = [prompt_ids(f, 30) for f in range(families)]
+    probes = [ctx.start_req(input_ids=p, max_new_tokens=max_new_tokens, ignore_eos=True, temperature=0.0)
+              for p in prompts]
+    yield from ctx.wait_finished(*probes, max_steps=200)
+    reqs, expected = list(probes), []
+    for prompt, probe in zip(prompts, probes):
+        for kind, (stop, at) in _stop_picks(tokenizer, list(probe.output_ids)).items():
+            reqs.append(ctx.start_req(input_ids=prompt, max_new_tokens=max_new_tokens, ignore_eos=True,
+                                      temperature=0.0, stop=[stop]))
+            expected.append((kind, stop, at))
+    result = yield from explore.end_state_checks(ctx, reqs)
+    outcomes = [(kind, stop, at, h.finish_reason, len(h.output_ids)) for (kind, stop, at), h in
+                zip(expected, reqs[len(probes):])]
+    result["stopped_on_a_string"] = sum(1 for o in outcomes if o[3] == "FINISH_MATCHED_STR")
+    result["missed_by_design"] = sum(1 for o in outcomes if o[2] is None)
+    result["outcomes"] = outcomes
+    return result

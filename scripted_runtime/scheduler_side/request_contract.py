@@ -36,7 +36,12 @@ exactly the prefix its first extend started from:
 * ``cached_tokens`` equals the first extend's ``pre_len``.
 
 Stop strings need the tokenizer, which the CPU default skips
-(``skip_tokenizer_init``): a ``stop`` matched on a string is not judged.
+(``skip_tokenizer_init``; SGLang then refuses a ``stop``). On a server with
+one (``--topology pp1-text``), a request with stop strings is also judged by
+SGLang's stop-string rule (``stop_strings.py``): it ends, as a ``stop`` with
+the first listed string, at the first token whose window (the last
+``len(encode(longest stop)) + 1`` output tokens) holds one, and never
+otherwise on a string.
 
 The same rules say what a greedy request must output given the tokens its
 prompt produces alone (``expected_output``): the output oracle
@@ -47,7 +52,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from scripted_runtime.scheduler_side import check_registry
+from scripted_runtime.scheduler_side import check_registry, stop_strings
 
 NAME = "request_semantics"
 
@@ -158,6 +163,21 @@ def answer_of(req: Any) -> Optional[Dict[str, Any]]:
     return {"output_ids": out, "meta_info": {"finish_reason": to_json() if callable(to_json) else reason}}
 
 
+def stop_string_violation(req: Any, answer: Dict[str, Any]) -> Optional[str]:
+    """What is wrong with an ended request's answer given its stop strings
+    (``stop_strings.violation``), judged with the tokenizer its Req holds;
+    None without stop strings or a tokenizer."""
+    params = getattr(req, "sampling_params", None)
+    stops = list(getattr(params, "stop_strs", None) or ())
+    tokenizer = getattr(req, "tokenizer", None)
+    if not stops or tokenizer is None or getattr(params, "stop_regex_strs", None):
+        return None
+    return stop_strings.violation(
+        answer["output_ids"], answer["meta_info"]["finish_reason"], stops,
+        decode=lambda ids: tokenizer.decode(list(ids)),
+        encode=lambda text: tokenizer.encode(text, add_special_tokens=False))
+
+
 @check_registry.end_check(NAME, doc="every ended request's answer agrees with its own sampling parameters: "
                                     "at most max_new_tokens, length only at the cap, a stop only on a stop "
                                     "token and last, nothing after a stop, ignore_eos honoured; cached_tokens is the "
@@ -178,6 +198,7 @@ def check_answers(handles: Iterable[Any]) -> int:
             continue
         max_new, ignore_eos, stops = params
         problem = violation(body, max_new_tokens=max_new, ignore_eos=ignore_eos, stop_tokens=stops)
+        problem = problem or stop_string_violation(h.last_req, body)
         if problem:
             raise RequestContractError(f"request {h.rid}: {problem} (output_ids={body['output_ids']}, "
                                        f"finish_reason={body['meta_info']['finish_reason']})")

@@ -39,6 +39,10 @@ FEATURE_TOPOLOGIES: Dict[str, Dict[str, Any]] = {
     # 10): three running requests at most, so a fourth admission preempts (SGLang preempts only when
     # the running slots are full, never for KV alone: docs/checks.md, "The priority contract")
     "pp1-priority": {"enable_priority_scheduling": True, "max_running_requests": 3},
+    # The overlap loop with a tokenizer (the harness's own for the tiny model,
+    # user_side/models/tokenizer.py): stop strings, which SGLang refuses without one, and the
+    # detokenizer's text
+    "pp1-text": {"skip_tokenizer_init": False},
 }
 ALL_TOPOLOGIES: Dict[str, Dict[str, Any]] = {**TOPOLOGIES, **FEATURE_TOPOLOGIES}
 
@@ -86,11 +90,19 @@ def engine_kwargs(device: str = "cpu", topology: str = "pp1-overlap", **override
 
 def features_of(topology: str, overrides: Dict[str, Any] = None) -> Tuple[str, ...]:
     """The engine features a topology (with ``overrides``) has on, as the
-    explorer's windows and actions name them: "hicache", "lora", "priority"."""
+    explorer's windows and actions name them: "hicache", "lora", "priority",
+    "text" (a tokenizer: stop strings)."""
     chosen = {**ALL_TOPOLOGIES.get(topology, {}), **(overrides or {})}
     return tuple(name for name, key in (("hicache", "enable_hierarchical_cache"), ("lora", "enable_lora"),
                                         ("priority", "enable_priority_scheduling"))
-                 if _truthy(chosen.get(key)))
+                 if _truthy(chosen.get(key))) + (("text",) if "skip_tokenizer_init" in chosen
+                                                  and not _truthy(chosen["skip_tokenizer_init"]) else ())
+
+
+def skips_tokenizer(kwargs: Dict[str, Any]) -> bool:
+    """Whether engine ``kwargs`` start SGLang without a tokenizer (the
+    default: prompts are token ids)."""
+    return _truthy(kwargs.get("skip_tokenizer_init", True))
 
 
 def run_options(topology: str) -> str:

@@ -41,6 +41,7 @@ from scripted_runtime.scheduler_side import invariants as invariant_names
 from scripted_runtime.errors import EngineArgumentError, ServerDeadError, ServerStartError
 from scripted_runtime.user_side.launch import BAD_ARGS_MARKER, EXIT_BAD_ENGINE_ARGS
 from scripted_runtime.user_side.models import files as model_files
+from scripted_runtime.user_side.models import tokenizer as model_tokenizer
 from scripted_runtime.user_side.result import ScriptResult
 from scripted_runtime.user_side.server_config import ServerConfig
 from scripted_runtime import timeline
@@ -369,6 +370,12 @@ class ScriptedServer:
             served, checkpoint = model_files.served_and_update_checkpoints(
                 model_name, str(kwargs.get("load_format", "auto")))
             kwargs["model_path"] = str(served or model_files.model_dir(model_name))
+        if not engine_config.skips_tokenizer(kwargs) and "tokenizer_path" not in kwargs:
+            # the model folders hold no tokenizer (no hub): the harness's own, for the tiny model
+            if model_name != "tiny-qwen2":
+                raise ValueError(f"skip_tokenizer_init=false needs tokenizer_path for {model_name!r} (the "
+                                 "harness writes a tokenizer for the tiny CPU model only)")
+            kwargs["tokenizer_path"] = str(model_tokenizer.tokenizer_dir())
         http_port = free_port()
         kwargs.update(host=HOST, port=http_port)
 

@@ -114,6 +114,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         input_ids: Optional[List[int]] = None,
         temperature: Optional[float] = None,
         stop_token_ids: Optional[List[int]] = None,
+        stop: Optional[List[str]] = None,
         top_logprobs: int = 0,
         logprob_start_len: Optional[int] = None,
         stream: bool = False,
@@ -143,7 +144,10 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         record). ``after`` must have finished (SGLang aborts a turn after an
         unfinished one). ``priority=P``: the request's priority, for a server
         with priority scheduling on (``--topology pp1-priority``: higher
-        values first; SGLang ignores it otherwise)."""
+        values first; SGLang ignores it otherwise). ``stop=[...]``: stop
+        strings, for a server with a tokenizer (``--topology pp1-text``;
+        SGLang refuses them without one); the request contract judges them
+        (``scheduler_side/stop_strings.py``)."""
         if input_ids is None:
             if prompt_len is None or prompt_len < 1:
                 raise ValueError("start_req needs prompt_len >= 1 or input_ids")
@@ -154,6 +158,8 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
             sampling["temperature"] = temperature
         if stop_token_ids is not None:
             sampling["stop_token_ids"] = stop_token_ids
+        if stop is not None:
+            sampling["stop"] = list(stop)
         payload = {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": bool(stream)}
         if top_logprobs or logprob_start_len is not None:
             payload["return_logprob"] = True

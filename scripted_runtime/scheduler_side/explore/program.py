@@ -869,6 +869,44 @@ def release_kv(ctx) -> int:
 # nothing): an ordinary token of the prompts' range, so the stop fires only
 # where the model happens to output it.
 FALLBACK_STOP_ID = 3
+# ...and the stop string then: text no output of the tiny tokenizer's letters a-h holds
+FALLBACK_STOP_TEXT = "<no reference>"
+
+
+def stop_texts(ctx, wanted: Sequence[Tuple[int, int, int, int]]):
+    """``texts = yield from stop_texts(ctx, [(family, length, k, span), ...])``:
+    the stop string of each request that stops "on the text of its prompt's
+    reference tokens k .. k + span - 1", decoded with the server's tokenizer
+    (a topology with one: ``pp1-text``), resolved as ``stop_tokens`` resolves
+    stop tokens (``stop_text_of``: span 0 straddles tokens k and k + 1).
+    SGLang's window must see a stop whose occurrence spans at most its own
+    encoding's length plus one; a longer one it may miss by design
+    (``scheduler_side/stop_strings.py``). Without references, or without a
+    tokenizer, every stop is ``FALLBACK_STOP_TEXT``."""
+    wanted = list(dict.fromkeys(tuple(w) for w in wanted))
+    tokenizer = getattr(ctx.scheduler, "tokenizer", None)
+    tokens = yield from stop_tokens(ctx, [(f, n, k + max(span, 2) - 1) for f, n, k, span in wanted]) \
+        if tokenizer is not None and output_oracle.references_wanted(ctx) else {}
+    out: Dict[Tuple[int, int, int, int], str] = {}
+    for family, length, k, span in wanted:
+        ref = output_oracle.cached_reference(ctx, prompt_ids(family, length)) if tokens else None
+        text = ""
+        if ref is not None and len(ref[0]) >= k + max(span, 2):
+            text = stop_text_of(lambda ids: tokenizer.decode(list(ids)), ref[0], k, span)
+        out[(family, length, k, span)] = text or FALLBACK_STOP_TEXT
+    return out
+
+
+def stop_text_of(decode, tokens: Sequence[int], k: int, span: int) -> str:
+    """The stop string ``Start.stop_span`` names: the text of ``tokens``
+    ``k`` .. ``k + span - 1``; for ``span`` 0, the last character of token
+    ``k``'s text and the first of token ``k + 1``'s (a string that starts
+    inside a token: its occurrence spans two tokens, one more than its own
+    encoding where that is one token). Pure."""
+    if span == 0:
+        first, second = decode(tokens[k:k + 1]), decode(tokens[k + 1:k + 2])
+        return first[-1:] + second[:1] if first and second else ""
+    return decode(tokens[k:k + span])
 
 
 def stop_tokens(ctx, wanted: Sequence[Tuple[int, int, int]]):

@@ -74,7 +74,7 @@ def logprob_start_of(drawn: int, prompt_len: int) -> int:
 
 
 def _request_words(max_new_tokens: int, ignore_eos: bool, stop_at: Optional[int], stream: bool = False,
-                   logprob_start: Optional[int] = None) -> str:
+                   logprob_start: Optional[int] = None, stop_span: Optional[int] = None) -> str:
     words = f"{max_new_tokens} new"
     if stream:
         words += ", streamed"
@@ -83,7 +83,11 @@ def _request_words(max_new_tokens: int, ignore_eos: bool, stop_at: Optional[int]
                   f", logprobs from prompt token {logprob_start}")
     if not ignore_eos:
         words += ", EOS ends it"
-    if stop_at is not None:
+    if stop_at is not None and stop_span == 0:
+        words += f", stop string: its reference's text across tokens {stop_at} and {stop_at + 1}"
+    elif stop_at is not None and stop_span is not None:
+        words += f", stop string: the text of its reference's tokens {stop_at}-{stop_at + stop_span - 1}"
+    elif stop_at is not None:
         words += f", stop token: its reference's token {stop_at}"
     return words
 
@@ -117,13 +121,18 @@ class Start:
     # (``program.join_batch_of``), so it is merged into that slot's running batch
     beside: Optional[int] = None
     priority: Optional[int] = None  # its priority (a priority-scheduling topology); None: none sent
+    # With stop_at, on a topology with a tokenizer: a stop string instead of a stop token, the text
+    # of the reference's tokens stop_at .. stop_at + stop_span - 1, or for 0 the last character of
+    # token stop_at and the first of the next (``program.stop_texts``)
+    stop_span: Optional[int] = None
 
     def _start(self) -> Optional[int]:
         return None if self.logprob_start is None else logprob_start_of(self.logprob_start, self.prompt_len)
 
     def describe(self) -> str:
         return (f"start: {_prompt_words(self.family, self.prompt_len)}, "
-                f"{_request_words(self.max_new_tokens, self.ignore_eos, self.stop_at, self.stream, self._start())}"
+                + _request_words(self.max_new_tokens, self.ignore_eos, self.stop_at, self.stream, self._start(),
+                                 self.stop_span)
                 + (f", LoRA adapter {self.lora}" if self.lora else "")
                 + (f", priority {self.priority}" if self.priority is not None else "")
                 + (f", in the micro-batch of live request #{self.beside}" if self.beside is not None else ""))
@@ -559,7 +568,10 @@ def describe_program(actions: Sequence[Action]) -> List[str]:
 def _start_call(family: int, length: int, action: Union[Start, Resend]) -> str:
     args = [f"input_ids=explore.prompt_ids({family}, {length})", f"max_new_tokens={action.max_new_tokens}",
             f"ignore_eos={action.ignore_eos}"]
-    if action.stop_at is not None:
+    span = getattr(action, "stop_span", None)
+    if action.stop_at is not None and span is not None:
+        args.append(f"stop=[texts[{family}, {length}, {action.stop_at}, {span}]]")
+    elif action.stop_at is not None:
         args.append(f"stop_token_ids=[stops[{family}, {length}, {action.stop_at}]]")
     args.append("temperature=0.0")
     if action.stream:
@@ -578,8 +590,22 @@ def _stops_wanted(actions: Sequence[Action],
     """The (family, length, k) of every stop token the program's requests use, once each."""
     wanted: List[Tuple[int, int, int]] = []
     for action, prompt in zip(actions, prompts):
-        if prompt is not None and action.stop_at is not None and (*prompt, action.stop_at) not in wanted:
+        if prompt is None or action.stop_at is None or getattr(action, "stop_span", None) is not None:
+            continue
+        if (*prompt, action.stop_at) not in wanted:
             wanted.append((*prompt, action.stop_at))
+    return wanted
+
+
+def _stop_texts_wanted(actions: Sequence[Action],
+                       prompts: Sequence[Optional[Tuple[int, int]]]) -> List[Tuple[int, int, int, int]]:
+    """The (family, length, k, span) of every stop string the program's requests use, once each."""
+    wanted: List[Tuple[int, int, int, int]] = []
+    for action, prompt in zip(actions, prompts):
+        span = getattr(action, "stop_span", None)
+        if prompt is not None and action.stop_at is not None and span is not None \
+                and (*prompt, action.stop_at, span) not in wanted:
+            wanted.append((*prompt, action.stop_at, span))
     return wanted
 
 
@@ -624,6 +650,9 @@ def to_source(actions: Sequence[Action], *, docstring: str = "", mark: Optional[
     stops = _stops_wanted(actions, prompts)
     if stops:  # resolved before the first action: see program.stop_tokens
         head.append(f"    stops = yield from explore.stop_tokens(ctx, {stops!r})")
+    texts = _stop_texts_wanted(actions, prompts)
+    if texts:  # the same, for stop strings: program.stop_texts
+        head.append(f"    texts = yield from explore.stop_texts(ctx, {texts!r})")
     lines = list(head)
     ranges: List[Tuple[int, int]] = []
     may_be_paused = False

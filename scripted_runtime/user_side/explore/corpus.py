@@ -24,7 +24,8 @@ from scripted_runtime.user_side.explore.strategies import LOOP_OF_TOPOLOGY
 
 # Iterations that bring a request into decoding (a PP iteration is one
 # microbatch slot: a request advances once per round of 4 slots).
-DECODE_STEPS = {"pp1-overlap": 4, "pp1-normal": 4, "pp4": 12, "pp1-hicache": 4, "pp1-lora": 4, "pp1-priority": 4}
+DECODE_STEPS = {"pp1-overlap": 4, "pp1-normal": 4, "pp4": 12, "pp1-hicache": 4, "pp1-lora": 4, "pp1-priority": 4,
+                "pp1-text": 4}
 NEW_TOKENS = 12
 
 

@@ -50,12 +50,12 @@ def kv_leave_pages() -> st.SearchStrategy:
     return st.one_of(st.sampled_from(KV_LEAVE_PAGES), st.integers(0, max(KV_LEAVE_PAGES)))
 
 LOOP_OF_TOPOLOGY = {"pp1-overlap": "overlap", "pp1-normal": "normal", "pp4": "pp", "pp1-hicache": "normal",
-                    "pp1-lora": "overlap", "pp1-priority": "overlap"}
+                    "pp1-lora": "overlap", "pp1-priority": "overlap", "pp1-text": "overlap"}
 # Steps "when window W opens" waits for it, per topology (PP steps are microbatch slots).
 WINDOW_WAIT_STEPS = {"pp1-overlap": 24, "pp1-normal": 24, "pp4": 60, "pp1-hicache": 24, "pp1-lora": 24,
-                     "pp1-priority": 24}
+                     "pp1-priority": 24, "pp1-text": 24}
 MAX_STEPS_ACTION = {"pp1-overlap": 8, "pp1-normal": 8, "pp4": 12, "pp1-hicache": 8, "pp1-lora": 8,
-                    "pp1-priority": 8}
+                    "pp1-priority": 8, "pp1-text": 8}
 
 
 def windows_for(topology: str, features: Optional[Tuple[str, ...]] = None) -> Tuple[str, ...]:
@@ -184,6 +184,12 @@ def control_ops(draw: Callable, kept: Tuple[int, ...] = ALL_OP_KINDS, placed: bo
 LOGPROB_STARTS = (None, None, None, -1, 0, 32, 70)
 
 
+# On a topology with a tokenizer ("text"), how many reference tokens a stop string spans (Start.stop_span):
+# none (a stop token, first), one, two or three, or 0: the last character of one token and the first of
+# the next (a string starting inside a token, whose occurrence spans one token more than its encoding)
+STOP_SPANS = (None, 1, 2, 3, 0)
+
+
 def _request_semantics() -> dict:
     """A request's drawn end: its max_new_tokens (``MAX_NEW_TOKEN_CHOICES``:
     0, a prefill-only request, one in 13); ignore_eos (True, the simpler, first), and
@@ -209,13 +215,15 @@ def priority_starts() -> st.SearchStrategy:
                      priority=st.sampled_from(A.PRIORITIES), **_request_semantics())
 
 
-def starts(lengths=PROMPT_LENGTHS, *, pipeline: bool = False) -> st.SearchStrategy:
+def starts(lengths=PROMPT_LENGTHS, *, pipeline: bool = False, text: bool = False) -> st.SearchStrategy:
     """A request; under PP (``pipeline``) it may wait for the micro-batch
     slot of a live request first: a request admitted into a micro-batch that
     is decoding others (its prefill merged into their running batch) needs
     its arrival to line up with that slot, one turn in ``pp_loop_size``
     (6 at pp=4) when started after a random number of steps."""
     extra = {"beside": st.one_of(st.none(), st.integers(0, BESIDE_PICKS - 1))} if pipeline else {}
+    if text:  # a tokenizer: its stop (when it has one) a string of the reference's text, or a token
+        extra["stop_span"] = st.sampled_from(STOP_SPANS)
     return st.builds(A.Start, prompt_len=st.sampled_from(lengths), family=st.sampled_from(PROMPT_FAMILIES),
                      **_request_semantics(), **extra)
 
@@ -424,7 +432,7 @@ def _action_kinds(topology: str, features: Tuple[str, ...], fuzz_cases: Optional
     loop_phases = TARGET_PHASES[LOOP_OF_TOPOLOGY[topology]]
     steps = st.builds(A.Steps, n=st.integers(1, MAX_STEPS_ACTION[topology]))
     start = starts(HICACHE_PROMPT_LENGTHS if "hicache" in features else PROMPT_LENGTHS,
-                   pipeline=LOOP_OF_TOPOLOGY[topology] == "pp")
+                   pipeline=LOOP_OF_TOPOLOGY[topology] == "pp", text="text" in features)
     resend, turn = resends(), turns()
     single: List[ActionKind] = [
         lambda ops: steps,
