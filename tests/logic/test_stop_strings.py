@@ -99,7 +99,7 @@ def _sglang_outcome(tok, gen, stops, max_new, stop_token_ids=None):
     return list(r.output_ids[:n]), reason
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_the_rule_agrees_with_sglangs_own_finish_code(tok, data):
     decode, encode = _codec(tok)

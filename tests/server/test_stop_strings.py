@@ -3,8 +3,9 @@ harness's tokenizer for the tiny model): requests with stop strings read off
 their own outputs end where SGLang's stop-string rule says, judged by the
 request contract (``scheduler_side/stop_strings.py``); a window one token
 short (the sixth blind set's ``blind6_stop_str_window_short``, kept as an
-external patch) is caught. The rule on SGLang's own finish code, without a
-server: tests/logic/test_stop_strings.py."""
+external patch) is caught. Both in the slow lane (a server of their own);
+the rule on SGLang's own finish code, without a server, is in the default
+lane: tests/logic/test_stop_strings.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,6 +17,7 @@ SCENARIO = f"{ROOT / 'scenarios' / 'request_semantics.py'}:stop_strings"
 BLIND = f"{ROOT / 'bench' / 'blind_mutants' / 'blind6_mutants.py'}:blind6_stop_str_window_short"
 
 
+@pytest.mark.slow  # its own server (pp1-text, ~20 s): the default lane is at its 10-minute budget
 def test_requests_stop_where_the_window_sees_their_stop_string(server_pool):
     result = server_pool.get("pp1-text").run(SCENARIO)
     assert result.passed, result.summary()
