@@ -27,14 +27,20 @@ def model_dir(name: str) -> Path:
     if name not in CONFIGS:
         raise ValueError(f"unknown model {name!r}; known: {sorted(CONFIGS)}")
     folder = models_root() / name
-    config_text = CONFIGS[name].read_text()
-    target = folder / "config.json"
-    if not target.exists() or target.read_text() != config_text:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".config.json.{os.getpid()}"
-        tmp.write_text(config_text)
-        tmp.replace(target)
+    write_if_changed(folder, "config.json", CONFIGS[name].read_text())
     return folder
+
+
+def write_if_changed(folder: Path, name: str, text: str) -> None:
+    """``folder/name`` holds ``text`` afterwards: written (through a
+    temporary file, so a reader never sees half of it) unless it already
+    does."""
+    target = folder / name
+    if not target.exists() or target.read_text() != text:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{name}.{os.getpid()}"
+        tmp.write_text(text)
+        tmp.replace(target)
 
 
 def qwen2_weight_shapes(cfg: Dict) -> Dict[str, tuple]:

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from scripted_runtime.user_side.models.files import models_root
+from scripted_runtime.user_side.models.files import models_root, write_if_changed
 
 ALPHABET = "abcdefgh"
 SPECIALS = ("<UNK>", "<BOS>", "<EOS>")
@@ -67,10 +66,5 @@ def tokenizer_dir() -> Path:
     partial or older copy is rewritten)."""
     folder = models_root() / NAME
     for name, text in _files().items():
-        target = folder / name
-        if not target.exists() or target.read_text() != text:
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f".{name}.{os.getpid()}"
-            tmp.write_text(text)
-            tmp.replace(target)
+        write_if_changed(folder, name, text)
     return folder
