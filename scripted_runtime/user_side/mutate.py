@@ -100,6 +100,8 @@ def out_dir_for(out_dir: Path, topology: str, mutant: str) -> Path:
 
 
 SETTINGS = ExploreSettings(profile="ci", shrink_time_s=20.0)  # the command's defaults
+# How many left-out mutants the progress line names (the rest are counted)
+LEFT_OUT_NAMED = 5
 
 
 def run_table(config: ServerConfig = ServerConfig(), settings: ExploreSettings = SETTINGS, *,
@@ -115,6 +117,13 @@ def run_table(config: ServerConfig = ServerConfig(), settings: ExploreSettings =
     explore_fn = explore_fn or explorer.explore
     rows: List[KillRow] = []
     plan = [(t, m) for t in topologies for m in [BASELINE, *[m for m in mutants if applicable(m, t, config.device)]]]
+    for t in topologies:  # say so, rather than leave a row out silently (a --patch on a feature topology)
+        left_out = [m for m in mutants if not applicable(m, t, config.device)]
+        if left_out:
+            names = ", ".join(left_out[:LEFT_OUT_NAMED]) + (f" and {len(left_out) - LEFT_OUT_NAMED} more"
+                                                            if len(left_out) > LEFT_OUT_NAMED else "")
+            progress(f"[mutate] {len(left_out)} mutant(s) left out on {t} ({config.device}): their topologies "
+                     f"do not name it, or the code they break cannot run there: {names}")
     t_start = time.monotonic()
     for i, (topology, mutant) in enumerate(plan, 1):
         label = f"[mutate {i}/{len(plan)} {topology} {mutant}]"

@@ -123,9 +123,13 @@ def test_run_table_runs_the_baseline_first_then_each_applicable_mutant(user_pack
         ("pp1-normal", "pr27446"): None,
         ("pp4", "pr27446"): ServerStartError("fix toggle pr27446: not found\nmore"),
     })
+    said = []
     rows = mutate.run_table(topologies=["pp1-normal", "pp4"], mutants=["teampkg.mutants:planted", "pr27446"],
-                            explore_fn=explore, progress=lambda line: None)
-    # planted declares pp1-normal only: not run on pp4.
+                            explore_fn=explore, progress=said.append)
+    # planted declares pp1-normal only: not run on pp4, and the progress says so.
+    assert [line for line in said if "left out" in line] == [
+        "[mutate] 1 mutant(s) left out on pp4 (cpu): their topologies do not name it, or the code they break "
+        "cannot run there: teampkg.mutants:planted"]
     assert [(t, p) for t, p, _ in calls] == [("pp1-normal", ()), ("pp1-normal", ("teampkg.mutants:planted",)),
                                              ("pp1-normal", ("pr27446",)), ("pp4", ()), ("pp4", ("pr27446",))]
     assert all(det is False for _, _, det in calls)
