@@ -133,8 +133,7 @@ def _stop_picks(tokenizer, output):
     from scripted_runtime.scheduler_side import stop_strings as rule
     from scripted_runtime.scheduler_side.explore.program import stop_text_of
 
-    decode = lambda ids: tokenizer.decode(list(ids))  # noqa: E731
-    encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    decode, encode = rule.codec(tokenizer)
     specials = set(tokenizer.all_special_ids)
     picks = {}
     for span, kind in ((0, "straddling"), (2, "two_tokens"), (3, "three_tokens"), (1, "one_token")):

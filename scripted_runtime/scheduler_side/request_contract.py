@@ -172,10 +172,9 @@ def stop_string_violation(req: Any, answer: Dict[str, Any]) -> Optional[str]:
     tokenizer = getattr(req, "tokenizer", None)
     if not stops or tokenizer is None or getattr(params, "stop_regex_strs", None):
         return None
-    return stop_strings.violation(
-        answer["output_ids"], answer["meta_info"]["finish_reason"], stops,
-        decode=lambda ids: tokenizer.decode(list(ids)),
-        encode=lambda text: tokenizer.encode(text, add_special_tokens=False))
+    decode, encode = stop_strings.codec(tokenizer)
+    return stop_strings.violation(answer["output_ids"], answer["meta_info"]["finish_reason"], stops,
+                                  decode=decode, encode=encode)
 
 
 @check_registry.end_check(NAME, doc="every ended request's answer agrees with its own sampling parameters: "

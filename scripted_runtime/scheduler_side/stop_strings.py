@@ -34,10 +34,18 @@ token); if there is none, it did not finish on a stop string.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 Decode = Callable[[Sequence[int]], str]
 Encode = Callable[[str], List[int]]
+
+
+def codec(tokenizer: Any) -> Tuple[Decode, Encode]:
+    """(decode, encode) as SGLang uses ``tokenizer`` for stop strings:
+    ``tail_str`` decodes with HF's defaults (special tokens' text kept),
+    ``normalize`` encodes without special tokens."""
+    return (lambda ids: tokenizer.decode(list(ids)),
+            lambda text: tokenizer.encode(text, add_special_tokens=False))
 
 
 def window_len(stops: Sequence[str], encode: Encode) -> int:

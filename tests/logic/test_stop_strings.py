@@ -29,11 +29,6 @@ def tok(tmp_path_factory):
     return loader.get_tokenizer(str(folder))
 
 
-def _codec(tok):
-    return (lambda ids: tok.decode(list(ids), skip_special_tokens=False),
-            lambda s: tok.encode(s, add_special_tokens=False))
-
-
 def test_the_tokenizer_covers_the_tiny_models_vocabulary_and_decodes_by_concatenation(tok):
     assert len(tok) == T.VOCAB_SIZE and tok.eos_token_id == 2 and tok.bos_token_id == 1
     vocab, _ = T.vocab_and_merges()
@@ -45,7 +40,7 @@ def test_the_tokenizer_covers_the_tiny_models_vocabulary_and_decodes_by_concaten
 
 
 def test_a_stop_is_seen_only_inside_the_window_of_its_encoding_plus_one(tok):
-    decode, encode = _codec(tok)
+    decode, encode = S.codec(tok)
     vocab, _ = T.vocab_and_merges()
     a, b, c, bc, d = (vocab[t] for t in ("a", "b", "c", "bc", "d"))
     assert S.window_len(["abc"], encode) == 2
@@ -55,7 +50,7 @@ def test_a_stop_is_seen_only_inside_the_window_of_its_encoding_plus_one(tok):
 
 
 def test_the_violations_name_what_the_window_shows(tok):
-    decode, encode = _codec(tok)
+    decode, encode = S.codec(tok)
     vocab, _ = T.vocab_and_merges()
     a, bc, d = (vocab[t] for t in ("a", "bc", "d"))
     stop = {"type": "stop", "matched": "abc"}
@@ -102,7 +97,7 @@ def _sglang_outcome(tok, gen, stops, max_new, stop_token_ids=None):
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_the_rule_agrees_with_sglangs_own_finish_code(tok, data):
-    decode, encode = _codec(tok)
+    decode, encode = S.codec(tok)
     gen = data.draw(st.lists(st.integers(3, T.VOCAB_SIZE - 1) | st.just(2), min_size=1, max_size=24))
     text = decode(gen)
     picks = st.tuples(st.integers(0, len(text) - 1), st.integers(1, 6)).map(lambda p: text[p[0]:p[0] + p[1]])
@@ -117,7 +112,7 @@ def test_a_window_one_token_short_is_a_violation(tok):
     """What ``blind6_stop_str_window_short`` does: SGLang's window less its
     slack token misses 'abc' emitted as a|bc (encoding: one token, so a
     window of 1); the rule names the request that ran past it."""
-    decode, encode = _codec(tok)
+    decode, encode = S.codec(tok)
     vocab, _ = T.vocab_and_merges()
     gen = [vocab["d"], vocab["a"], vocab["bc"], vocab["d"], vocab["e"]]
     assert S.first_hit(gen, ["abc"], decode, 1) == (None, None)  # the short window never sees it

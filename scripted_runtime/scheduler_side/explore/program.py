@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import (answer_delivery, control, hicache_state, output_oracle, request_contract,
-                                             request_fuzz, state)
+                                             request_fuzz, state, stop_strings)
 from scripted_runtime.scheduler_side import logprob_contract  # after request_contract: the end checks' listed order
 from scripted_runtime.scheduler_side import weight_version_contract  # after answer_delivery: it reads the answers
 from scripted_runtime.scheduler_side.explore import phases
@@ -892,7 +892,7 @@ def stop_texts(ctx, wanted: Sequence[Tuple[int, int, int, int]]):
         ref = output_oracle.cached_reference(ctx, prompt_ids(family, length)) if tokens else None
         text = ""
         if ref is not None and len(ref[0]) >= k + max(span, 2):
-            text = stop_text_of(lambda ids: tokenizer.decode(list(ids)), ref[0], k, span)
+            text = stop_text_of(stop_strings.codec(tokenizer)[0], ref[0], k, span)
         out[(family, length, k, span)] = text or FALLBACK_STOP_TEXT
     return out
 
