@@ -427,7 +427,7 @@ def _cmd_mutate(args: argparse.Namespace) -> int:
     settings = mutate.SETTINGS.replace(profile=args.profile, max_examples=args.max_examples,
                                        max_time_s=args.max_time, shrink_time_s=args.shrink_time,
                                        start_timeout_s=args.start_timeout, corpus=not args.no_corpus,
-                                       fresh_replay=not args.same_server_replay)
+                                       novelty=not args.no_novelty, fresh_replay=not args.same_server_replay)
     rows = mutate.run_table(config, settings, topologies=topologies, mutants=specs, out_dir=Path(args.out),
                             progress=progress)
     print(mutate.format_table(rows))
@@ -615,6 +615,8 @@ def build_parser() -> argparse.ArgumentParser:
     mut.add_argument("--json", metavar="FILE", help="also write the rows and the summary as JSON")
     mut.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     mut.add_argument("--no-corpus", action="store_true", help="explore without the seed corpus (as explore --no-corpus)")
+    mut.add_argument("--no-novelty", action="store_true",
+                     help="explore without novelty guidance (as explore --no-novelty)")
     mut.add_argument("--same-server-replay", action="store_true",
                      help="replay each kill's file on the explorer's server, not a fresh one (as explore)")
     mut.add_argument("--start-timeout", type=float, default=300.0, help="server start timeout in seconds")

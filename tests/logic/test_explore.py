@@ -626,3 +626,43 @@ def test_a_failure_met_while_shrinking_the_first_is_kept_not_shrunk_in_its_place
     assert kept["InvariantViolation[slot_ownership]"].position == first_small + 1
     assert any("shrinking met another failure, InvariantViolation[slot_ownership]: kept as found" in line
                for line in lines), lines
+
+
+def test_the_served_weights_are_loaded_back_after_a_failed_program_or_file(tmp_path):
+    """A failure can stop a program between its weight update and its own
+    restore of the served weights; the runner restores them before anything
+    else runs, after a program and after a written file alike (the
+    determinism check runs the program right after its file's replay: it
+    must start as on a fresh server, not with the restore's steps)."""
+    from scripted_runtime.user_side.result import ScriptResult
+
+    class Server:
+        alive, info = True, {"sglang_version": "0.0.test"}
+
+        def __init__(self, fails):
+            self.fails, self.targets = fails, []
+
+        def run(self, target, *args, **kwargs):
+            self.targets.append(target)
+            if target in (runner.SETTLE, runner.RESTORE_WEIGHTS) or not self.fails:
+                return ScriptResult(script="x", passed=True, steps=3)
+            return ScriptResult(script="program", passed=False, steps=5, error="ContractViolation: weight_queries",
+                                violation={"invariant": "weight_queries", "kind": "ContractViolation", "step": 4})
+
+    scenario = tmp_path / "found.py"
+    scenario.write_text("def program(ctx):\n    return None\n    yield\n")
+    for fails in (True, False):
+        server = Server(fails)
+        example = runner.ExampleRunner(ServerConfig("pp1-normal"), server=server)  # every check: the oracle on
+        example.run_file(str(scenario))
+        example.run([A.Start(8, 1, 2)])
+        restores = [i for i, t in enumerate(server.targets) if t == runner.RESTORE_WEIGHTS]
+        if fails:  # right after the file, and after the program
+            assert len(restores) == 2 and server.targets[restores[0] - 1] != runner.INTERPRETER, server.targets
+            assert server.targets[restores[0] + 1] == runner.INTERPRETER, server.targets
+        else:
+            assert not restores, server.targets
+    # with the oracle off nothing is restored (no references, no served fingerprint kept)
+    server = Server(True)
+    runner.ExampleRunner(ServerConfig("pp1-normal", checks=False), server=server).run_file(str(scenario))
+    assert runner.RESTORE_WEIGHTS not in server.targets

@@ -134,9 +134,14 @@ def test_the_sequences_open_and_close_as_clients_drive_them(data):
     start = S.starts()
     paused = data.draw(S.paused(kept, PHASES, WINDOWS, 24, start))
     first, _ = _opening(paused[0])
-    assert isinstance(first, A.Pause) and paused[-1] == A.Continue() and len(paused) <= 2 + S.SEQUENCE_BETWEEN
+    # the pause, an update (optional), what happens while paused, the continue
+    assert isinstance(first, A.Pause) and paused[-1] == A.Continue() and len(paused) <= 3 + S.SEQUENCE_BETWEEN
     modes = {m for m in S.PAUSE_MODES if S.CONTROL_OP_NAMES.index(f"pause_{m}") in kept}
     assert not modes or first.mode in modes
+    if len(paused) == 3 + S.SEQUENCE_BETWEEN:  # only with the update right after the pause
+        assert isinstance(paused[1], A.UpdateWeights)
+    if isinstance(paused[1], A.UpdateWeights):  # placed after the pause: of a kind the program keeps
+        assert S.CONTROL_OP_NAMES.index(_name(paused[1])) in kept or len(paused) <= 2 + S.SEQUENCE_BETWEEN
     for kv in (False, True):
         seq = data.draw(S.bracketed(kept, PHASES, WINDOWS, 24, start, kv))
         opening, where = _opening(seq[0])
@@ -154,6 +159,55 @@ def test_the_sequences_open_and_close_as_clients_drive_them(data):
     assert 1 <= len(observed) <= 3
     if len(observed) == 3:
         assert all(isinstance(q, A.WeightQuery) and q.kind in S.OBSERVING_QUERIES for q in (observed[0], observed[2]))
+
+
+def _sequences(strategy, n: int = 1000) -> list:
+    """``n`` derandomized draws of ``strategy``."""
+    drawn = []
+
+    @settings(max_examples=n, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def collect(seq):
+        drawn.append(seq)
+
+    collect()
+    return drawn
+
+
+def test_a_pause_is_mostly_for_a_weight_update_and_only_of_a_kept_kind():
+    """Half the pauses have a weight update of a kept kind right after them
+    (what RL frameworks pause for); a program keeping no update kind gets
+    none there."""
+    start = S.starts()
+    everything = tuple(range(len(S.CONTROL_OP_KINDS)))
+    drawn = _sequences(S.paused(everything, PHASES, WINDOWS, 24, start))
+    with_update = sum(isinstance(seq[1], A.UpdateWeights) for seq in drawn)
+    assert 0.3 * len(drawn) <= with_update <= 0.8 * len(drawn), with_update
+    # the smallest paused sequence has no update: a failure needing none shrinks it away
+    assert find(S.paused(everything, PHASES, WINDOWS, 24, start), lambda s: True, settings=NO_DB) == \
+        (A.Pause("in_place"), A.Continue())
+    no_updates = tuple(i for i in everything if S.CONTROL_OP_NAMES[i] not in S.WEIGHT_UPDATE_KINDS)
+    for seq in _sequences(S.paused(no_updates, PHASES, WINDOWS, 24, start), 300):
+        assert not any(isinstance(a, A.UpdateWeights) for a in seq), seq
+
+
+def test_an_observed_operation_is_mostly_compared_by_one_query_before_and_after_a_weight_change():
+    everything = tuple(range(len(S.CONTROL_OP_KINDS)))
+    drawn = _sequences(S.observed(everything))
+    both = [seq for seq in drawn if len(seq) == 3]
+    same = [seq for seq in both if seq[0] == seq[2]]
+    assert len(same) >= 0.5 * len(both) > 0
+    changing = (A.UpdateWeights, A.RlCycle, A.ReleaseMemory)
+    # the operation of a sequence with no query or both (the others' may be a query itself)
+    op = [seq[len(seq) // 2] for seq in drawn if len(seq) != 2]
+    assert sum(isinstance(a, changing) for a in op) >= 0.4 * len(op)
+    # a checksum taken before and after an update: the shape a stale checksum needs
+    assert any(seq[0] == seq[2] == A.WeightQuery("checksum") and isinstance(seq[1], A.UpdateWeights) for seq in both)
+    # a program keeping no weight-changing kind observes one of the kinds it keeps
+    kept = (S.CONTROL_OP_NAMES.index("flush"), S.CONTROL_OP_NAMES.index("query_checksum"))
+    for seq in _sequences(S.observed(kept), 200):
+        assert all(isinstance(a, (A.Flush, A.WeightQuery)) for a in seq), seq
 
 
 def test_an_observed_operation_shrinks_to_the_operation_alone():

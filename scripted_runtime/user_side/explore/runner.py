@@ -357,10 +357,7 @@ class ExampleRunner:
             lambda: self.server.run(INTERPRETER, source.text, timeout=self.example_timeout_s,
                                     trace=trace, invariants=self.invariants, abstract_states=True)))
         wall = time.monotonic() - t0
-        if not result.passed and self.oracle_on and self.server.alive:
-            # the next program (the determinism check's second run among them) must start with the
-            # served weights, as on a fresh server, without steps of its own to load them
-            self.server.run(RESTORE_WEIGHTS, timeout=self.example_timeout_s, trace=False, invariants=False)
+        self._restore_after_failure(result)
         server_id, index = self._record(tuple(program))
         value = result.value if isinstance(result.value, dict) else {}
         return Outcome(
@@ -387,9 +384,21 @@ class ExampleRunner:
                 lambda: self.server.run(spec, timeout=self.example_timeout_s, trace=trace if last else False,
                                         invariants=self.invariants)))
             self._record(spec)
+            self._restore_after_failure(result)
             return result
 
         return scenario_history.run_in_order(path, function, run)
+
+    def _restore_after_failure(self, result: ScriptResult) -> None:
+        """After a failed script, load the served weights back (a failure
+        can stop a program between its weight update and its own restore):
+        the next program, the determinism check's second run among them,
+        must start with the served weights, as on a fresh server, without
+        steps of its own to load them (a written file's replay failed so
+        and the program's run after it began with the restore's steps: a
+        false "nondeterministic")."""
+        if not result.passed and self.oracle_on and self.server is not None and self.server.alive:
+            self.server.run(RESTORE_WEIGHTS, timeout=self.example_timeout_s, trace=False, invariants=False)
 
     def _settled(self, result: ScriptResult) -> ScriptResult:
         """A program must leave an engine the reset can restore: the reset is

@@ -365,14 +365,29 @@ def _opened(draw: Callable, op, loop_phases: Tuple[str, ...], windows_open: Tupl
     return op
 
 
+# The kinds that change the weights the queries read (an update of each path, the RL cycle, a
+# memory release): what a weight query before and after an operation can see change.
+WEIGHT_CHANGING_KINDS = ("update_disk", "update_tensor", "update_distributed", "rl_cycle", "release_memory")
+WEIGHT_UPDATE_KINDS = ("update_disk", "update_tensor", "update_distributed")
+
+
+def _kinds_kept(names: Sequence[str], kept: Tuple[int, ...]) -> Tuple[int, ...]:
+    """The indices (into ``CONTROL_OP_KINDS``) of the kinds ``names`` that ``kept`` holds."""
+    return tuple(CONTROL_OP_NAMES.index(n) for n in names if CONTROL_OP_NAMES.index(n) in kept)
+
+
 @st.composite
 def paused(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...], windows_open: Tuple[str, ...],
            wait: int, start: st.SearchStrategy) -> Tuple[A.Action, ...]:
     """A pause of a kept mode, at once, once a phase holds or once a race
-    window opens, what happens while paused (``_between``), then its
-    continue."""
+    window opens; half the time (not first) a weight update of a kept kind
+    right after it, what RL frameworks pause for (PR 10071); what happens
+    while paused (``_between``); then its continue."""
     pause = A.Pause(_pick(draw, PAUSE_MODES, _kept_positions([f"pause_{m}" for m in PAUSE_MODES], kept)))
-    return (_opened(draw, pause, loop_phases, windows_open, wait), *draw(_between(kept, start)), A.Continue())
+    opened = _opened(draw, pause, loop_phases, windows_open, wait)
+    updates = _kinds_kept(WEIGHT_UPDATE_KINDS, kept)
+    update = (draw(control_ops(updates)),) if updates and draw(st.booleans()) else ()
+    return (opened, *update, *draw(_between(kept, start)), A.Continue())
 
 
 @st.composite
@@ -390,21 +405,27 @@ def bracketed(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...
     return (first, *draw(_between(kept, start)), close)
 
 
-# Which queries an observed operation has around it: both half the time; none first, so that a
-# failure needing only the operation shrinks to it (the queries drawn as part of the sequence
-# could not be dropped one by one).
-OBSERVED_SHAPES = ("none", "before", "after", "both", "both", "both")
+# Which queries an observed operation has around it: none first, so that a failure needing only
+# the operation shrinks to it (the queries drawn as part of the sequence could not be dropped one
+# by one); one before or after; both half the time, mostly the same query twice ("same": a client
+# compares a checksum, a version, a tensor before and after), sometimes two drawn apart.
+OBSERVED_SHAPES = ("none", "before", "after", "same", "same", "both")
 
 
 @st.composite
 def observed(draw: Callable, kept: Tuple[int, ...]) -> Tuple[A.Action, ...]:
     """A weight query (of the kept kinds), a control operation, a query
-    again (``OBSERVED_SHAPES``: either query may be left out)."""
+    again (``OBSERVED_SHAPES``: either query may be left out, and both are
+    mostly the same query). Half the time (not first) the operation is of
+    a kept kind that changes the weights (``WEIGHT_CHANGING_KINDS``), the
+    change the queries read."""
     queries = _kept_positions([f"query_{q}" for q in OBSERVING_QUERIES], kept)
     shape = draw(st.sampled_from(OBSERVED_SHAPES))
-    first = _pick(draw, OBSERVING_QUERIES, queries) if shape in ("before", "both") else None
-    op = draw(control_ops(kept, placed=True))
-    last = _pick(draw, OBSERVING_QUERIES, queries) if shape in ("after", "both") else None
+    first = _pick(draw, OBSERVING_QUERIES, queries) if shape in ("before", "same", "both") else None
+    changing = _kinds_kept(WEIGHT_CHANGING_KINDS, kept)
+    op = draw(control_ops(changing if changing and draw(st.booleans()) else kept, placed=True))
+    last = (first if shape == "same" else
+            _pick(draw, OBSERVING_QUERIES, queries) if shape in ("after", "both") else None)
     return (*([A.WeightQuery(first)] if first else []), op, *([A.WeightQuery(last)] if last else []))
 
 
