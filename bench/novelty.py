@@ -33,7 +33,7 @@ from stats import machine_line, md_table  # noqa: E402
 TOPOLOGY_FLAGS = {"pp1-overlap": ["--pp", "1", "--overlap"], "pp1-normal": ["--pp", "1", "--no-overlap"],
                   "pp4": ["--pp", "4"], "pp1-hicache": ["--topology", "pp1-hicache"]}
 MARKS_MIN = (1, 2, 5)  # the table's columns: states reached by these minutes
-RUNS = (("guided", []), ("unguided (--no-novelty)", ["--no-novelty"]))
+RUNS = (("guided", ["--novelty"]), ("unguided (--no-novelty)", ["--no-novelty"]))
 EXAMPLES_UNBOUNDED = 10**9  # the time budget binds, not the program count
 
 

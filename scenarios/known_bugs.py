@@ -534,3 +534,35 @@ def abort_pause_during_in_place_pause(ctx):
     ctx.continue_generation()
     yield from ctx.wait_finished(r, max_steps=100)
     assert r.status == "aborted", r
+
+
+def prefill_only_abort_reports_dummy_token(ctx):
+    """A prefill-only request (``max_new_tokens=0``) aborted while its
+    prefill is in flight must answer with no output token: none was asked
+    for, and the model generated none (the output oracle, run by the
+    end-state checks).
+
+    On 0.5.23 a prefill-only batch is not sampled: ``TpModelWorker`` fills
+    ``next_token_ids`` with zeros. The result processor
+    (``process_batch_result_prefill``) appends that dummy 0 to
+    ``output_ids`` like a sampled token and relies on
+    ``Req.update_finish_state`` to cut the output at ``finished_len =
+    max_new_tokens`` (0). When an abort was processed between the prefill's
+    launch and its result (the overlap loop processes a batch's result one
+    iteration after launching it), ``to_finish`` is set, so
+    ``update_finish_state`` takes the abort and returns before the length
+    rule: ``finished_len`` stays None and the answer reports the dummy
+    token as output (docs/upstream/prefill-only-abort-reports-dummy-token.md).
+    Found by a ci exploration of the unmutated build on pp1-overlap
+    without the seed corpus (2026-11-28), shrunk to a resend of a cached
+    prompt; the cache hit is not needed.
+    """
+    h = ctx.start_req(input_ids=explore.prompt_ids(0, 8), max_new_tokens=0, ignore_eos=True, temperature=0.0)
+    # the prefill launched; under overlap its result is processed next iteration, after the abort
+    yield from ctx.wait_until(lambda: h.status not in ("posted", "waiting"), max_steps=8,
+                              what="the prefill-only request admitted")
+    ctx.abort(h)
+    yield from ctx.wait_finished(h, max_steps=20)
+    # the oracle judges the request's output as SGLang answers it (``Req.output_ids`` holds the dummy
+    # token on every loop: the answer is cut at finished_len)
+    return (yield from explore.end_state_checks(ctx, [h]))

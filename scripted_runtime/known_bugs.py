@@ -377,6 +377,21 @@ REGISTRY: Tuple[KnownBug, ...] = (
         slow_topologies=("pp1-normal", "pp4"),
     ),
     KnownBug(
+        name="prefill_only_abort_reports_dummy_token",
+        title="a prefill-only request (max_new_tokens=0) aborted while its prefill is in flight answers with one "
+              "output token, the dummy 0 the worker puts in place of sampling: the abort's finish skips the "
+              "length rule that cuts it",
+        signature=r"OutputMismatch",
+        message=r"aborted after \d+ tokens, past the end of its reference after 0 \(max_new_tokens=0\)",
+        # the normal loop processes a prefill's result in the iteration that launched it: no abort between
+        topologies=("pp1-overlap", "pp4"),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:prefill_only_abort_reports_dummy_token",
+        report="docs/upstream/prefill-only-abort-reports-dummy-token.md",
+        needs_ops=("abort",),
+    ),
+    KnownBug(
         name="abort_pause_during_in_place_pause",
         title="pause_generation(abort) while an in_place pause holds a running request never returns (the request "
               "cannot finish while paused) and holds the tokenizer's pause lock, so continue_generation can never "

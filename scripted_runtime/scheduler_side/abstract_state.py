@@ -9,8 +9,8 @@ observer (``step_observer.after_script``), only for a script run with
 observer never calls in here. It reads counters SGLang keeps anyway
 (queue lengths, the allocator's and the tree's sizes), never walks a
 request list longer than the running batch, so it stays within a few
-microseconds per iteration (``tests/logic/test_abstract_state.py`` has the
-micro-benchmark on fakes).
+microseconds per iteration (``bench/abstract_state_cost.py`` times it on
+the logic tests' stand-in scheduler).
 
 The fields, each bucketed (``count_bucket``: 0, 1, 2-3, 4+):
 

@@ -291,7 +291,7 @@ def explore_settings(args: argparse.Namespace) -> "ExploreSettings":
         shrink_time_s=args.shrink_time, stop_file=args.stop_file, check_determinism=not args.no_determinism_check,
         sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout, example_timeout_s=args.timeout,
         known_bugs=() if args.no_known_bugs else None, stop_at_known=args.stop_at_known,
-        corpus=not args.no_corpus, novelty=not args.no_novelty, standby=args.standby,
+        corpus=not args.no_corpus, novelty=args.novelty, standby=args.standby,
         fuzz_requests=args.fuzz_requests or args.fuzz_known_crashes, fuzz_known_crashes=args.fuzz_known_crashes,
         fresh_replay=not args.same_server_replay,
         database=args.database, database_read_only=args.database_read_only)
@@ -399,6 +399,16 @@ def _add_patch_option(p: argparse.ArgumentParser) -> None:
                         "mutant NAME, or your own MODULE:ATTR / PATH.py:ATTR (see docs/mutants.md)")
 
 
+def mutate_settings(args: argparse.Namespace) -> "ExploreSettings":
+    """The ``ExploreSettings`` of ``mutate``'s flags (each mutant's exploration)."""
+    from scripted_runtime.user_side import mutate
+
+    return mutate.SETTINGS.replace(profile=args.profile, max_examples=args.max_examples,
+                                   max_time_s=args.max_time, shrink_time_s=args.shrink_time,
+                                   start_timeout_s=args.start_timeout, corpus=not args.no_corpus,
+                                   novelty=args.novelty, fresh_replay=not args.same_server_replay)
+
+
 def _cmd_mutate(args: argparse.Namespace) -> int:
     """Exit 0: the table is valid (the unmutated build found nothing);
     1: void on some topology; 2: usage error."""
@@ -424,10 +434,7 @@ def _cmd_mutate(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    settings = mutate.SETTINGS.replace(profile=args.profile, max_examples=args.max_examples,
-                                       max_time_s=args.max_time, shrink_time_s=args.shrink_time,
-                                       start_timeout_s=args.start_timeout, corpus=not args.no_corpus,
-                                       novelty=not args.no_novelty, fresh_replay=not args.same_server_replay)
+    settings = mutate_settings(args)
     rows = mutate.run_table(config, settings, topologies=topologies, mutants=specs, out_dir=Path(args.out),
                             progress=progress)
     print(mutate.format_table(rows))
@@ -574,9 +581,10 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--no-corpus", action="store_true",
                      help="skip the seed corpus (every control operation in every request phase, run first "
                           "outside the time budget; docs/exploring.md)")
-    exp.add_argument("--no-novelty", action="store_true",
-                     help="no novelty guidance: programs are drawn afresh only, never mutated from the programs "
-                          "that reached new scheduler states (the states are still counted; docs/exploring.md)")
+    exp.add_argument("--novelty", action=argparse.BooleanOptionalAction, default=None,
+                     help="novelty guidance: half the programs are mutated from those that reached new scheduler "
+                          "states (default: on for the dev and nightly profiles, off for ci; without it the "
+                          "states are still counted; docs/exploring.md)")
     exp.add_argument("--fuzz-requests", action="store_true",
                      help="also draw requests with malformed or extreme fields (token ids, lengths, sampling and "
                           "logprob parameters, a reused rid) and aborts of unknown rids, judged by the survival "
@@ -615,8 +623,8 @@ def build_parser() -> argparse.ArgumentParser:
     mut.add_argument("--json", metavar="FILE", help="also write the rows and the summary as JSON")
     mut.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     mut.add_argument("--no-corpus", action="store_true", help="explore without the seed corpus (as explore --no-corpus)")
-    mut.add_argument("--no-novelty", action="store_true",
-                     help="explore without novelty guidance (as explore --no-novelty)")
+    mut.add_argument("--novelty", action=argparse.BooleanOptionalAction, default=None,
+                     help="novelty guidance, as explore's (default: the profile's; off for ci)")
     mut.add_argument("--same-server-replay", action="store_true",
                      help="replay each kill's file on the explorer's server, not a fresh one (as explore)")
     mut.add_argument("--start-timeout", type=float, default=300.0, help="server start timeout in seconds")

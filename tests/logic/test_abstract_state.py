@@ -1,10 +1,10 @@
 """The abstract state of a scheduler iteration
 (``scheduler_side/abstract_state.py``) on a stand-in scheduler: its buckets,
 each field, the control operations with their phase, the key it travels as,
-the step observer's switch, and its cost per iteration. No SGLang process."""
+the step observer's switch. No SGLang process (its cost per iteration:
+bench/abstract_state_cost.py)."""
 from __future__ import annotations
 
-import timeit
 from collections import deque
 from types import SimpleNamespace
 
@@ -131,10 +131,10 @@ def test_an_operation_is_recorded_with_the_phase_of_the_state_it_was_processed_a
                                           "w1r0d0c0p0f0k0t0")
 
 
-def test_the_abstract_state_costs_a_few_microseconds_per_iteration():
-    """The per-iteration budget: on a busy stand-in (5 requests in 4 places,
-    PP slots, a chunk in flight) ``observe`` takes ~2 us on the 2-core box;
-    the bound leaves room for a loaded CI machine."""
+def test_a_busy_engine_in_every_place_reads_as_one_key():
+    """The busy stand-in ``bench/abstract_state_cost.py`` times (what it
+    costs is that bench's question, not a test's): four running, two
+    waiting, a chunk between chunks, two of six PP slots holding a batch."""
     reqs = [FakeReq(f"r{i}", row=i + 1, allocated=8) for i in range(4)]
     s = FakeScheduler(reqs=reqs, evictable=30)
     s.waiting_queue = [FakeReq("w1"), FakeReq("w2")]
@@ -142,9 +142,8 @@ def test_the_abstract_state_costs_a_few_microseconds_per_iteration():
     s.mbs = [None, FakeBatch([reqs[0]]), None, FakeBatch([reqs[1]], mode="extend"), None, None]
     states = AS.AbstractStates()
     states.begin(True)
-    n = 2000
-    per_call = min(timeit.repeat(lambda: states.observe(s, ()), number=n, repeat=5)) / n
-    assert per_call < 25e-6, f"{per_call * 1e6:.1f} us per iteration"
+    states.observe(s, ())
+    assert states.keys() == ("w2r3d0c1p0f2k3t1",)
 
 
 @pytest.mark.parametrize("enabled", [False, True])

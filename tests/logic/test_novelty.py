@@ -154,17 +154,37 @@ def test_the_coverage_series_counts_states_by_the_minute_they_were_first_reached
     assert Stats.from_dict(st.as_dict()).as_dict() == st.as_dict()
 
 
-def test_no_novelty_flag_turns_the_guidance_off_and_workers_inherit_it():
+def test_novelty_is_the_profiles_unless_a_flag_says_and_workers_inherit_the_flag():
+    """Off for ci (a 60 s search: bench/README.md, "Without novelty
+    guidance"), on for dev and nightly; --novelty / --no-novelty win, for
+    explore, its workers and mutate."""
     from scripted_runtime.user_side import cli
     from scripted_runtime.user_side.explore import parallel
 
     parser = cli.build_parser()
-    assert cli.explore_settings(parser.parse_args(["explore"])).novelty is True
-    args = parser.parse_args(["explore", "--no-novelty", "-n", "2"])
-    assert cli.explore_settings(args).novelty is False
-    assert "--no-novelty" in parallel.explore_argv(args, workers=1)
-    assert "--no-novelty" not in parallel.explore_argv(parser.parse_args(["explore"]), workers=1)
-    assert ExploreSettings().novelty is True
+    assert {name: p.novelty for name, p in search.PROFILES.items()} == {"ci": False, "dev": True, "nightly": True}
+    for profile in ("ci", "dev", "nightly"):
+        default = cli.explore_settings(parser.parse_args(["explore", "--profile", profile]))
+        assert default.novelty is None and default.guided(search.PROFILES[profile]) is (profile != "ci")
+        for flag, on in (("--novelty", True), ("--no-novelty", False)):
+            args = parser.parse_args(["explore", "--profile", profile, flag, "-n", "2"])
+            assert cli.explore_settings(args).guided(search.PROFILES[profile]) is on
+            assert flag in parallel.explore_argv(args, workers=1)
+    argv = parallel.explore_argv(parser.parse_args(["explore"]), workers=1)
+    assert "--novelty" not in argv and "--no-novelty" not in argv  # a worker takes its profile's too
+    assert ExploreSettings().novelty is None and ExploreSettings(novelty=True).guided(search.PROFILES["ci"])
+    for argv, on in ((["mutate"], False), (["mutate", "--novelty"], True), (["mutate", "--profile", "dev"], True)):
+        settings = cli.mutate_settings(parser.parse_args(argv))
+        assert settings.guided(search.PROFILES[settings.profile]) is on, argv
+
+
+@pytest.mark.parametrize("profile, guided", [("ci", False), ("dev", True)])
+def test_the_search_follows_its_profiles_novelty_when_the_run_does_not_say(profile, guided):
+    fake = _StatesRunner("pp1-normal")
+    result = search.search(fake, ExploreSettings(profile=profile, seed=None if profile == "ci" else 5,
+                                                 max_examples=60, corpus=False, known_bugs=()))
+    assert result.stats.novelty is guided
+    assert (result.stats.guided_programs > 0) is guided
 
 
 class _SlowRunner(_StatesRunner):

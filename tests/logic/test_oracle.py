@@ -106,9 +106,19 @@ def test_an_entry_that_needs_operations_matches_only_a_program_that_posted_them(
     assert find(["pause_generation(in_place)", "pause_generation(abort)"]) is None, "no retract"
     assert find(None) is leak, "operations not known (a crash reports none): the message rules decide"
     # besides the PP retract entries, only the control-request crashes whose scenario posts the operation
-    # itself need it (a crash of the same exception elsewhere is another bug)
+    # itself need it (a crash of the same exception elsewhere is another bug), and the aborted prefill-only
+    # request's dummy token (a token past max_new_tokens=0 of a request the program did not abort is
+    # another bug)
     assert {b.name for b in known_bugs.REGISTRY if b.needs_ops and not b.name.startswith("pp_retract_")} == {
-        "release_memory_syncs_build_device", "abort_pause_during_in_place_pause"}
+        "release_memory_syncs_build_device", "abort_pause_during_in_place_pause",
+        "prefill_only_abort_reports_dummy_token"}
+    dummy = known_bugs.by_name("prefill_only_abort_reports_dummy_token")
+    past = ("request r1-9-8 (8-token prompt of family 0, aborted): aborted after 1 tokens, past the end of its "
+            "reference after 0 (max_new_tokens=0): [0] emitted after it")
+    find = lambda topology, ops: known_bugs.find("OutputMismatch: request <rid>", topology=topology,
+                                                 sglang_version="0.5.23", message=past, ops=ops)
+    assert find("pp1-overlap", ["abort(r1-9-8)"]) is dummy and find("pp4", ["pause_generation(abort)"]) is dummy
+    assert find("pp1-overlap", ["flush_cache"]) is None and find("pp1-normal", ["abort(r1-9-8)"]) is None
     two_slots = known_bugs.by_name("pp_retract_chunk_two_slots")
     owners = ("InvariantViolation[slot_ownership] at step 30: KV indices [5] of live request r1 (row 2) are in the "
               "allocator's free list (owners: r1: row 2 in mbs[0]/running_mbs[1])")

@@ -14,7 +14,7 @@ one, ``()``: every failure is new) and ``stop_at_known``;
 ``fresh_replay`` (the written file is replayed on a fresh server, else on
 the explorer's own); ``check_determinism``. How it searches: ``novelty``
 (guided by the abstract states programs reach, ``novelty.py``; off, the
-states are still counted). The servers: ``standby``
+states are still counted; None, the profile's: ``guided``). The servers: ``standby``
 (``auto``/``on``/``off``), ``start_timeout_s``, ``example_timeout_s``,
 ``log_dir``. Labels for what is written: ``found_by`` (the command, for the
 file's header), ``sglang_spec`` (the build SPEC this process explores, for
@@ -37,7 +37,7 @@ class ExploreSettings:
     shrink_time_s: Optional[float] = None
     seed: Optional[int] = None
     corpus: bool = True
-    novelty: bool = True
+    novelty: Optional[bool] = None  # None: the profile's (search.PROFILES: off for ci, on for dev, nightly)
     database: Optional[str] = "none"
     database_read_only: bool = False
     known_bugs: Optional[Sequence[Any]] = None
@@ -53,6 +53,11 @@ class ExploreSettings:
     stop_file: Optional[str] = None
     fuzz_requests: bool = False  # draw FuzzRequest/AbortUnknown (request_fuzz's field cases)
     fuzz_known_crashes: bool = False  # ... those meeting a known server-killing bug too
+
+    def guided(self, profile: Any) -> bool:
+        """Whether the search is guided by novelty: ``novelty`` where the run
+        says, else ``profile``'s (a ``search.Profile``)."""
+        return bool(profile.novelty) if self.novelty is None else bool(self.novelty)
 
     def __post_init__(self) -> None:
         if self.known_bugs is not None:

@@ -58,8 +58,8 @@ def explore_argv(args: argparse.Namespace, **override) -> List[str]:
         argv.append("--no-known-bugs")
     if values.get("no_corpus"):
         argv.append("--no-corpus")
-    if values.get("no_novelty"):
-        argv.append("--no-novelty")
+    if values.get("novelty") is not None:
+        argv.append("--novelty" if values["novelty"] else "--no-novelty")
     if values.get("fuzz_requests"):
         argv.append("--fuzz-requests")
     if values.get("fuzz_known_crashes"):
