@@ -25,19 +25,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from scripted_runtime.scheduler_side import abstract_state as AS  # noqa: E402
-from tests.fakes import FakeBatch, FakeReq, FakeScheduler  # noqa: E402
+from tests.fakes import busy_scheduler  # noqa: E402
 
 import stats  # noqa: E402  (bench/stats.py: the machine line)
-
-
-def busy_scheduler() -> FakeScheduler:
-    """The busy stand-in: requests in four places, PP slots, a chunk in flight."""
-    reqs = [FakeReq(f"r{i}", row=i + 1, allocated=8) for i in range(4)]
-    s = FakeScheduler(reqs=reqs, evictable=30)
-    s.waiting_queue = [FakeReq("w1"), FakeReq("w2")]
-    s.chunked_req = FakeReq("c", row=7, allocated=64)
-    s.mbs = [None, FakeBatch([reqs[0]]), None, FakeBatch([reqs[1]], mode="extend"), None, None]
-    return s
 
 
 def main(argv=None) -> int:

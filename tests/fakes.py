@@ -91,3 +91,15 @@ class FakeScheduler:
 
     def is_fully_idle(self, **_):
         return self._idle
+
+
+def busy_scheduler() -> FakeScheduler:
+    """A busy stand-in: four running requests, two waiting, a chunked prefill
+    between chunks, two of six PP slots holding a batch (the abstract state's
+    test and ``bench/abstract_state_cost.py``)."""
+    reqs = [FakeReq(f"r{i}", row=i + 1, allocated=8) for i in range(4)]
+    s = FakeScheduler(reqs=reqs, evictable=30)
+    s.waiting_queue = [FakeReq("w1"), FakeReq("w2")]
+    s.chunked_req = FakeReq("c", row=7, allocated=64)
+    s.mbs = [None, FakeBatch([reqs[0]]), None, FakeBatch([reqs[1]], mode="extend"), None, None]
+    return s

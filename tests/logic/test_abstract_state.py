@@ -17,7 +17,7 @@ from scripted_runtime.scheduler_side.rank_ops import KvPressure
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.run_counters import RunCounters
 from scripted_runtime.scheduler_side.step_observer import StepObserver
-from tests.fakes import FakeBatch, FakeReq, FakeScheduler
+from tests.fakes import FakeBatch, FakeReq, FakeScheduler, busy_scheduler
 
 
 def test_buckets_tell_none_one_a_few_and_a_crowd_apart():
@@ -135,14 +135,9 @@ def test_a_busy_engine_in_every_place_reads_as_one_key():
     """The busy stand-in ``bench/abstract_state_cost.py`` times (what it
     costs is that bench's question, not a test's): four running, two
     waiting, a chunk between chunks, two of six PP slots holding a batch."""
-    reqs = [FakeReq(f"r{i}", row=i + 1, allocated=8) for i in range(4)]
-    s = FakeScheduler(reqs=reqs, evictable=30)
-    s.waiting_queue = [FakeReq("w1"), FakeReq("w2")]
-    s.chunked_req = FakeReq("c", row=7, allocated=64)
-    s.mbs = [None, FakeBatch([reqs[0]]), None, FakeBatch([reqs[1]], mode="extend"), None, None]
     states = AS.AbstractStates()
     states.begin(True)
-    states.observe(s, ())
+    states.observe(busy_scheduler(), ())
     assert states.keys() == ("w2r3d0c1p0f2k3t1",)
 
 
