@@ -349,6 +349,22 @@ def _load(ctx: Any, path: Optional[str] = None, load_format: Optional[str] = Non
         raise RuntimeError(f"output oracle: loading {path or 'the update checkpoint'} {why} failed: {op}")
 
 
+def update_source(ctx: Any) -> Tuple[Optional[str], Optional[str]]:
+    """(model path, load format) an explored weight update loads: (None,
+    None), ``ctx``'s default, the update checkpoint, while the served
+    weights are loaded; the served weights once an update replaced them.
+    So every update of a program changes the weights, not only its first
+    (a second load of the update checkpoint would leave them as they are,
+    and a bug that shows only when weights change, a cached checksum or a
+    stale weight version, would pass it). Always the default where the
+    served weights cannot be reloaded (dummy weights) or were not recorded
+    (no warm-up)."""
+    served = _served.get("fingerprint")
+    if served is None or weights_fingerprint(ctx.scheduler) == served:
+        return None, None
+    return _served_weights(ctx)
+
+
 def restore_served_weights(ctx: Any):
     """``yield from restore_served_weights(ctx)``: load the served weights
     back when a weight update changed them (after ``warm`` recorded them);

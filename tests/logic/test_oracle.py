@@ -315,3 +315,24 @@ def test_a_feature_topology_has_the_bugs_of_its_plain_topology():
     assert wedge.applies("pp1-lora", "0.5.23") and wedge.applies("pp1-hicache", "0.5.23")
     assert not wedge.applies("pp4", "0.5.23")
     assert not known_bugs.by_name("pp_pause_ignored").applies("pp1-lora", "0.5.23")
+
+
+def test_an_explored_update_loads_the_served_weights_back_once_the_update_checkpoint_is_loaded(monkeypatch):
+    """Every explored weight update changes the weights: the update
+    checkpoint (``ctx``'s default) while the served weights are loaded, the
+    served weights once it is (a second load of the same checkpoint would
+    change nothing, and a bug that shows only when weights change passes)."""
+    from types import SimpleNamespace
+
+    served_args = SimpleNamespace(model_path="/models/served", load_format="auto")
+    ctx = SimpleNamespace(scheduler=SimpleNamespace(server_args=served_args))
+    weights = {"now": (1.0,)}
+    monkeypatch.setattr(oracle, "weights_fingerprint", lambda scheduler: weights["now"])
+    monkeypatch.setattr(oracle, "_served", {})
+    assert oracle.update_source(ctx) == (None, None), "no warm-up recorded the served weights: the default"
+    oracle._served["fingerprint"] = (1.0,)
+    assert oracle.update_source(ctx) == (None, None), "served weights loaded: the update checkpoint"
+    weights["now"] = (2.0,)
+    assert oracle.update_source(ctx) == ("/models/served", "auto"), "the update's loaded: the served ones back"
+    served_args.load_format = "dummy"
+    assert oracle.update_source(ctx) == (None, None), "dummy weights cannot be reloaded: the default"

@@ -204,8 +204,11 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
     # labelled, as RL trainers label each update (the weight-version contract then judges every answer's
     # spans across it); unique in the program, apart from update_weight_version's "explored-N"
     version = f"update-{len(ctx.control_ops) + 1}"
+    # the update checkpoint, or the served weights back once it is loaded: every update changes them
+    path, load_format = output_oracle.update_source(ctx)
     if not tensor and not distributed:
-        op = ctx.update_weights_from_disk(flush_cache=flush_cache, await_arrival=True, weight_version=version)
+        op = ctx.update_weights_from_disk(model_path=path, flush_cache=flush_cache, load_format=load_format,
+                                          await_arrival=True, weight_version=version)
         yield from _answered(ctx, op)
         return op
     if distributed and DISTRIBUTED_GROUP not in ctx.weight_update_groups:
@@ -213,10 +216,10 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
         yield from _answered(ctx, join)
     begin = ctx.begin_weight_update(await_arrival=True)
     yield from _answered(ctx, begin)
-    op = (ctx.update_weights_from_distributed(DISTRIBUTED_GROUP, flush_cache=flush_cache, await_arrival=True,
-                                              weight_version=version)
-          if distributed else ctx.update_weights_from_tensor(flush_cache=flush_cache, await_arrival=True,
-                                                             weight_version=version))
+    op = (ctx.update_weights_from_distributed(DISTRIBUTED_GROUP, model_path=path, flush_cache=flush_cache,
+                                              await_arrival=True, weight_version=version)
+          if distributed else ctx.update_weights_from_tensor(model_path=path, flush_cache=flush_cache,
+                                                             await_arrival=True, weight_version=version))
     yield from _answered(ctx, op)
     yield from _answered(ctx, ctx.end_weight_update(await_arrival=True))
     return op
