@@ -119,6 +119,16 @@ def test_an_entry_that_needs_operations_matches_only_a_program_that_posted_them(
                                                  sglang_version="0.5.23", message=past, ops=ops)
     assert find("pp1-overlap", ["abort(r1-9-8)"]) is dummy and find("pp4", ["pause_generation(abort)"]) is dummy
     assert find("pp1-overlap", ["flush_cache"]) is None and find("pp1-normal", ["abort(r1-9-8)"]) is None
+    # where the oracle does not compare the request (a weight update during its life), the request
+    # contract's length rule sees the same token (met by the unmutated pp1-overlap baseline, 2487c0d)
+    contract = ("request r1416-18750-891784: 1 tokens for max_new_tokens=0 (output_ids=[0], finish_reason="
+                "{'type': 'abort', 'message': 'Aborted', 'status_code': None, 'err_type': None})")
+    assert known_bugs.find("RequestContractError: request <rid>: N tokens for max_new_tokens=N", topology="pp1-overlap",
+                           sglang_version="0.5.23", message=contract, ops=["abort(r1)"]) is dummy
+    finished = contract.replace("'type': 'abort'", "'type': 'length'")
+    assert known_bugs.find("RequestContractError: request <rid>: N tokens for max_new_tokens=N", topology="pp1-overlap",
+                           sglang_version="0.5.23", message=finished, ops=["abort(r1)"]) is None, \
+        "a token past max_new_tokens=0 of a request that was not aborted is another bug"
     two_slots = known_bugs.by_name("pp_retract_chunk_two_slots")
     owners = ("InvariantViolation[slot_ownership] at step 30: KV indices [5] of live request r1 (row 2) are in the "
               "allocator's free list (owners: r1: row 2 in mbs[0]/running_mbs[1])")
