@@ -91,6 +91,8 @@ when any of them is on, and skips the rules of those that are off.
 """
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -150,10 +152,15 @@ def pools(s: Any) -> Dict[str, Any]:
 
 
 def _update_will_load(s: Any, name: str, recv_req: Any) -> bool:
-    """Whether a tensor or distributed update's own precondition holds, so
-    that only its flush can refuse it: a weight-update session open (0.5.23
-    answers ``success=False`` without one, before loading or flushing) and,
-    for a distributed one, the group joined."""
+    """Whether an update's own precondition holds, so that only its flush
+    can refuse it: for a disk update, a checkpoint at its path (0.5.23
+    answers ``success=False`` for a missing one, before loading or
+    flushing); for a tensor or distributed one, a weight-update session open
+    (the same answer without one) and, for a distributed one, the group
+    joined."""
+    if name == UPDATE_TYPE:
+        path = getattr(recv_req, "model_path", None)
+        return not path or os.path.exists(path)
     if name == DISTRIBUTED_UPDATE_TYPE:
         return sglang_compat.distributed_update_receives(s, recv_req)
     return sglang_compat.weight_update_session_open(s)
@@ -242,6 +249,7 @@ class ContractMemory:
     batch_cursor: int = 0  # batch_log entries already looked at
     stashed_buffers: Optional[Dict[str, Any]] = None  # the model's buffers when a release of weights came
     update_expects: Any = None  # the weights fingerprint the update being dispatched must leave, where known
+    update_before: Any = None  # (weights fingerprint, served version label) before the update being dispatched
 
     # --- at dispatch (called by the driver's recording dispatcher) -----------
     def before_dispatch(self, s: Any, recv_req: Any) -> Any:
@@ -251,9 +259,16 @@ class ContractMemory:
         name = type(recv_req).__name__
         if name in UPDATE_TYPES:
             self.update_expects = update_sources.expected_fingerprint(recv_req)
+            # What a failed update must leave as it found it, where a failure can only mean that it did
+            # not load: without a flush, or its own precondition failing. With a flush, 0.5.23 answers
+            # failure also when it loaded the weights (and their label) and then its flush was refused.
+            if not getattr(recv_req, "flush_cache", False) or not _update_will_load(s, name, recv_req):
+                self.update_before = (update_sources.weights_fingerprint(s), sglang_compat.served_weight_version())
+            else:
+                self.update_before = None
         if name == FLUSH_TYPE or (name in UPDATE_TYPES and getattr(recv_req, "flush_cache", False)):
             before = pools(s)
-            if name in SESSION_UPDATE_TYPES and not _update_will_load(s, name, recv_req):
+            if name in UPDATE_TYPES and not _update_will_load(s, name, recv_req):
                 before["must_accept"] = None  # refused for its own precondition, before any flush
             return before
         if name == ABORT_TYPE:
@@ -340,7 +355,21 @@ class ContractMemory:
 
     def _on_update_loaded(self, s: Any, name: str, output: Any) -> None:
         expected, self.update_expects = self.update_expects, None
-        if expected is None or not getattr(output, "success", False):
+        before, self.update_before = self.update_before, None
+        success = getattr(output, "success", None)
+        if success is False and before is not None:
+            # 0.5.23 records an update's weight_version only once it loaded, and a disk update that fails
+            # to load rolls the weights back ("Rolling back to original weights"): an update that did
+            # not load serves what was served before it
+            now = (update_sources.weights_fingerprint(s), sglang_compat.served_weight_version())
+            what = UPDATE_NAMES[name]
+            if now[1] != before[1]:
+                self.problems.append(("update_weights", f"{what} answered failure, yet the served weight version "
+                                                        f"changed from {before[1]!r} to {now[1]!r}"))
+            elif now[0] != before[0]:
+                self.problems.append(("update_weights", f"{what} answered failure, yet the weights served changed "
+                                                        f"(fingerprint {before[0]} before it, {now[0]} after)"))
+        if expected is None or not success:
             return
         served = update_sources.weights_fingerprint(s)
         if served != expected:

@@ -402,3 +402,44 @@ def test_a_resume_of_weights_must_put_back_the_buffers_the_release_found():
     s.offload_tags = set()
     run.dispatch(_resume(["weights"]))  # nothing changed in between: quiet
     assert run.check() is None
+
+
+@pytest.mark.parametrize("flush", [False, True])
+def test_an_update_that_did_not_load_must_leave_the_weights_and_their_version(monkeypatch, flush):
+    """0.5.23 records an update's weight_version only once it loaded, and a
+    disk update that fails to load rolls the weights back: an update that
+    answers failure without a flush, or with a checkpoint path that does not
+    exist, serves what was served before it. With a flush and a checkpoint
+    that exists, a failure may be the flush refused after the load, which
+    changes both (SGLang's meaning): not judged."""
+    from scripted_runtime.hooks import sglang_compat
+    from scripted_runtime.scheduler_side import update_sources
+
+    served = {"weights": (1.0,), "version": "v1"}
+    monkeypatch.setattr(update_sources, "weights_fingerprint", lambda s: served["weights"])
+    monkeypatch.setattr(sglang_compat, "served_weight_version", lambda: served["version"])
+    missing = req_input("UpdateWeightFromDiskReqInput", flush_cache=flush, model_path="/nonexistent/ckpt",
+                        weight_version="v2")
+
+    def failed(change):
+        run = Run(FakeScheduler(reqs=[]))
+        before = run.mem.before_dispatch(run.s, missing)
+        served.update(change)
+        run.mem.on_dispatch(run.s, missing, _flush_output(False), 0, before)
+        return run.check()
+
+    assert failed({}) is None
+    v = failed({"version": "v2"})
+    assert v.invariant == "update_weights" and "answered failure, yet the served weight version changed from " \
+        "'v1' to 'v2'" in v.message
+    served.update(weights=(1.0,), version="v1")
+    v = failed({"weights": (2.0,)})
+    assert v.invariant == "update_weights" and "answered failure, yet the weights served changed" in v.message
+    served.update(weights=(1.0,), version="v1")
+    if flush:  # an existing checkpoint with a flush: a refused flush after the load changes both
+        existing = req_input("UpdateWeightFromDiskReqInput", flush_cache=True, model_path="/", weight_version="v2")
+        run = Run(FakeScheduler(reqs=[FakeReq("a", row=1, allocated=10)]))
+        before = run.mem.before_dispatch(run.s, existing)
+        served.update(weights=(2.0,), version="v2")
+        run.mem.on_dispatch(run.s, existing, _flush_output(False), 0, before)
+        assert run.check() is None

@@ -505,9 +505,9 @@ def test_new_actions_round_trip_through_the_failure_database():
                A.Start(65, 1, 4, lora="lora2"), A.LoraOp("unload", "lora0"),
                A.OnPhase("decode", A.LoraOp("load", "lora1"), 24), A.Start(8, 0, 4, beside=1),
                A.UpdateWeights(True, distributed=True), A.OnPhase("decode", A.RlCycle("retract", "all", 1, True), 24),
-               A.Start(8, 1, 4, priority=20), A.Start(8, 2, 4, priority=None)]
+               A.Start(8, 1, 4, priority=20), A.Start(8, 2, 4, priority=None), A.UpdateWeights(False, missing=True)]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 13
+    assert A.GRAMMAR_VERSION == 14
 
 
 def test_a_start_beside_a_live_request_is_drawn_under_pp_only_and_waits_for_its_slot():
@@ -751,3 +751,48 @@ def test_session_turns_are_drawn_on_every_topology_and_compile_to_their_helper(t
     assert "a turn continuing turn #0 (sent at once)" in text
     assert failure_db.decode(failure_db.encode(program)) == program
     assert A.resolve_prompts(program)[1:] == [None] * 4  # not a Resend's earlier request
+
+
+# --- a weight update that fails (grammar 14) ----------------------------------------------------
+
+def test_an_update_of_a_missing_checkpoint_is_drawn_and_compiles_to_a_failing_disk_update():
+    draw = strategies.action_strategy("pp1-normal")
+    assert find(draw, lambda a: isinstance(a, A.UpdateWeights) and a.missing, settings=NO_DB) == \
+        A.UpdateWeights(False, missing=True)
+    source = A.to_source([A.Start(8, 0, 4), A.UpdateWeights(True, missing=True)]).text
+    assert "yield from explore.update_weights(ctx, reqs, flush_cache=True, missing=True)" in source
+    assert "of a checkpoint that does not exist (it must fail and change nothing)" in source
+    compile(source, "<program>", "exec")
+
+
+def test_a_missing_checkpoint_update_posts_the_missing_path_from_disk(monkeypatch):
+    """Whatever form was drawn with it, the update posts the disk update of a
+    path no checkpoint is at, and the coverage table names it apart."""
+    import os
+    from scripted_runtime.scheduler_side.explore import phases
+
+    ctx = _FakeCtx()
+    ctx.describe = lambda: "idle"
+    ctx.control_ops = [SimpleNamespace(name="pause_generation")]  # paused: the update is posted at once
+    posted = []
+
+    class _Op:
+        processed_step, success = 1, False
+        http = SimpleNamespace(wait=lambda timeout: True)
+
+        def wait(self, max_steps):
+            return
+            yield
+
+    def update(**kw):
+        posted.append(kw)
+        return _Op()
+
+    ctx.update_weights_from_disk = update
+    monkeypatch.setattr(explore_helpers.output_oracle, "update_source", lambda ctx: ("/served", "auto"))
+    list(_drain(explore_helpers.update_weights(ctx, [], flush_cache=True, tensor=True, missing=True)))
+    assert [kw["model_path"] for kw in posted] == [explore_helpers.MISSING_CHECKPOINT]
+    assert posted[0]["load_format"] is None and not os.path.exists(explore_helpers.MISSING_CHECKPOINT)
+    assert phases.op_kind("update_weights_from_disk", {"model_path": explore_helpers.MISSING_CHECKPOINT,
+                                                       "flush_cache": True}) == "update_weights(missing)"
+    assert phases.op_kind("update_weights_from_disk", {"flush_cache": True}) == "update_weights(flush)"

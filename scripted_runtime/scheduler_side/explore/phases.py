@@ -8,6 +8,7 @@ that holds is counted.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, List
 
 from scripted_runtime.hooks import sglang_compat
@@ -72,6 +73,9 @@ def op_kind(name: str, payload: Any) -> str:
     if name == "continue_generation":
         return "continue"
     if name == "update_weights_from_disk":
+        path = (payload or {}).get("model_path")
+        if path and not os.path.exists(path):
+            return "update_weights(missing)"
         flush = bool((payload or {}).get("flush_cache", True))
         return f"update_weights({'flush' if flush else 'no_flush'})"
     if name == "update_weights_from_tensor":

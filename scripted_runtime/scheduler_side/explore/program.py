@@ -153,7 +153,7 @@ def raise_if_lost(ctx, reqs) -> None:
 
 
 def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = None, tensor: bool = False,
-                   distributed: bool = False):
+                   distributed: bool = False, missing: bool = False):
     """``yield from update_weights(ctx, reqs, flush_cache=...)``: post
     update_weights_from_disk (``tensor=True``: the same checkpoint's tensors
     through update_weights_from_tensor, inside a begin/end weight-update
@@ -171,7 +171,9 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
     lost (``raise_if_lost``), and the answer-delivery check's error when an
     ended request's answer does not come: the update would wait behind
     either forever. Weights a release gave up are resumed first (the RL
-    order)."""
+    order). ``missing=True``: a disk update of a checkpoint path that does
+    not exist (SGLang answers failure; the ``update_weights`` contract then
+    requires the weights, their label and the pools unchanged)."""
     if "weights" in ctx.released_memory:
         # the RL order: weights memory back before it is loaded (``ctx`` refuses an update into
         # released weights: on a GPU they are unmapped)
@@ -206,6 +208,9 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
     version = f"update-{len(ctx.control_ops) + 1}"
     # the update checkpoint, or the served weights back once it is loaded: every update changes them
     path, load_format = output_oracle.update_source(ctx)
+    if missing:
+        tensor = distributed = False
+        path, load_format = MISSING_CHECKPOINT, None
     if not tensor and not distributed:
         op = ctx.update_weights_from_disk(model_path=path, flush_cache=flush_cache, load_format=load_format,
                                           await_arrival=True, weight_version=version)
@@ -227,6 +232,8 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
 
 # The weight-update group a distributed update of the explorer's and the scenarios' goes over.
 DISTRIBUTED_GROUP = "harness_trainer"
+# What a ``missing=True`` update loads: a path no checkpoint is at (a directory never created).
+MISSING_CHECKPOINT = "/nonexistent/scripted-runtime/no-checkpoint-here"
 
 
 def _answered(ctx, op):

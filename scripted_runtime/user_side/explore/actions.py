@@ -42,7 +42,8 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # judged by the priority contract.
 # 13: Turn (a session turn: a conversation's first turn in a session opened for it, or a turn
 # continuing an earlier turn of the program, its prompt the history SGLang builds).
-GRAMMAR_VERSION = 13
+# 14: UpdateWeights.missing (a disk update of a checkpoint that does not exist: a failure path).
+GRAMMAR_VERSION = 14
 # A request's priority on a priority-scheduling topology (pp1-priority: higher first, SGLang's
 # preemption threshold 10): none sent (SGLang's worst, preempted by any other), 0 twice, 5 (better
 # than 0, not past the threshold: waits), 20 (past it: preempts a 0 or none).
@@ -205,8 +206,14 @@ class UpdateWeights:
     # the harness's trainer rank broadcasts the checkpoint through update_weights_from_distributed
     # (a begin/end session; the weight-update group joined first)
     distributed: bool = False
+    # a disk update of a checkpoint path that does not exist: SGLang answers failure, and the update
+    # must leave the weights, their version label and the pools as they were (grammar 14)
+    missing: bool = False
 
     def describe(self) -> str:
+        if self.missing:
+            return (f"update_weights_from_disk(flush_cache={self.flush}) of a checkpoint that does not exist "
+                    "(it must fail and change nothing)")
         if self.distributed:
             return (f"update_weights_from_distributed(flush_cache={self.flush}) in a begin/end weight-update "
                     "session, the trainer rank broadcasting")
@@ -488,7 +495,8 @@ def _op_lines(op: Union[Op, "ExhaustKv"]) -> List[str]:
         return ["yield from explore.flush_cache(ctx)"]
     if isinstance(op, UpdateWeights):
         return [f"yield from explore.update_weights(ctx, reqs, flush_cache={op.flush}"
-                + (", tensor=True" if op.tensor else "") + (", distributed=True" if op.distributed else "") + ")"]
+                + (", tensor=True" if op.tensor else "") + (", distributed=True" if op.distributed else "")
+                + (", missing=True" if op.missing else "") + ")"]
     if isinstance(op, Pause):
         if op.mode == "abort":
             return [f"yield from explore.pause(ctx, reqs, {op.mode!r})"]

@@ -79,6 +79,8 @@ OPERATIONS: Dict[str, List[A.Action]] = {
     "flush": [A.Flush()],
     "update": [A.UpdateWeights(flush=True)],
     "update_no_flush": [A.UpdateWeights(flush=False)],
+    # a weight update that fails (grammar 14): a checkpoint path that does not exist
+    "update_missing": [A.UpdateWeights(flush=True, missing=True)],
     "abort_one": [A.AbortOne(0)],
     "abort_all": [A.AbortAll()],
     "pause_in_place": [A.Pause("in_place"), A.Steps(2), A.Continue()],

@@ -12,7 +12,7 @@ from scripted_runtime.scheduler_side.explore.phases import FEATURE_PHASES, PHASE
 from scripted_runtime.user_side import engine_config
 
 OPS = ("flush_cache", "update_weights(flush)", "update_weights(no_flush)", "update_weights(tensor)",
-       "update_weights(distributed)", "pause(in_place)",
+       "update_weights(distributed)", "update_weights(missing)", "pause(in_place)",
        "pause(retract)", "pause(abort)", "continue", "abort", "abort_all", "release(all)", "release(kv_cache)",
        "release(weights)", "resume(weights)", "resume(kv_cache)", "resume(all)", "set_internal_state", "slow_down",
        "check_weights(checksum)", "check_weights(snapshot)", "check_weights(compare)", "get_weights_by_name",

@@ -113,6 +113,7 @@ CONTROL_OP_KINDS: Tuple[Tuple[str, str, st.SearchStrategy], ...] = (
     ("update", "update_disk", st.builds(A.UpdateWeights, flush=st.booleans())),
     ("update", "update_tensor", st.builds(A.UpdateWeights, flush=st.booleans(), tensor=st.just(True))),
     ("update", "update_distributed", st.builds(A.UpdateWeights, flush=st.booleans(), distributed=st.just(True))),
+    ("update", "update_missing", st.builds(A.UpdateWeights, flush=st.booleans(), missing=st.just(True))),
     *(("pause", f"pause_{mode}", st.just(A.Pause(mode))) for mode in PAUSE_MODES),
     ("continue", "continue", st.just(A.Continue())),
     ("memory", "release_memory", st.builds(A.ReleaseMemory, tags=st.sampled_from(MEMORY_TAG_CHOICES))),
