@@ -76,6 +76,12 @@ def test_handles_read_the_shared_tracker_and_batch_log():
     assert handle.chunks_done == 1 and ctx.batch_log is counters.batch_log
     s.waiting_queue.clear()
     assert handle.status == "lost"  # held nowhere, never finished
+    # SGLang's own abort: retract_decode's last request that cannot fit even alone is dropped with
+    # to_finish set and its abort answer sent, no finish reason (met under PP by a dev exploration)
+    FINISH_ABORT = type("FINISH_ABORT", (), {})
+    req.to_finish = FINISH_ABORT()
+    assert handle.status == "aborted"
+    req.to_finish = None
     tracker.abort_matched.add("r1")
     assert handle.status == "finished"
 

@@ -126,7 +126,11 @@ class ReqHandle:
             if _is_abort(reason):
                 return "aborted"
             if reason is None and self.rid not in self._tracker.abort_matched:
-                return "lost"
+                # SGLang's own abort, no client's: ``retract_decode`` aborts the last request of a
+                # decode batch that cannot fit even alone ("Out of memory even after retracting all
+                # other requests"), sets ``to_finish`` and sends the abort answer itself, without a
+                # finish reason on the Req (met under PP, where each micro-batch retracts alone)
+                return "aborted" if _is_abort(getattr(known, "to_finish", None)) else "lost"
             return "finished"
         if self._tracker.ingested.get(self.rid, 0) > self._ingested_before:
             return "aborted"  # rejected at ingest; self.http says why
