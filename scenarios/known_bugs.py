@@ -566,3 +566,81 @@ def prefill_only_abort_reports_dummy_token(ctx):
     # the oracle judges the request's output as SGLang answers it (``Req.output_ids`` holds the dummy
     # token on every loop: the answer is cut at finished_len)
     return (yield from explore.end_state_checks(ctx, [h]))
+
+
+def _misfit_checkpoint(checkpoint: str) -> str:
+    """A copy of the harness's update checkpoint (a folder) with its token
+    embedding cut to half its elements, so SGLang's loader refuses it (the
+    embedding is the first pipeline stage's: under PP the driver rank, whose
+    answer the client gets, is the one that fails): written once,
+    atomically, in a folder beside that checkpoint in the harness's own
+    model cache (a crash of the scheduler cannot leave a temporary folder
+    behind)."""
+    import os
+    import shutil
+    import tempfile
+
+    from safetensors.torch import load_file, save_file
+
+    target = os.path.join(os.path.dirname(checkpoint.rstrip("/")),
+                          os.path.basename(checkpoint.rstrip("/")) + "-misfit-embedding")
+    if os.path.isdir(target):
+        return target
+    staging = tempfile.mkdtemp(prefix=".misfit-", dir=os.path.dirname(target))
+    try:
+        for name in os.listdir(checkpoint):
+            src = os.path.join(checkpoint, name)
+            if name.endswith(".safetensors"):
+                tensors = load_file(src)
+                cut = next((n for n in sorted(tensors) if n.endswith("embed_tokens.weight")), sorted(tensors)[0])
+                tensors[cut] = tensors[cut].reshape(-1)[: tensors[cut].numel() // 2].clone()
+                save_file(tensors, os.path.join(staging, name))
+            elif os.path.isfile(src):
+                shutil.copy(src, staging)
+        os.rename(staging, target)
+    except FileExistsError:  # another process wrote it first
+        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def disk_update_rollback_reloads_the_failed_checkpoint(ctx):
+    """``update_weights_from_disk`` of a checkpoint whose tensors do not fit
+    the model must answer failure and leave the served weights as they were
+    ("Rolling back to original weights"), and the server must serve the next
+    request.
+
+    On 0.5.23 ``ModelRunner``'s weight updater
+    (``model_runner_components/weight_updater.py``) sets
+    ``model_config.model_path`` to the new path before it loads, and its
+    rollback builds the weights iterator from that ``model_config``: it
+    loads the checkpoint that just failed again, fails the same way inside
+    the ``except``, and the exception kills the scheduler
+    (docs/upstream/disk-update-rollback-reloads-failed-checkpoint.md).
+    An RL trainer that publishes one bad checkpoint takes the server down.
+    """
+    import os
+
+    from scripted_runtime.protocol import ENV_CHECKPOINT
+    from scripted_runtime.scheduler_side.update_sources import weights_fingerprint
+
+    checkpoint = os.environ.get(ENV_CHECKPOINT)
+    if not checkpoint or not os.path.isdir(checkpoint):
+        raise AssertionError(f"the harness's update checkpoint is not a folder here ({checkpoint!r}): the scenario "
+                             "needs the CPU default's checkpoint")
+    misfit = _misfit_checkpoint(checkpoint)
+    before = weights_fingerprint(ctx.scheduler)
+    op = ctx.update_weights_from_disk(misfit, flush_cache=True, await_arrival=True)
+    yield from op.wait(max_steps=8 * max(1, ctx.pp_loop_size))
+    if op.success:
+        raise AssertionError(f"update_weights_from_disk of a checkpoint that does not fit the model answered "
+                             f"success: {op.message}")
+    after = weights_fingerprint(ctx.scheduler)
+    if after != before:
+        raise AssertionError(f"the failed update left other weights served (fingerprint {before} before, {after} "
+                             "after): no rollback")
+    h = ctx.start_req(input_ids=explore.prompt_ids(0, 8), max_new_tokens=4, ignore_eos=True, temperature=0.0)
+    yield from ctx.wait_finished(h, max_steps=40 * max(1, ctx.pp_loop_size))
+    return (yield from explore.end_state_checks(ctx, [h]))
