@@ -277,6 +277,32 @@ def pp_retract_chunk_two_slots(ctx):
     return (yield from explore.end_state_checks(ctx, reqs))
 
 
+def pp_retract_chunk_input_logprobs_crash(ctx):
+    """A retract pause (continued at once) while a 3-chunk prompt that asks
+    for input logprobs is in its first chunks must leave a working
+    scheduler and the request's answer as the same prompt alone gives it.
+
+    On 0.5.23 at pp=4 the retract takes the request while a chunk of it is
+    in flight (``pp_retract_chunk_double_release``'s cause); without
+    logprobs the same program commits a non-final chunk's token
+    (``pp_retract_chunk_duplicate_token``). With input logprobs the result
+    processor's ``assert len(req.logprob.input_token_logprobs_val) ==
+    relevant_tokens_len`` (``add_input_logprob_return_values``) fails and
+    the scheduler dies (docs/upstream/pp-retract-chunk-double-release.md).
+    Found by a pp4 dev exploration (2026-11-28, grammar 14, program 288),
+    where the registry first took it for ``logprob_start_len_negative`` (the
+    same assert, another cause: its start was 32); cut down by hand to this.
+    The continue right after the pause keeps the engine from running while
+    paused, so ``pp_pause_ignored``'s contract does not fail it first.
+    """
+    reqs = [ctx.start_req(input_ids=explore.prompt_ids(1, 150), max_new_tokens=11, ignore_eos=True,
+                          temperature=0.0, top_logprobs=2, logprob_start_len=32)]
+    yield from ctx.steps(1)
+    ctx.pause_generation("retract")
+    yield from explore.continue_generation(ctx, reqs)
+    return (yield from explore.end_state_checks(ctx, reqs))
+
+
 def prompt_token_out_of_vocab(ctx, past_vocab=88, prompt_len=8):
     """A prompt holding a token id past the model's vocabulary must be refused
     cleanly (an HTTP 4xx answer from the tokenizer manager, or an abort

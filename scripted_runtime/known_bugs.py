@@ -241,6 +241,23 @@ REGISTRY: Tuple[KnownBug, ...] = (
         breaks_server=True,
     ),
     KnownBug(
+        name="pp_retract_chunk_input_logprobs_crash",
+        title="the same retract under PP, for a request that asked for input logprobs: the chunk in flight's "
+              "result is processed for the retracted request, its input logprobs no longer add up and the "
+              "result processor's assert kills the scheduler",
+        # the assert logprob_start_len_negative also trips: told apart by its cause, a retract
+        # (that entry's scenario posts no control operation); listed first so a retract takes it
+        signature=r"SchedulerCrashed: AssertionError in add_input_logprob_return_values",
+        message=r"",
+        topologies=("pp4",),
+        releases="<=0.5.23",
+        verified_on=("0.5.23",),
+        scenario="scenarios/known_bugs.py:pp_retract_chunk_input_logprobs_crash",
+        report="docs/upstream/pp-retract-chunk-double-release.md",
+        needs_ops=("pause_generation(retract)",),  # its cause: a retract
+        breaks_server=True,
+    ),
+    KnownBug(
         name="prompt_token_out_of_vocab",
         title="a /generate prompt with a token id past the vocabulary is not validated and kills the scheduler "
               "in the embedding lookup (one request takes the server down)",

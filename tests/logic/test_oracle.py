@@ -346,3 +346,17 @@ def test_an_explored_update_loads_the_served_weights_back_once_the_update_checkp
     assert oracle.update_source(ctx) == ("/models/served", "auto"), "the update's loaded: the served ones back"
     served_args.load_format = "dummy"
     assert oracle.update_source(ctx) == (None, None), "dummy weights cannot be reloaded: the default"
+
+
+def test_the_input_logprob_assert_is_the_pp_retract_bug_after_a_retract_and_the_negative_start_otherwise():
+    """Two registered bugs trip the same assert in the result processor: a
+    retract under PP while a chunk asking for input logprobs is in flight,
+    and a logprob_start_len below -1 (one request, no control operation).
+    The pp4 dev exploration at 208c8af met the first and the registry took
+    it for the second."""
+    crash = "SchedulerCrashed: AssertionError in add_input_logprob_return_values (logprob_result_processor.py)"
+    find = lambda topology, ops: known_bugs.find(crash, topology=topology, sglang_version="0.5.23", ops=ops)
+    assert find("pp4", ["pause_generation(retract)", "continue_generation"]).name == \
+        "pp_retract_chunk_input_logprobs_crash"
+    assert find("pp4", []).name == "logprob_start_len_negative"
+    assert find("pp1-overlap", ["pause_generation(retract)"]).name == "logprob_start_len_negative"
