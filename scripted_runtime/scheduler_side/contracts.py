@@ -91,8 +91,6 @@ when any of them is on, and skips the rules of those that are off.
 """
 from __future__ import annotations
 
-import os
-
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -159,8 +157,7 @@ def _update_will_load(s: Any, name: str, recv_req: Any) -> bool:
     (the same answer without one) and, for a distributed one, the group
     joined."""
     if name == UPDATE_TYPE:
-        path = getattr(recv_req, "model_path", None)
-        return not path or os.path.exists(path)
+        return not update_sources.checkpoint_missing(getattr(recv_req, "model_path", None))
     if name == DISTRIBUTED_UPDATE_TYPE:
         return sglang_compat.distributed_update_receives(s, recv_req)
     return sglang_compat.weight_update_session_open(s)
@@ -257,18 +254,18 @@ class ContractMemory:
         processes it: the pools (flush, update with flush), the requests an
         abort matches and where they are held (abort)."""
         name = type(recv_req).__name__
+        flush = getattr(recv_req, "flush_cache", False)
+        will_load = name not in UPDATE_TYPES or _update_will_load(s, name, recv_req)
         if name in UPDATE_TYPES:
             self.update_expects = update_sources.expected_fingerprint(recv_req)
             # What a failed update must leave as it found it, where a failure can only mean that it did
             # not load: without a flush, or its own precondition failing. With a flush, 0.5.23 answers
             # failure also when it loaded the weights (and their label) and then its flush was refused.
-            if not getattr(recv_req, "flush_cache", False) or not _update_will_load(s, name, recv_req):
-                self.update_before = (update_sources.weights_fingerprint(s), sglang_compat.served_weight_version())
-            else:
-                self.update_before = None
-        if name == FLUSH_TYPE or (name in UPDATE_TYPES and getattr(recv_req, "flush_cache", False)):
+            self.update_before = ((update_sources.weights_fingerprint(s), sglang_compat.served_weight_version())
+                                  if not flush or not will_load else None)
+        if name == FLUSH_TYPE or (name in UPDATE_TYPES and flush):
             before = pools(s)
-            if name in UPDATE_TYPES and not _update_will_load(s, name, recv_req):
+            if not will_load:
                 before["must_accept"] = None  # refused for its own precondition, before any flush
             return before
         if name == ABORT_TYPE:

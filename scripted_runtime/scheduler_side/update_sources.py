@@ -13,6 +13,7 @@ by the warm-up, or whose tensors came from elsewhere, is not judged.
 from __future__ import annotations
 
 import itertools
+import os
 from typing import Any, Dict, Optional
 
 # checkpoint path -> the weights fingerprint its load gave during the warm-up
@@ -32,6 +33,12 @@ def weights_fingerprint(scheduler: Any) -> Any:
     except Exception:  # noqa: BLE001 - another release's layout: one key for all weights
         return None
     return tuple(round(float(p.detach().reshape(-1)[:64].double().sum()), 6) for _, (_, p) in params)
+
+
+def checkpoint_missing(path: Optional[str]) -> bool:
+    """Whether a disk update names a checkpoint path where nothing is: 0.5.23
+    answers it failure before loading anything (no path: the server's own)."""
+    return bool(path) and not os.path.exists(path)
 
 
 def note_loaded(path: Optional[str], fingerprint: Any) -> None:

@@ -8,11 +8,10 @@ that holds is counted.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, List
 
 from scripted_runtime.hooks import sglang_compat
-from scripted_runtime.scheduler_side import hicache_state, state
+from scripted_runtime.scheduler_side import hicache_state, state, update_sources
 
 PHASES = ("prefill_chunk", "decode", "pp_in_flight", "queued", "paused", "finished_unpruned", "idle")
 # Phases of an engine feature, shown as coverage columns only where they were seen:
@@ -73,8 +72,7 @@ def op_kind(name: str, payload: Any) -> str:
     if name == "continue_generation":
         return "continue"
     if name == "update_weights_from_disk":
-        path = (payload or {}).get("model_path")
-        if path and not os.path.exists(path):
+        if update_sources.checkpoint_missing((payload or {}).get("model_path")):
             return "update_weights(missing)"
         flush = bool((payload or {}).get("flush_cache", True))
         return f"update_weights({'flush' if flush else 'no_flush'})"

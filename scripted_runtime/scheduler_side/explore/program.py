@@ -206,11 +206,11 @@ def update_weights(ctx, reqs, *, flush_cache: bool, max_steps: Optional[int] = N
     # labelled, as RL trainers label each update (the weight-version contract then judges every answer's
     # spans across it); unique in the program, apart from update_weight_version's "explored-N"
     version = f"update-{len(ctx.control_ops) + 1}"
-    # the update checkpoint, or the served weights back once it is loaded: every update changes them
-    path, load_format = output_oracle.update_source(ctx)
     if missing:
         tensor = distributed = False
         path, load_format = MISSING_CHECKPOINT, None
+    else:  # the update checkpoint, or the served weights back once it is loaded: every update changes them
+        path, load_format = output_oracle.update_source(ctx)
     if not tensor and not distributed:
         op = ctx.update_weights_from_disk(model_path=path, flush_cache=flush_cache, load_format=load_format,
                                           await_arrival=True, weight_version=version)
