@@ -624,8 +624,11 @@ def _misfit_checkpoint(checkpoint: str) -> str:
             elif os.path.isfile(src):
                 shutil.copy(src, staging)
         os.rename(staging, target)
-    except FileExistsError:  # another process wrote it first
+    except OSError:
         shutil.rmtree(staging, ignore_errors=True)
+        if not os.path.isdir(target):
+            raise
+        # another process wrote it first (renaming onto its folder: EEXIST or ENOTEMPTY)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
