@@ -209,9 +209,14 @@ REGISTRY: Tuple[KnownBug, ...] = (
         name="pp_retract_abort_adopted_decode_leak",
         title="the same retract under PP, then an abort: the stale last chunk is adopted as a decode for the "
               "dropped request and allocates KV no one holds (the pools are one token short; the next reset dies)",
-        signature=r"InvariantViolation\[pool_accounting\]",
-        # the pools' sum is short of the total (a KV slot allocated for a request held nowhere)
-        message=r"available \d+ \+ evictable \d+ \+ protected \d+ \+ uncached \d+ = \d+ != total \d+",
+        # the pools' sum is short of the total (a KV slot allocated for a request held nowhere), or,
+        # unchecked, what follows: release_kv_cache's KV-state assert kills the scheduler a few
+        # iterations later. The second is what an exploration meets when another check stopped the
+        # program right after the retract and the harness's reset posted the abort (abort_all): the
+        # reset's operations are judged with the program's (pp4 dev run, seed 575170279, 1,630)
+        signature=r"InvariantViolation\[pool_accounting\]|SchedulerCrashed: AssertionError in release_kv_cache \(",
+        message=(r"available \d+ \+ evictable \d+ \+ protected \d+ \+ uncached \d+ = \d+ != total \d+"
+                 r"|AssertionError in release_kv_cache \("),
         topologies=("pp4",),
         releases="<=0.5.23",
         verified_on=("0.5.23",),
@@ -459,16 +464,18 @@ def find(signature: Optional[str], *, topology: str, sglang_version: Optional[st
     the scheduler then died in the engine reset after it and that crash
     became the failure. A registered bug that breaks the server
     (``breaks_server``: its entry says the next reset dies) matched by the
-    program's own failure explains the crash after it too."""
-    for bug in registry:
-        if bug.matches(signature, topology=topology, sglang_version=sglang_version, message=message, ops=ops):
-            return bug
+    program's own failure explains the crash after it too, and is looked
+    up first: it names the crash's cause more precisely than an entry the
+    crash alone matches."""
     if own_failure is not None:
         own_signature, own_message = own_failure
         for bug in registry:
             if bug.breaks_server and bug.matches(own_signature, topology=topology, sglang_version=sglang_version,
                                                  message=own_message, ops=ops):
                 return bug
+    for bug in registry:
+        if bug.matches(signature, topology=topology, sglang_version=sglang_version, message=message, ops=ops):
+            return bug
     return None
 
 

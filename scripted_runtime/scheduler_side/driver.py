@@ -160,7 +160,9 @@ class Driver:
             pass
         try:
             try:
-                control_log = None if self._resetting else tuple(self.ledger.log())
+                # in the reset: the previous script's operations, then the reset's own (its
+                # continue_generation and abort_all); the ledger is cleared only after the reset
+                control_log = tuple(self.ledger.log())
             except Exception:  # noqa: BLE001 - the crash report must leave whatever the ledger holds
                 control_log = None
             self._sock.send_pyobj(protocol.SchedulerCrashed(

@@ -379,25 +379,31 @@ def test_a_program_that_leaves_an_engine_the_reset_cannot_restore_is_the_failing
 def test_a_failed_program_that_leaves_an_engine_the_reset_crashes_on_is_judged_by_the_crash():
     """After a failure that left the scheduler alive (a registered bug's
     symptom, say) the reset is probed too: a crash there is that program's
-    failure, with its operations (else the next program would be retried on
-    a fresh server and the crash counted nowhere); a probe that passes, or a
-    program that crashed itself, keeps the program's own failure."""
+    failure, judged with its operations and the reset's that met the crash
+    (the driver's crash report in a reset carries both; else the next program
+    would be retried on a fresh server and the crash counted nowhere); a
+    probe that passes, or a program that crashed itself, keeps the program's
+    own failure."""
     from scripted_runtime.user_side.result import ScriptResult
 
     violation = {"invariant": "pause_holds", "kind": "ContractViolation", "step": 4}
+    reset_log = [{"op": "pause_generation(in_place)"}, {"op": "continue_generation"}, {"op": "abort_all"}]
 
     class Server:
         alive, info = True, {"sglang_version": "0.0.test"}
 
-        def __init__(self, settle_crashes, program_crashes=False):
+        def __init__(self, settle_crashes, program_crashes=False, reset_log_known=True):
             self.settle_crashes, self.program_crashes, self.targets = settle_crashes, program_crashes, []
+            self.reset_log_known = reset_log_known
 
         def run(self, target, *args, **kwargs):
             self.targets.append(target)
             if target == runner.SETTLE:
                 if self.settle_crashes:
                     return ScriptResult(script="nothing", passed=False, crashed=True, crashed_in_reset=True,
-                                        error="SchedulerCrashed: AssertionError: freed twice", traceback="tb")
+                                        error="SchedulerCrashed: AssertionError: freed twice", traceback="tb",
+                                        control_log=reset_log if self.reset_log_known else [],
+                                        control_log_known=self.reset_log_known)
                 return ScriptResult(script="nothing", passed=True)
             if self.program_crashes:
                 self.alive = False
@@ -412,7 +418,10 @@ def test_a_failed_program_that_leaves_an_engine_the_reset_crashes_on_is_judged_b
     broken = Server(settle_crashes=True)
     out = runner.ExampleRunner(config, server=broken).run([A.Start(8, 1, 2)])
     assert out.signature == "SchedulerCrashed: AssertionError: freed twice"
-    assert out.ops == ("pause_generation(in_place)",) and broken.targets[:2] == [runner.INTERPRETER, runner.SETTLE]
+    assert out.ops == ("pause_generation(in_place)", "continue_generation", "abort_all")
+    assert broken.targets[:2] == [runner.INTERPRETER, runner.SETTLE]
+    silent = Server(settle_crashes=True, reset_log_known=False)  # a crash report without a log: the program's
+    assert runner.ExampleRunner(config, server=silent).run([A.Start(8, 1, 2)]).ops == ("pause_generation(in_place)",)
     sound = Server(settle_crashes=False)
     out = runner.ExampleRunner(config, server=sound).run([A.Start(8, 1, 2)])
     assert out.signature == "ContractViolation[pause_holds]" and sound.targets[:2] == [runner.INTERPRETER, runner.SETTLE]

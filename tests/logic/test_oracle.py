@@ -180,8 +180,9 @@ def test_a_crash_in_the_reset_after_a_registered_server_breaking_failure_is_that
     find = lambda own_failure, ops=posted_ops(settled): known_bugs.find(
         signature_of(settled), topology="pp4", sglang_version="0.5.23", message=crash, ops=ops,
         own_failure=own_failure)
-    assert find(None) is None, "the crash alone matches no entry"
-    assert find(own) is stale
+    # the crash alone: the entry for the crash a retract then an abort lead to
+    assert find(None).name == "pp_retract_abort_adopted_decode_leak"
+    assert find(own) is stale, "the program's own registered failure names the cause first"
     assert find(own, ops=("flush_cache", "pause_generation(retract)")) is None, "the entry's operations still count"
     # an entry that leaves the server usable does not explain a crash after it
     calm = known_bugs.by_name("pp_retract_chunk_abort_dropped")
@@ -190,7 +191,7 @@ def test_a_crash_in_the_reset_after_a_registered_server_breaking_failure_is_that
                "without a finish reason; it was running when the abort came")
     assert known_bugs.find(dropped[0], topology="pp4", sglang_version="0.5.23", message=dropped[1],
                            ops=posted_ops(settled)) is calm
-    assert find(dropped) is None
+    assert find(dropped) is not calm
     assert _own_failure(ScriptResult("s", passed=False, error="boom")) is None
 
 
@@ -360,3 +361,25 @@ def test_the_input_logprob_assert_is_the_pp_retract_bug_after_a_retract_and_the_
         "pp_retract_chunk_input_logprobs_crash"
     assert find("pp4", []).name == "logprob_start_len_negative"
     assert find("pp1-overlap", ["pause_generation(retract)"]).name == "logprob_start_len_negative"
+
+
+def test_the_reset_crash_after_a_retract_with_a_chunk_in_flight_is_the_adopted_decode_leak():
+    """The pp4 dev exploration at c5af699 (seed 575170279, program 1,630):
+    the pause contract stopped a program right after a retract took a request
+    whose last chunk was in flight; the harness's reset then posted
+    continue_generation and abort_all, and release_kv_cache's KV-state assert
+    killed the scheduler. Run unchecked, the same program with that abort
+    shows the adopted decode's leak first, then this crash: the reset's abort
+    is the entry's abort, so the crash is that entry, judged with the
+    program's and the reset's operations; without an abort or a retract, or
+    at pp=1, it is a new finding."""
+    crash = "SchedulerCrashed: AssertionError in release_kv_cache (common.py)"
+    find = lambda topology, ops: known_bugs.find(crash, topology=topology, sglang_version="0.5.23", ops=ops,
+                                                 message=crash)
+    program = ["get_weights_by_name('model.layers.0.mlp.down_proj.weight')", "pause_generation(retract)",
+               "update_weights_from_disk"]
+    reset = ["continue_generation", "abort_all"]
+    assert find("pp4", program + reset).name == "pp_retract_abort_adopted_decode_leak"
+    assert find("pp4", program) is None, "no abort: not this entry"
+    assert find("pp4", ["pause_generation(in_place)"] + reset) is None, "no retract: not this entry"
+    assert find("pp1-overlap", program + reset) is None

@@ -411,8 +411,9 @@ class ExampleRunner:
         a registered bug's symptom), the reset is probed too: when the
         scheduler dies in it, the crash is this program's failure (its
         signature; the program's own failure leads the traceback), judged
-        with this program's operations, because what the program left behind
-        killed SGLang. A reset that fails there without a crash keeps the
+        with this program's operations and those the reset posted (its
+        ``continue_generation`` and ``abort_all``), because what the program
+        left behind killed SGLang when the reset drained it. A reset that fails there without a crash keeps the
         program's own failure, and a server this runner owns is restarted at
         once (every later reset would fail the same way)."""
         if not result.passed and (result.crashed or not self.server.alive):
@@ -435,6 +436,9 @@ class ExampleRunner:
             return dataclasses.replace(
                 result, error=probe.error, crashed=True, crashed_in_reset=False, violation=None,
                 own_failure=(result.error, result.violation),
+                # the crash is judged with the program's operations and the reset's that met it
+                # (its abort_all of what the program left live: a known bug's needs_ops "abort")
+                control_log=(probe.control_log if probe.control_log_known else result.control_log),
                 traceback=("The program failed; then the scheduler died in the engine reset right after it, so "
                            "the program left an engine SGLang could not reset.\nThe program's own failure:\n"
                            + (result.error or "") + "\n" + (result.traceback or "")
