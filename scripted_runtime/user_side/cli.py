@@ -280,6 +280,9 @@ def _cmd_ab(args: argparse.Namespace) -> int:
 
 
 EXIT_BISECT_SKIP, EXIT_BISECT_ABORT = 125, 255
+WAIVE_HELP = ("turn off the check a registered SGLang bug breaks on nearly every program where it applies "
+              "(pp_pause_ignored's pause contract at pp4 on 0.5.23), so programs go on past it and can show "
+              "other bugs; its strict xfail keeps it checked (default: on; docs/exploring.md)")
 
 
 def explore_settings(args: argparse.Namespace) -> "ExploreSettings":
@@ -291,7 +294,7 @@ def explore_settings(args: argparse.Namespace) -> "ExploreSettings":
         shrink_time_s=args.shrink_time, stop_file=args.stop_file, check_determinism=not args.no_determinism_check,
         sglang_spec=args.sglang_label, start_timeout_s=args.start_timeout, example_timeout_s=args.timeout,
         known_bugs=() if args.no_known_bugs else None, stop_at_known=args.stop_at_known,
-        corpus=not args.no_corpus, novelty=args.novelty, standby=args.standby,
+        corpus=not args.no_corpus, novelty=args.novelty, standby=args.standby, waive_known=args.waive_known,
         fuzz_requests=args.fuzz_requests or args.fuzz_known_crashes, fuzz_known_crashes=args.fuzz_known_crashes,
         fresh_replay=not args.same_server_replay,
         database=args.database, database_read_only=args.database_read_only)
@@ -406,7 +409,8 @@ def mutate_settings(args: argparse.Namespace) -> "ExploreSettings":
     return mutate.SETTINGS.replace(profile=args.profile, max_examples=args.max_examples,
                                    max_time_s=args.max_time, shrink_time_s=args.shrink_time,
                                    start_timeout_s=args.start_timeout, corpus=not args.no_corpus,
-                                   novelty=args.novelty, fresh_replay=not args.same_server_replay)
+                                   novelty=args.novelty, fresh_replay=not args.same_server_replay,
+                                   waive_known=args.waive_known)
 
 
 def _cmd_mutate(args: argparse.Namespace) -> int:
@@ -599,6 +603,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "as 'known: NAME' and the search goes on")
     known.add_argument("--no-known-bugs", action="store_true",
                        help="ignore the known-bug registry: every failure is a new finding")
+    exp.add_argument("--waive-known", action=argparse.BooleanOptionalAction, default=True,
+                     help=WAIVE_HELP)
     exp.add_argument("--stop-file", help=argparse.SUPPRESS)  # workers: stop searching once it exists
     exp.add_argument("--worker-label", help=argparse.SUPPRESS)
     exp.add_argument("--sglang-label", help=argparse.SUPPRESS)  # the SPEC a build child runs for
@@ -627,6 +633,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="novelty guidance, as explore's (default: the profile's; off for ci)")
     mut.add_argument("--same-server-replay", action="store_true",
                      help="replay each kill's file on the explorer's server, not a fresh one (as explore)")
+    mut.add_argument("--waive-known", action=argparse.BooleanOptionalAction, default=True, help=WAIVE_HELP)
     mut.add_argument("--start-timeout", type=float, default=300.0, help="server start timeout in seconds")
     mut.set_defaults(func=_cmd_mutate)
 

@@ -383,3 +383,30 @@ def test_the_reset_crash_after_a_retract_with_a_chunk_in_flight_is_the_adopted_d
     assert find("pp4", program) is None, "no abort: not this entry"
     assert find("pp4", ["pause_generation(in_place)"] + reset) is None, "no retract: not this entry"
     assert find("pp1-overlap", program + reset) is None
+
+
+def test_the_pause_check_pp_pause_ignored_breaks_is_waived_only_where_it_applies():
+    """pp_pause_ignored stopped 181 of 1,760 programs of a pp4 dev
+    exploration at its pause check, every program that paused while a
+    request ran. Where it applies (pp4, 0.5.23) an exploration turns that
+    check off so programs go on past it, and its written files' replay
+    commands skip it too; nowhere else, not with the registry off, not
+    when asked to keep it."""
+    from scripted_runtime.user_side.explore import explorer
+    from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
+    from scripted_runtime.user_side.server_config import ServerConfig
+
+    waived = lambda topology, version="0.5.23", checks=True: known_bugs.waived_checks(
+        known_bugs.REGISTRY, topology=topology, sglang_version=version, checks=checks)
+    assert waived("pp4") == {"pause": "pp_pause_ignored"}
+    assert waived("pp1-overlap") == {} and waived("pp1-normal") == {}
+    assert waived("pp4", version="0.6.0") == {}, "a release the bug is not registered for"
+    assert waived("pp4", checks=("idle_gate",)) == {} and waived("pp4", checks=False) == {}
+    config, off = explorer.waive_known_checks(ServerConfig("pp4"), ExploreSettings(), "0.5.23")
+    assert off == {"pause": "pp_pause_ignored"} and "pause" not in config.checks
+    assert "idle_gate" in config.checks and "greedy_output" in config.checks
+    assert "--skip-invariant pause" in config.as_cli_args() and "--skip-invariant idle_gate" not in config.as_cli_args()
+    for settings in (ExploreSettings(waive_known=False), ExploreSettings(known_bugs=())):
+        kept, off = explorer.waive_known_checks(ServerConfig("pp4"), settings, "0.5.23")
+        assert off == {} and kept.checks is True
+    assert explorer.waive_known_checks(ServerConfig("pp1-normal"), ExploreSettings(), "0.5.23")[1] == {}

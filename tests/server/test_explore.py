@@ -7,9 +7,10 @@
   that file replays the failure deterministically (slow lane: a cold pp4
   start of its own; the same search on the suite's reverted server is in
   test_scenarios.py).
-* On pp=4 the ci exploration meets the live PP pause bug: reported as
-  ``known: pp_pause_ignored`` with the registry, as a new, shrunk finding
-  without it.
+* On pp=4 the live PP pause bug breaks the pause check on every program
+  that pauses while a request runs: with the registry the ci exploration
+  turns that check off there (``waived``), without it the bug is a new,
+  shrunk finding.
 """
 from __future__ import annotations
 
@@ -46,8 +47,13 @@ def test_ci_profile_exploration_passes(server, tmp_path, capsys):
     for name, met in report.known.items():  # registered SGLang bugs: reported, their programs kept
         assert f"known: {name}: {met['signature']}" in out and Path(met["scenario"]).is_file()
         assert stats.known[name] >= 1
-    if _pp_pause_bug_applies(server):  # the ci search meets the live PP pause bug from a cold start
-        assert report.known["pp_pause_ignored"]["signature"] == "ContractViolation[pause]", out
+    if _pp_pause_bug_applies(server):
+        # the live PP pause bug breaks the pause check on every program that pauses while a request runs:
+        # the check is off here, so programs go on past it (its strict xfail checks it)
+        assert report.waived == {"pause": "pp_pause_ignored"} and "waived: pp_pause_ignored" in out, out
+        assert "pp_pause_ignored" not in report.known, out
+    else:
+        assert report.waived == {}, out
     assert stats.examples >= 10, stats.summary()
     assert stats.steps > stats.examples, stats.summary()
     # a restart only after a registered bug that leaves the server unusable (the abort-pause wedge)

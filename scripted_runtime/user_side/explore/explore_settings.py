@@ -10,7 +10,9 @@ profile's, chosen at random unless derandomized). What runs first:
 ``failure_db.open_database``'s SPEC; this value's default is ``none``, the
 command's ``OUT/failure-db``) and ``database_read_only``. What a failure
 does: ``known_bugs`` (the registry to match against; None: the built-in
-one, ``()``: every failure is new) and ``stop_at_known``;
+one, ``()``: every failure is new) and ``stop_at_known``; ``waive_known``
+(the check a registered bug breaks on nearly every program is off where
+it applies, ``KnownBug.masks_check``);
 ``fresh_replay`` (the written file is replayed on a fresh server, else on
 the explorer's own); ``check_determinism``. How it searches: ``novelty``
 (guided by the abstract states programs reach, ``novelty.py``; off, the
@@ -53,6 +55,9 @@ class ExploreSettings:
     stop_file: Optional[str] = None
     fuzz_requests: bool = False  # draw FuzzRequest/AbortUnknown (request_fuzz's field cases)
     fuzz_known_crashes: bool = False  # ... those meeting a known server-killing bug too
+    # turn off the check a registered bug breaks on nearly every program where it applies
+    # (``known_bugs.KnownBug.masks_check``), so programs go on past it
+    waive_known: bool = True
 
     def guided(self, profile: Any) -> bool:
         """Whether the search is guided by novelty: ``novelty`` where the run

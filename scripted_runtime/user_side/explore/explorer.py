@@ -3,11 +3,12 @@ write a failure out as a scenario, check that the file replays it and that
 the program replays deterministically, print the statistics."""
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from hypothesis import configuration as hypothesis_configuration
 
@@ -45,6 +46,9 @@ class ExploreReport:
     first_failure_s: Optional[float] = None  # server ready to the first failure (the oracle's warm-up included)
     # registered SGLang bugs met: name -> signature, programs run by then, the program's file
     known: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    # checks turned off because a registered bug breaks them on nearly every program here:
+    # check -> the bug's name (``known_bugs.waived_checks``; ``ExploreSettings.waive_known``)
+    waived: Dict[str, str] = field(default_factory=dict)
     # every failure signature met -> its first program as found, written the moment it was met
     kept: Dict[str, str] = field(default_factory=dict)
 
@@ -99,6 +103,13 @@ def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(),
         if seed is None and not prof.derandomize:
             seed = random.randrange(2**31)  # chosen here, so the kept files name it too
         settings = settings.replace(seed=seed)
+        config, waived = waive_known_checks(config, settings, version)
+        if waived:
+            runner.config, runner.invariants = config, config.checks
+            for check, name in waived.items():
+                progress(f"waived: the {check!r} check is off: the registered {name} breaks it on nearly every "
+                         f"program on {topology} (SGLang {version}), stopping each there; its strict xfail keeps "
+                         "it checked (--no-waive-known to check it here too)")
         written = dict(config=config, sglang_version=version, profile=profile, sglang_spec=settings.sglang_spec,
                        found_by=settings.found_by)
         store = failure_db.FailureStore(db, failure_db.key(config, version)) if db is not None else None
@@ -115,7 +126,7 @@ def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(),
         stats = result.stats
         stats.start_s = start_s
         stats.sglang_version = version
-        report = ExploreReport(stats=stats, seed=result.seed)
+        report = ExploreReport(stats=stats, seed=result.seed, waived=dict(waived))
         trace_dir = Path(out_dir) / "traces" / time.strftime("%Y%m%d-%H%M%S")
         report.kept = result.kept
         for name, (program, outcome, after) in result.known.items():
@@ -286,6 +297,24 @@ def _recover_history(runner: ExampleRunner, report: ExploreReport, result, *, bu
                              else f"the history file did NOT reproduce it on a fresh server: got {got or 'PASS'}")
 
 
+def waive_known_checks(config: ServerConfig, settings: ExploreSettings,
+                       version: Optional[str]) -> Tuple[ServerConfig, Dict[str, str]]:
+    """``config`` with the checks off that a registered bug breaks on nearly
+    every program on its topology and ``version`` (``known_bugs.waived_checks``;
+    none unless ``settings.waive_known``), and {check: bug name} of those.
+    The written files' replay commands then skip them too."""
+    from scripted_runtime.scheduler_side import invariants
+
+    if not settings.waive_known:
+        return config, {}
+    waived = known_bugs_mod.waived_checks(settings.registry(), topology=config.topology, sglang_version=version,
+                                          checks=config.checks)
+    if not waived:
+        return config, {}
+    names = invariants.all_names() if config.checks is True else tuple(config.checks)
+    return dataclasses.replace(config, checks=tuple(n for n in names if n not in waived)), waived
+
+
 def print_report(report: ExploreReport, *, profile: str, out=print) -> None:
     stats = report.stats
     out(stats.summary())
@@ -297,6 +326,9 @@ def print_report(report: ExploreReport, *, profile: str, out=print) -> None:
         out(f"seed: {report.seed} (rerun with --seed {report.seed})")
     else:
         out(f"seed: derandomized ({profile} profile: the same programs every run)")
+    for check, name in report.waived.items():
+        out(f"waived: {name}: the {check!r} check was off (it fails nearly every program here; "
+            f"reported upstream: {known_bugs_mod.by_name(name).report})")
     for name, met in report.known.items():
         bug = known_bugs_mod.by_name(name)
         out(f"known: {name}: {met['signature']} (first after {met['after_programs']} programs; "

@@ -60,6 +60,8 @@ def explore_argv(args: argparse.Namespace, **override) -> List[str]:
         argv.append("--no-corpus")
     if values.get("novelty") is not None:
         argv.append("--novelty" if values["novelty"] else "--no-novelty")
+    if values.get("waive_known") is False:
+        argv.append("--no-waive-known")
     if values.get("fuzz_requests"):
         argv.append("--fuzz-requests")
     if values.get("fuzz_known_crashes"):
