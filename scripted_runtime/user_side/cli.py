@@ -185,8 +185,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
             result = _run_with_history(server, spec, timeout=args.timeout, invariants=config.checks,
                                        trace=args.trace or True)
             results.append(result)
-            outcomes.append(outcome_of(result))
+            outcome = outcome_of(result)
+            bug = known_bug_of(result, topology=config.topology, sglang_version=server.info.get("sglang_version"))
+            if bug is not None:
+                outcome["known"] = bug.name
+            outcomes.append(outcome)
             _report(result)
+            if bug is not None:
+                print(f"  known SGLang bug: {bug.name}: {bug.title} (report: {bug.report}; "
+                      f"its scenario: {bug.scenario})")
     finally:
         server.shutdown()
         _write_json(args.result_json, {"status": "RAN", "sglang_version": version,
@@ -225,6 +232,19 @@ def _print_extensions(info: dict, out=None) -> None:
     line = extensions.loaded_line(info)
     if line:
         print(line, file=out or sys.stdout)
+
+
+def known_bug_of(result, *, topology: str, sglang_version: Optional[str]):
+    """The registered SGLang bug a failed result is (``known_bugs.find``, as
+    the explorer judges it: signature, message, the operations the script
+    posted), or None."""
+    if result.passed:
+        return None
+    from scripted_runtime import known_bugs
+    from scripted_runtime.user_side.explore.runner import _first_line, posted_ops, signature_of
+
+    return known_bugs.find(signature_of(result), topology=topology, sglang_version=sglang_version,
+                           message=_first_line(result.error), ops=posted_ops(result))
 
 
 def _report(result) -> None:

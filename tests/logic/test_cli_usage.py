@@ -55,3 +55,27 @@ def test_topology_names_every_topology_and_may_not_contradict_the_flags():
         config(topology="pp1-overlap", pp=4)
     with pytest.raises(cli.UsageError, match=r"known: pp1-overlap, pp1-normal, pp4, pp1-hicache, pp1-lora"):
         config(topology="pp2")
+
+
+def test_run_names_the_registered_bug_a_failure_is():
+    """``scripted-runtime run`` judges a failure as the explorer does: a
+    registered bug's failure, with the operations its cause needs, is named
+    (the report and the scenario printed, ``known`` in --result-json);
+    another failure, or the same one without those operations, is not."""
+    from scripted_runtime.user_side.result import ScriptResult
+
+    violation = {"kind": "ContractViolation", "invariant": "pause", "step": 7,
+                 "message": "a extend forward of [r3] was launched at step 7 (PP slot 0), while paused (retract)"}
+    error = f"ContractViolation[pause] at step 7: {violation['message']} since step 7 (iteration 824)"
+    paused = ScriptResult("s", passed=False, violation=violation, error=error,
+                          control_log=[{"op": "pause_generation(retract)"}])
+    assert cli.known_bug_of(paused, topology="pp4", sglang_version="0.5.23").name == "pp_pause_ignored"
+    assert cli.known_bug_of(paused, topology="pp1-normal", sglang_version="0.5.23") is None
+    crash = "SchedulerCrashed: AssertionError in release_kv_cache (common.py)"
+    retract_then_abort = ScriptResult("s", passed=False, crashed=True, error=crash,
+                                      control_log=[{"op": "pause_generation(retract)"}, {"op": "abort_all"}])
+    assert cli.known_bug_of(retract_then_abort, topology="pp4",
+                            sglang_version="0.5.23").name == "pp_retract_abort_adopted_decode_leak"
+    alone = ScriptResult("s", passed=False, crashed=True, error=crash, control_log=[])
+    assert cli.known_bug_of(alone, topology="pp4", sglang_version="0.5.23") is None
+    assert cli.known_bug_of(ScriptResult("s", passed=True), topology="pp4", sglang_version="0.5.23") is None
