@@ -114,5 +114,6 @@ class SchedulerCrashed:
     in_reset: bool = False
     # the control operations the script had posted (ControlLedger.log()), as ScriptDone's:
     # a crash's cause is read with them (a known bug's needs_ops); None where not known.
-    # A crash in the reset (in_reset): the previous script's, then those the reset posted
+    # A crash in the reset (in_reset): the previous script's unsettled ones, then those the
+    # reset posted
     control_log: Optional[Tuple[Any, ...]] = None

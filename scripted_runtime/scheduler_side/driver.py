@@ -160,8 +160,8 @@ class Driver:
             pass
         try:
             try:
-                # in the reset: the previous script's operations, then the reset's own (its
-                # continue_generation and abort_all); the ledger is cleared only after the reset
+                # in the reset: the previous script's operations not yet settled (keep_unsettled),
+                # then the reset's own (its continue_generation and abort_all)
                 control_log = tuple(self.ledger.log())
             except Exception:  # noqa: BLE001 - the crash report must leave whatever the ledger holds
                 control_log = None

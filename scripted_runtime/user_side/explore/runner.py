@@ -437,8 +437,10 @@ class ExampleRunner:
                 result, error=probe.error, crashed=True, crashed_in_reset=False, violation=None,
                 own_failure=(result.error, result.violation),
                 # the crash is judged with the program's operations and the reset's that met it
-                # (its abort_all of what the program left live: a known bug's needs_ops "abort")
-                control_log=(probe.control_log if probe.control_log_known else result.control_log),
+                # (its abort_all of what the program left live: a known bug's needs_ops "abort");
+                # the probe's log holds the reset's (and the program's ops it waited for)
+                control_log=list(result.control_log or ()) + (list(probe.control_log or ())
+                                                               if probe.control_log_known else []),
                 traceback=("The program failed; then the scheduler died in the engine reset right after it, so "
                            "the program left an engine SGLang could not reset.\nThe program's own failure:\n"
                            + (result.error or "") + "\n" + (result.traceback or "")
