@@ -535,6 +535,39 @@ def profile_start_while_running_accepted(ctx):
     yield from ctx.wait_finished(req, max_steps=50)
 
 
+def pp_profiler_stop_with_sends_in_flight(ctx, rounds=150):
+    """Profiles that start and stop while requests run under PP must leave
+    the scheduler intact: every round's two streamed requests finish with
+    the outputs a fresh server gives, and the end state is clean.
+
+    On 0.5.23 the PP loop keeps its asynchronous point-to-point sends
+    (``send_req_work``, ``send_proxy_work``, ``send_output_work``: gloo
+    ``isend``) in flight from one iteration into the next, and the profiler
+    stops at a forward (``num_steps``) or at ``/stop_profile`` without
+    waiting for them. torch's gloo ``AsyncWork`` finishes a send's profiling
+    record on gloo's worker thread; a profiler torn down under it corrupts
+    memory: a rank dies of a segmentation fault (its peers see gloo's
+    "Connection closed by peer"), a forward's KV store gets an index like
+    62997886067213, or the harness's scan reads a length of hundreds of
+    TiB. A few hundred to about a thousand iterations are enough on the
+    2-core CPU box (torch 2.14.1); the same rounds without the profile pass
+    (``scenarios/profiler_stress.py``). With the in-flight sends waited
+    before the stop (``scenarios/profiler_stop_fence.py``) it passes
+    (docs/upstream/pp-profiler-stop-with-sends-in-flight.md).
+    """
+    reqs = []
+    for i in range(rounds):
+        batch = [ctx.start_req(input_ids=explore.prompt_ids(i % 3, 8 + 40 * (i % 2)), max_new_tokens=6,
+                               ignore_eos=True, temperature=0.0, stream=True, logprob_start_len=0)
+                 for _ in range(2)]
+        reqs += batch
+        profile = ctx.start_profile(num_steps=2)
+        yield from profile.wait(max_steps=100)
+        yield from ctx.wait_until(lambda: all(h.finished for h in batch) and not ctx.profiling,
+                                  max_steps=400, what="the round's requests and profile to finish")
+    return (yield from explore.end_state_checks(ctx, reqs))
+
+
 def abort_pause_during_in_place_pause(ctx):
     """``pause_generation(abort)`` while an ``in_place`` pause holds a
     running request must end: the request is aborted, the call answers, and

@@ -1,18 +1,21 @@
-"""Torch-profiler start/stop cycles beside streamed requests: an open
-finding, not a registered bug (docs/known-bugs.md, "Open findings (not classified yet)").
+"""Torch-profiler start/stop cycles beside streamed requests, with and
+without the profile: the control pair of the registered PP bug
+``pp_profiler_stop_with_sends_in_flight`` (docs/known-bugs.md; its strict
+xfail is ``scenarios/known_bugs.py:pp_profiler_stop_with_sends_in_flight``).
 
 At pp4 on SGLang 0.5.23 (torch 2.14.1, CPU) ``with_profiles`` corrupts the
-scheduler's memory within a few hundred to about a thousand iterations: a
-forward's KV store gets an index like 62997886067213 for a pool of 8,193
-slots (``IndexError`` in ``set_kv_buffer``), or the harness's own scan
-reads a length that would take a 459 TiB array. ``without_profiles`` runs
-the same rounds with no profile and passes. Two pp4 dev explorations died
-of the same cause's other face, a segmentation fault while garbage
-collecting, each right after profiler starts and stops, and neither
-replayed alone: this program makes the corruption come back.
+scheduler's memory within a few hundred to about a thousand iterations
+(failed 5 runs of 5): a rank's segmentation fault (its peers report gloo's
+closed connection), a forward's KV store with an index like
+62997886067213, or the harness's scan reading a length of hundreds of TiB.
+``without_profiles`` runs the same rounds with no profile and passes; with
+the candidate fix ``scenarios/profiler_stop_fence.py`` patched in,
+``with_profiles`` passes (3 of 3).
 
-    scripted-runtime run scenarios/profiler_stress.py:with_profiles --pp 4
-    scripted-runtime run scenarios/profiler_stress.py:without_profiles --pp 4
+    scripted-runtime run scenarios/profiler_stress.py:with_profiles --pp 4 --skip-invariant pause
+    scripted-runtime run scenarios/profiler_stress.py:without_profiles --pp 4 --skip-invariant pause
+    scripted-runtime run scenarios/profiler_stress.py:with_profiles --pp 4 --skip-invariant pause \
+        --patch scenarios/profiler_stop_fence.py:fence_sends_before_profiler_stop
 
 Each round: two streamed requests (8 or 48 tokens, 6 new, input logprobs
 from token 0), a two-forward CPU profile (``ctx.start_profile(num_steps=2)``:

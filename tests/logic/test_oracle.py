@@ -108,10 +108,12 @@ def test_an_entry_that_needs_operations_matches_only_a_program_that_posted_them(
     # besides the PP retract entries, only the control-request crashes whose scenario posts the operation
     # itself need it (a crash of the same exception elsewhere is another bug), and the aborted prefill-only
     # request's dummy token (a token past max_new_tokens=0 of a request the program did not abort is
-    # another bug)
+    # another bug), and the PP profiler corruption (a gloo error after a rank died, or garbage read,
+    # in a program without a profile has another cause)
     assert {b.name for b in known_bugs.REGISTRY if b.needs_ops and not b.name.startswith("pp_retract_")} == {
         "release_memory_syncs_build_device", "abort_pause_during_in_place_pause",
-        "prefill_only_abort_reports_dummy_token", "disk_update_rollback_reloads_failed_checkpoint"}
+        "prefill_only_abort_reports_dummy_token", "disk_update_rollback_reloads_failed_checkpoint",
+        "pp_profiler_stop_with_sends_in_flight"}
     dummy = known_bugs.by_name("prefill_only_abort_reports_dummy_token")
     past = ("request r1-9-8 (8-token prompt of family 0, aborted): aborted after 1 tokens, past the end of its "
             "reference after 0 (max_new_tokens=0): [0] emitted after it")
@@ -410,3 +412,40 @@ def test_the_pause_check_pp_pause_ignored_breaks_is_waived_only_where_it_applies
         kept, off = explorer.waive_known_checks(ServerConfig("pp4"), settings, "0.5.23")
         assert off == {} and kept.checks is True
     assert explorer.waive_known_checks(ServerConfig("pp1-normal"), ExploreSettings(), "0.5.23")[1] == {}
+
+
+@pytest.mark.parametrize("error", [
+    # the four forms the PP profiler corruption showed (2026-11-28): a peer of the rank that died
+    # of a segmentation fault, twice over gloo; a KV index out of thin air; the harness's scan
+    # reading a garbage length
+    "SchedulerCrashed: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] "
+    "Connection closed by peer [127.0.0.1]:40333. This is typically caused by a remote worker crashing.",
+    "SchedulerCrashed: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] "
+    "Read error [127.0.0.1]:1746: Connection reset by peer. This is typically caused by a remote worker hanging",
+    "SchedulerCrashed: IndexError: index 62997886067213 is out of bounds for dimension 0 with size 8193",
+    "HarnessError: the step observer raised MemoryError: Unable to allocate 459. TiB for an array with shape "
+    "(63062137315197,) and data type int64",
+])
+def test_the_pp_profiler_corruption_is_registered_in_each_form_it_showed_only_after_a_profile(error):
+    from scripted_runtime.user_side.explore.runner import posted_ops, signature_of
+    from scripted_runtime.user_side.result import ScriptResult
+
+    crashed = error.startswith("SchedulerCrashed")
+    result = lambda log: ScriptResult("s", passed=False, crashed=crashed, error=error, control_log=log)
+    find = lambda res, topology="pp4": known_bugs.find(signature_of(res), topology=topology, sglang_version="0.5.23",
+                                                        message=error.splitlines()[0], ops=posted_ops(res))
+    profiled = result([{"op": "start_profile(num_steps=2)"}])
+    assert find(profiled).name == "pp_profiler_stop_with_sends_in_flight"
+    assert find(result([{"op": "flush_cache"}])) is None, "without a profile the same crash is a new finding"
+    assert find(profiled, topology="pp1-overlap") is None, "no PP sends at pp1"
+
+
+def test_the_pp_profiler_entry_takes_no_ordinary_index_error():
+    """An IndexError of a plausible index is some other bug, even after a profile."""
+    from scripted_runtime.user_side.explore.runner import posted_ops, signature_of
+    from scripted_runtime.user_side.result import ScriptResult
+
+    error = "SchedulerCrashed: IndexError: index 8200 is out of bounds for dimension 0 with size 8193"
+    res = ScriptResult("s", passed=False, crashed=True, error=error, control_log=[{"op": "start_profile(num_steps=2)"}])
+    assert known_bugs.find(signature_of(res), topology="pp4", sglang_version="0.5.23", message=error,
+                           ops=posted_ops(res)) is None

@@ -33,7 +33,7 @@ def test_known_bug_scenario(server, request, bug, kwargs):
     version = server.info.get("sglang_version")
     affected = bug.applies(server.topology, version)
     path, _, func = bug.scenario.partition(":")
-    result = server.run(f"{ROOT / path}:{func}", **kwargs)
+    result = server.run(f"{ROOT / path}:{func}", invariants=bug.scenario_invariants, **kwargs)
     if result.crashed:
         assert server.pids() == [], f"{bug.name}: a crashed server must leave no process behind"
     if bug.breaks_server and not result.passed:
