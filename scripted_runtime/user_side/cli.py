@@ -241,10 +241,10 @@ def known_bug_of(result, *, topology: str, sglang_version: Optional[str]):
     if result.passed:
         return None
     from scripted_runtime import known_bugs
-    from scripted_runtime.user_side.explore.runner import _first_line, posted_ops, signature_of
+    from scripted_runtime.user_side.explore.runner import first_line, posted_ops, signature_of
 
     return known_bugs.find(signature_of(result), topology=topology, sglang_version=sglang_version,
-                           message=_first_line(result.error), ops=posted_ops(result))
+                           message=first_line(result.error), ops=posted_ops(result))
 
 
 def _report(result) -> None:

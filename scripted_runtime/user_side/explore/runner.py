@@ -103,7 +103,9 @@ def signature_of(result: ScriptResult) -> Optional[str]:
     return f"{etype}: {_normalize(msg, 80)}" if msg else etype or "failed"
 
 
-def _first_line(error: Optional[str]) -> str:
+def first_line(error: Optional[str]) -> str:
+    """A failure's message as the known-bug registry matches it: the first
+    line of its error, at most 300 characters."""
     return (error or "").strip().splitlines()[0][:300] if error else ""
 
 
@@ -114,7 +116,7 @@ def _own_failure(result: ScriptResult) -> Optional[Tuple[str, str]]:
         return None
     error, violation = result.own_failure
     own = ScriptResult(script=result.script, passed=False, error=error, violation=violation)
-    return signature_of(own) or "failed", _first_line(error)
+    return signature_of(own) or "failed", first_line(error)
 
 
 def failing_position(result: ScriptResult, source: A.Source) -> Optional[int]:
@@ -367,7 +369,7 @@ class ExampleRunner:
         value = result.value if isinstance(result.value, dict) else {}
         return Outcome(
             signature=signature_of(result),
-            message=_first_line(result.error),
+            message=first_line(result.error),
             steps=result.steps, reset_steps=result.reset_steps, run_s=result.duration_s,
             reset_s=result.reset_s, io_s=result.io_s, wall_s=wall, restart_s=restart_s,
             windows=result.windows or {}, coverage=value.get("coverage", {}),
