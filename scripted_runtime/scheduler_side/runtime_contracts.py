@@ -87,9 +87,11 @@ OPEN_SESSION_TYPE = "OpenSessionReqInput"
 CLOSE_SESSION_TYPE = "CloseSessionReqInput"
 LOGGING_TYPE = "ConfigureLoggingReq"
 PROFILE_TYPE = "ProfileReq"
-# forwards past a profile's target count before "it did not stop by itself" (SGLang checks the target
-# before each batch: the forward that reaches it is the last one profiled)
-PROFILE_STOP_SLACK = 2
+# forwards past a profile's target count before "it did not stop by itself": none. ``run_batch``
+# counts the batch (``forward_ct += 1``) and then calls ``_profile_batch_predicate``, which stops
+# the profile once ``target <= forward_ct``: after any batch that reached the target the profile
+# is stopped (0.5.23 ``managers/scheduler.py``, ``scheduler_components/profiler_manager.py``)
+PROFILE_STOP_SLACK = 0
 # (what a weight update loaded is noted by ``after_dispatch`` for every script, a release's loss by
 # ``memory_occupation``: neither needs the contracts' bookkeeping)
 TYPES = frozenset({SET_STATE_TYPE, SLOW_DOWN_TYPE, VERSION_TYPE, GET_WEIGHTS_TYPE, CHECK_WEIGHTS_TYPE,
@@ -301,6 +303,18 @@ class RuntimeMemory:
         after = sglang_compat.profiler_state(s)
         success = bool(getattr(output, "success", False))
         start = str(getattr(getattr(recv_req, "req_type", None), "name", "")).startswith("START")
+        # a profile still running past the target its num_steps start implied: it should have stopped
+        # before this request came, so that is the fault to name (the start's answer is judged
+        # against a state SGLang should not have been in)
+        overdue = (self.profile_stop_at is not None and before["profile"]["in_progress"]
+                   and before["profile"]["forward_ct"] >= self.profile_stop_at + PROFILE_STOP_SLACK)
+        if overdue:
+            self.problems.append(("diagnostics", f"the profile started with num_steps should have stopped at "
+                                                 f"forward {self.profile_stop_at}; the scheduler ran "
+                                                 f"{before['profile']['forward_ct']} forwards and it still ran "
+                                                 f"when a {'start' if start else 'stop'}_profile came"))
+            self.profile_stop_at = None
+            return
         if start and success and not getattr(recv_req, "start_step", None):
             steps = getattr(recv_req, "num_steps", None)
             self.profile_stop_at = before["profile"]["forward_ct"] + steps + 1 if steps else None
@@ -374,14 +388,14 @@ def _trace_files(directory: Any) -> List[str]:
 def check_profile_stopped(s: Any, mem: "RuntimeMemory") -> Optional[str]:
     """A profile started with ``num_steps`` must stop by itself once the
     forward count passed the target its start implies (the count then +
-    num_steps + 1, SGLang's ``_init_profile``; ``PROFILE_STOP_SLACK``
-    forwards of slack); the message when it did not."""
+    num_steps + 1, SGLang's ``_init_profile``; the batch that reaches it
+    stops it, ``PROFILE_STOP_SLACK``); the message when it did not."""
     p = sglang_compat.profiler_state(s)
     if not p["in_progress"]:
         mem.profile_stop_at = None
         return None
     target = mem.profile_stop_at
-    if target is not None and p["forward_ct"] > target + PROFILE_STOP_SLACK:
+    if target is not None and p["forward_ct"] >= target + PROFILE_STOP_SLACK:
         mem.profile_stop_at = None
         return (f"the profile started with num_steps should have stopped at forward {target}; the scheduler "
                 f"ran {p['forward_ct']} forwards and it still runs")

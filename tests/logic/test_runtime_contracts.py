@@ -182,8 +182,10 @@ def test_diagnostics_a_profile_past_its_target_and_a_log_level_not_applied_are_v
                                                                              "output_dir": str(tmp_path)},
                                                                  "traces": []})
     assert mem.profile_stop_at == 8 and not mem.problems
-    assert runtime_contracts.check_profile_stopped(s, mem) is None, "within the slack of 2 forwards"
-    s.forward_ct = 11
+    s.forward_ct = 7
+    assert runtime_contracts.check_profile_stopped(s, mem) is None, "short of its target: still running"
+    # run_batch counts the batch, then its profile predicate stops the profile at the target: no slack
+    s.forward_ct = 8
     assert "should have stopped at forward 8" in runtime_contracts.check_profile_stopped(s, mem)
     # configure_logging: the level it asked for, in the scheduler's root logger
     import logging
@@ -228,3 +230,31 @@ def test_a_priority_preemption_frees_a_slot_for_the_request_it_admits(run):
                                priority_pass=((("e", 20, 102.5, False),), (), 102.0)))  # no victim: over
     v = run.check()
     assert v is not None and v.name == "runtime_limits"
+
+
+def test_diagnostics_a_start_over_an_overdue_num_steps_profile_names_the_overdue_profile(tmp_path):
+    """A second start_profile while a num_steps profile runs past its target:
+    the fault is the profile that should have stopped (a planted
+    mut_profile_num_steps_ignored at pp4 showed as SGLang's registered
+    accepted-second-start bug instead); a second start within the target is
+    that registered bug's message."""
+    s = SimpleNamespace(forward_ct=5, profiler_manager=SimpleNamespace(
+        profile_in_progress=False, profiler_target_forward_ct=None, torch_profiler_output_dir=str(tmp_path)))
+    start = type("ProfileReq", (SimpleNamespace,), {})(req_type=SimpleNamespace(name="START_PROFILE"), num_steps=2,
+                                                       start_step=None)
+    running = lambda ct: {"profile": {"in_progress": True, "forward_ct": ct, "output_dir": str(tmp_path)},
+                          "traces": []}
+    s.profiler_manager.profile_in_progress = True
+    mem = runtime_contracts.RuntimeMemory()
+    mem._on_diagnostic(s, start, SimpleNamespace(success=True), {
+        "profile": {"in_progress": False, "forward_ct": 5, "output_dir": str(tmp_path)}, "traces": []})
+    assert mem.profile_stop_at == 8 and not mem.problems
+    mem._on_diagnostic(s, start, SimpleNamespace(success=True), running(8))
+    assert len(mem.problems) == 1 and "should have stopped at forward 8" in mem.problems[0][1]
+    assert "while a profile was running" not in mem.problems[0][1]
+    mem = runtime_contracts.RuntimeMemory()
+    mem._on_diagnostic(s, start, SimpleNamespace(success=True), {
+        "profile": {"in_progress": False, "forward_ct": 5, "output_dir": str(tmp_path)}, "traces": []})
+    mem._on_diagnostic(s, start, SimpleNamespace(success=True), running(7))
+    assert [m for _, m in mem.problems] == [
+        "start_profile answered success while a profile was running (SGLang refuses that)"]
