@@ -234,10 +234,10 @@ def test_a_priority_preemption_frees_a_slot_for_the_request_it_admits(run):
 
 def test_diagnostics_a_start_over_an_overdue_num_steps_profile_names_the_overdue_profile(tmp_path):
     """A second start_profile while a num_steps profile runs past its target:
-    the fault is the profile that should have stopped (a planted
-    mut_profile_num_steps_ignored at pp4 showed as SGLang's registered
-    accepted-second-start bug instead); a second start within the target is
-    that registered bug's message."""
+    the fault is the profile that should have stopped (SGLang stops it at
+    the batch that reaches its target), named as such, not as the
+    registered accepted-second-start bug; a second start within the target
+    is that registered bug's message."""
     s = SimpleNamespace(forward_ct=5, profiler_manager=SimpleNamespace(
         profile_in_progress=False, profiler_target_forward_ct=None, torch_profiler_output_dir=str(tmp_path)))
     start = type("ProfileReq", (SimpleNamespace,), {})(req_type=SimpleNamespace(name="START_PROFILE"), num_steps=2,
