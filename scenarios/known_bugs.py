@@ -535,7 +535,7 @@ def profile_start_while_running_accepted(ctx):
     yield from ctx.wait_finished(req, max_steps=50)
 
 
-def pp_profiler_stop_with_sends_in_flight(ctx, rounds=150):
+def pp_profiler_stop_with_sends_in_flight(ctx, rounds=150, profile=True):
     """Profiles that start and stop while requests run under PP must leave
     the scheduler intact: every round's two streamed requests finish with
     the outputs a fresh server gives, and the end state is clean.
@@ -553,7 +553,8 @@ def pp_profiler_stop_with_sends_in_flight(ctx, rounds=150):
     2-core CPU box (torch 2.14.1); the same rounds without the profile pass
     (``scenarios/profiler_stress.py``). With the in-flight sends waited
     before the stop (``scenarios/profiler_stop_fence.py``) it passes
-    (docs/upstream/pp-profiler-stop-with-sends-in-flight.md).
+    (docs/upstream/pp-profiler-stop-with-sends-in-flight.md). ``profile=False``:
+    the same rounds without the profile, the control.
     """
     reqs = []
     for i in range(rounds):
@@ -561,8 +562,9 @@ def pp_profiler_stop_with_sends_in_flight(ctx, rounds=150):
                                ignore_eos=True, temperature=0.0, stream=True, logprob_start_len=0)
                  for _ in range(2)]
         reqs += batch
-        profile = ctx.start_profile(num_steps=2)
-        yield from profile.wait(max_steps=100)
+        if profile:
+            op = ctx.start_profile(num_steps=2)
+            yield from op.wait(max_steps=100)
         yield from ctx.wait_until(lambda: all(h.finished for h in batch) and not ctx.profiling,
                                   max_steps=400, what="the round's requests and profile to finish")
     return (yield from explore.end_state_checks(ctx, reqs))

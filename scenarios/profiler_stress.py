@@ -20,30 +20,17 @@ the candidate fix ``scenarios/profiler_stop_fence.py`` patched in,
 Each round: two streamed requests (8 or 48 tokens, 6 new, input logprobs
 from token 0), a two-forward CPU profile (``ctx.start_profile(num_steps=2)``:
 no stacks, no shapes), then step until both requests and the profile are
-done; 60 rounds, then the end-state checks."""
-from scripted_runtime.scheduler_side.explore import program as explore
+done; 60 rounds, then the end-state checks. The rounds are the registered
+bug's scenario (``known_bugs.py`` beside this file: a scenario's folder is
+on its import path)."""
+from known_bugs import pp_profiler_stop_with_sends_in_flight as _rounds
 
 ROUNDS = 60
 
 
-def _rounds(ctx, rounds, profile):
-    reqs = []
-    for i in range(rounds):
-        batch = [ctx.start_req(input_ids=explore.prompt_ids(i % 3, 8 + 40 * (i % 2)), max_new_tokens=6,
-                               ignore_eos=True, temperature=0.0, stream=True, logprob_start_len=0)
-                 for _ in range(2)]
-        reqs += batch
-        if profile:
-            op = ctx.start_profile(num_steps=2)
-            yield from op.wait(max_steps=100)
-        yield from ctx.wait_until(lambda: all(h.finished for h in batch) and not ctx.profiling,
-                                  max_steps=400, what="the round's requests and profile to finish")
-    return (yield from explore.end_state_checks(ctx, reqs))
-
-
 def with_profiles(ctx):
-    return (yield from _rounds(ctx, ROUNDS, True))
+    return (yield from _rounds(ctx, ROUNDS))
 
 
 def without_profiles(ctx):
-    return (yield from _rounds(ctx, ROUNDS, False))
+    return (yield from _rounds(ctx, ROUNDS, profile=False))
