@@ -25,10 +25,9 @@ def fence_sends_before_profiler_stop(scheduler_module):
 
         def _stop_profile(*args, **kwargs):
             if getattr(self, "pp_group", None) is not None and self.pp_group.world_size > 1:
-                for works in ("send_req_work", "send_proxy_work", "send_output_work"):
-                    pending = getattr(self, works, None)
-                    if pending:
-                        self._pp_commit_comm_work(pending)
+                self._pp_commit_comm_work(self.send_req_work)
+                self._pp_commit_proxy_send_work()  # as the loop does: it keeps the CUDA-graph forward fence
+                self._pp_commit_comm_work(self.send_output_work)
             return original_stop(*args, **kwargs)
 
         manager._stop_profile = _stop_profile

@@ -387,7 +387,7 @@ def _trace_files(directory: Any) -> List[str]:
 
 def check_profile_stopped(s: Any, mem: "RuntimeMemory") -> Optional[str]:
     """A profile started with ``num_steps`` must stop by itself once the
-    forward count passed the target its start implies (the count then +
+    forward count reached the target its start implies (the count then +
     num_steps + 1, SGLang's ``_init_profile``; the batch that reaches it
     stops it, ``PROFILE_STOP_SLACK``); the message when it did not."""
     p = sglang_compat.profiler_state(s)
