@@ -174,6 +174,17 @@ class RuntimeMemory:
     # the forward count at the start + num_steps + 1), None when none was started so
     profile_stop_at: Optional[int] = None
 
+    def profile_overdue(self, profile: Dict[str, Any]) -> Optional[str]:
+        """The message when a running profile (``profiler_state``) started
+        with ``num_steps`` is past the target its start implied, and then
+        forgets that target (one report per profile); else None."""
+        target = self.profile_stop_at
+        if target is None or profile["forward_ct"] < target + PROFILE_STOP_SLACK:
+            return None
+        self.profile_stop_at = None
+        return (f"the profile started with num_steps should have stopped at forward {target}; the scheduler "
+                f"ran {profile['forward_ct']} forwards and it still runs")
+
     def before_dispatch(self, s: Any, recv_req: Any) -> Any:
         kind = type(recv_req).__name__
         before: Dict[str, Any] = {}
@@ -306,14 +317,9 @@ class RuntimeMemory:
         # a profile still running past the target its num_steps start implied: it should have stopped
         # before this request came, so that is the fault to name (the start's answer is judged
         # against a state SGLang should not have been in)
-        overdue = (self.profile_stop_at is not None and before["profile"]["in_progress"]
-                   and before["profile"]["forward_ct"] >= self.profile_stop_at + PROFILE_STOP_SLACK)
+        overdue = self.profile_overdue(before["profile"]) if before["profile"]["in_progress"] else None
         if overdue:
-            self.problems.append(("diagnostics", f"the profile started with num_steps should have stopped at "
-                                                 f"forward {self.profile_stop_at}; the scheduler ran "
-                                                 f"{before['profile']['forward_ct']} forwards and it still ran "
-                                                 f"when a {'start' if start else 'stop'}_profile came"))
-            self.profile_stop_at = None
+            self.problems.append(("diagnostics", f"{overdue} (when a {'start' if start else 'stop'}_profile came)"))
             return
         if start and success and not getattr(recv_req, "start_step", None):
             steps = getattr(recv_req, "num_steps", None)
@@ -394,12 +400,7 @@ def check_profile_stopped(s: Any, mem: "RuntimeMemory") -> Optional[str]:
     if not p["in_progress"]:
         mem.profile_stop_at = None
         return None
-    target = mem.profile_stop_at
-    if target is not None and p["forward_ct"] >= target + PROFILE_STOP_SLACK:
-        mem.profile_stop_at = None
-        return (f"the profile started with num_steps should have stopped at forward {target}; the scheduler "
-                f"ran {p['forward_ct']} forwards and it still runs")
-    return None
+    return mem.profile_overdue(p)
 
 
 def after_dispatch(s: Any, recv_req: Any, output: Any) -> None:
