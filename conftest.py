@@ -117,18 +117,37 @@ def pytest_collection_modifyitems(config, items):
             keep.append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
+    for item in keep:
+        group = xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
     # Tests that kill their server go last: a pp4 restart costs ~35 s here, and
     # after them no test needs the server again (the order is otherwise kept).
     items[:] = ([i for i in keep if "crashes_server" not in i.keywords]
                 + [i for i in keep if "crashes_server" in i.keywords])
 
 
+# Fixtures that reach the session's server pool (one per pytest process).
+POOL_FIXTURES = {"server", "server_pool", "scripted_server", "scripted_runtime_pool"}
+
+
+def xdist_group(item) -> str:
+    """The pytest-xdist group of a test under ``--dist loadgroup`` (the
+    default lane runs ``-n 2``): every test that takes a pooled server runs in
+    one worker ("pool"), in the order above (crashes last), so that worker
+    starts each server once; a server test that starts its own processes
+    ("own") and the logic tests (no group: by module) share the other core."""
+    if not item.path.resolve().is_relative_to(SERVER_TESTS):
+        return ""
+    return "pool" if POOL_FIXTURES & set(getattr(item, "fixturenames", ())) else "own"
+
+
 def pytest_collection_finish(session):
     """The mutants' install child (tests/logic/test_mutants.py, ``child_report``)
     starts now when a selected test needs it: its ~20 s of imports then run
     beside the tests before it."""
-    if session.config.option.collectonly:
-        return
+    if session.config.option.collectonly or hasattr(session.config, "workerinput"):
+        return  # under xdist the worker that runs the test starts it (its fixture)
     if any("child_report" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("skip")
            for item in session.items):
         import importlib.util

@@ -71,6 +71,7 @@ before it answers ready; a template that fails a check says so and exits):
 """
 from __future__ import annotations
 
+import gc
 import hmac
 import json
 import os
@@ -92,7 +93,7 @@ MAX_LINE = 1 << 20  # a connection sending more without a newline is dropped
 # module among them) and nothing more, so a server's hooks and patches meet
 # the same modules a spawned launcher's meet
 PREIMPORTS = ("sglang.srt.entrypoints.http_server", "sglang.srt.server_args",
-              "scripted_runtime.user_side.launch")
+              "scripted_runtime.user_side.launch", "sglang.srt.models.registry")
 
 
 def _thread_count() -> int:
@@ -139,6 +140,14 @@ def _preimport() -> Dict[str, Any]:
     t0 = time.monotonic()
     for name in PREIMPORTS:
         importlib.import_module(name)
+    # What the imports left is the servers' too: its garbage collected once
+    # here, the rest moved out of the collector's reach (gc.freeze). A child's
+    # collections (SGLang's own gc.collect() before it sizes the KV pool, ~0.7 s
+    # a rank over the whole inherited heap) then walk only what the child
+    # made, and do not write into the inherited objects' headers, which would
+    # copy their pages into every rank (the use Python documents gc.freeze for).
+    gc.collect()
+    gc.freeze()
     info: Dict[str, Any] = {"import_s": round(time.monotonic() - t0, 2), "threads": _thread_count(),
                             "openblas_workers": openblas_pool_threads()}
     zmq = sys.modules.get("zmq")
