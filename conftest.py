@@ -117,29 +117,38 @@ def pytest_collection_modifyitems(config, items):
             keep.append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
-    for item in keep:
-        group = xdist_group(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
     # Tests that kill their server go last: a pp4 restart costs ~35 s here, and
     # after them no test needs the server again (the order is otherwise kept).
     items[:] = ([i for i in keep if "crashes_server" not in i.keywords]
                 + [i for i in keep if "crashes_server" in i.keywords])
 
 
-# Fixtures that reach the session's server pool (one per pytest process).
-POOL_FIXTURES = {"server", "server_pool", "scripted_server", "scripted_runtime_pool"}
+# Modules whose tests share one expensive session resource a pytest-xdist
+# worker would make again for itself: the mutants' install child (~20 s of
+# SGLang imports). Under ``-n`` (the default lane) each is one unit of work.
+ONE_WORKER_MODULES = ("tests/logic/test_mutants.py",)
 
 
-def xdist_group(item) -> str:
-    """The pytest-xdist group of a test under ``--dist loadgroup`` (the
-    default lane runs ``-n 2``): every test that takes a pooled server runs in
-    one worker ("pool"), in the order above (crashes last), so that worker
-    starts each server once; a server test that starts its own processes
-    ("own") and the logic tests (no group: by module) share the other core."""
-    if not item.path.resolve().is_relative_to(SERVER_TESTS):
-        return ""
-    return "pool" if POOL_FIXTURES & set(getattr(item, "fixturenames", ())) else "own"
+def work_unit(nodeid: str) -> str:
+    """The unit of work of a test under ``-n``: its module for
+    ``ONE_WORKER_MODULES``, else the test itself (as ``--dist load``)."""
+    module = nodeid.split("::", 1)[0]
+    return module if module in ONE_WORKER_MODULES else nodeid
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``-n``: tests handed out one by one to whichever worker is free,
+    except the modules of ``work_unit``. (Not ``--dist loadgroup``: with
+    pytest 9 its ``xdist_group`` marks do not reach the scheduler, measured:
+    pytest-xdist 3.8 renames ``item._nodeid``, which pytest 9 no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return Scheduling(config, log)
 
 
 def pytest_collection_finish(session):

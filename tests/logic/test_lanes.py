@@ -198,24 +198,29 @@ def test_the_sglang_marker_comes_from_the_directory(collected):
     assert not [i.nodeid for i in logic_items if SERVER_FIXTURES & set(getattr(i, "fixturenames", ()))]
 
 
-def test_under_xdist_every_pooled_server_test_is_in_one_group_in_suite_order(collected):
-    """``-n 2 --dist loadgroup`` (the default lane): every server test that
-    takes a pooled server is in the ``pool`` group, so one worker runs them
-    all in the order conftest.py gives (those that kill their server last)
-    and starts each server once; a server test with its own processes is
-    in ``own``; a logic test in none (scheduled by module)."""
-    def group(item):
-        marks = [m.args[0] for m in item.iter_markers("xdist_group")]
-        assert len(marks) <= 1, (item.nodeid, marks)
-        return marks[0] if marks else ""
 
-    server_items = [i for i in collected if i.path.resolve().is_relative_to(SERVER)]
-    logic_items = [i for i in collected if i.path.resolve().is_relative_to(LOGIC)]
-    assert not [i.nodeid for i in logic_items if group(i)]
-    pooled = [i for i in server_items if SERVER_FIXTURES & set(i.fixturenames)]
-    assert all(group(i) == "pool" for i in pooled)
-    assert all(group(i) == "own" for i in server_items if i not in pooled)
-    # within the group, the suite's order: a test that kills its server after every other one
-    in_group = [i for i in collected if group(i) == "pool"]
-    crashing = [n for n, i in enumerate(in_group) if "crashes_server" in i.keywords]
-    assert not crashing or crashing == list(range(crashing[0], len(in_group))), "a crashing test before another"
+def test_under_xdist_a_shared_session_resource_is_made_by_one_worker_only():
+    """``-n 2`` (the default lane): the tests of a module in
+    conftest.ONE_WORKER_MODULES are one unit of work (one worker makes their
+    shared resource), every other test its own unit; the scheduler conftest.py
+    gives pytest-xdist splits them so."""
+    import conftest
+    from xdist.scheduler import LoadScopeScheduling
+
+    module = conftest.ONE_WORKER_MODULES[0]
+    a, b = f"{module}::test_one[x]", f"{module}::test_two"
+    other = "tests/server/test_cli.py::test_bad_engine_argument_is_a_one_line_usage_error"
+    assert conftest.work_unit(a) == conftest.work_unit(b) == module
+    assert conftest.work_unit(other) == other
+    assert all(Path(ROOT / m).is_file() for m in conftest.ONE_WORKER_MODULES)
+
+    class Config:  # what LoadScopeScheduling reads at construction
+        class option:
+            maxschedchunk = None
+            loadscopereorder = True
+        def getvalue(self, name):
+            return ["popen", "popen"] if name == "tx" else None
+
+    scheduler = conftest.pytest_xdist_make_scheduler(Config(), None)
+    assert isinstance(scheduler, LoadScopeScheduling)
+    assert scheduler._split_scope(a) == scheduler._split_scope(b) != scheduler._split_scope(other)
