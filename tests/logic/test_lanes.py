@@ -198,7 +198,6 @@ def test_the_sglang_marker_comes_from_the_directory(collected):
     assert not [i.nodeid for i in logic_items if SERVER_FIXTURES & set(getattr(i, "fixturenames", ()))]
 
 
-
 def test_under_xdist_a_shared_session_resource_is_made_by_one_worker_only():
     """``-n 2`` (the default lane): the tests of a module in
     conftest.ONE_WORKER_MODULES are one unit of work (one worker makes their
@@ -212,7 +211,7 @@ def test_under_xdist_a_shared_session_resource_is_made_by_one_worker_only():
     other = "tests/server/test_cli.py::test_bad_engine_argument_is_a_one_line_usage_error"
     assert conftest.work_unit(a) == conftest.work_unit(b) == module
     assert conftest.work_unit(other) == other
-    assert all(Path(ROOT / m).is_file() for m in conftest.ONE_WORKER_MODULES)
+    assert all((ROOT / m).is_file() for m in conftest.ONE_WORKER_MODULES)
 
     class Config:  # what LoadScopeScheduling reads at construction
         class option:
