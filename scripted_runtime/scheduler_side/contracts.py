@@ -49,8 +49,10 @@ loop does otherwise, the contract reports it (a finding), it does not bend.
   ``is_fully_idle(ignore_waiting=self._engine_paused)``, PR 10071's RL
   flow: pause with retract, flush, update, continue), only waiting
   requests. Not judged with HiCache on (a pending copy also keeps the gate
-  shut), nor under PP (the gate also waits for the microbatches in flight
-  between ranks, which the driver rank's scan does not see whole).
+  shut). Under PP it is judged on the driver rank, whose flush answers the
+  client: its gate adds the micro-batch slots (``_pp_microbatches_drained``:
+  every ``running_mbs`` and ``mbs`` entry empty), which the scan reads too
+  (and ``last_mbs`` besides).
 * ``update_weights``: ``update_weights_from_disk(flush_cache=True)`` (and
   ``update_weights_from_tensor``'s and ``update_weights_from_distributed``'s,
   which flush the same way) that
@@ -168,7 +170,7 @@ def must_accept_flush(s: Any) -> Optional[str]:
     a flush could reset under: the module docstring's ``flush`` rule), or
     None when a refusal is allowed. Read by the harness's own scan of the
     scheduler's places, not by SGLang's gate."""
-    if hicache_state.controller(s) is not None or sglang_compat.loop_kind(s) == "pp":
+    if hicache_state.controller(s) is not None:
         return None
     waiting: List[Any] = []
     for name, _, _, reqs in state.places(s):

@@ -328,14 +328,34 @@ def test_a_flush_during_a_pause_with_only_waiting_requests_must_be_accepted_wher
     assert _refused_flush(unpaused) is None
 
 
-def test_a_flush_may_be_refused_while_anything_sits_in_a_batch_or_the_engine_is_under_pp():
+def test_a_flush_may_be_refused_while_anything_sits_in_a_batch():
     done = FakeReq("d", row=1, allocated=4, done=True)  # finished, not pruned yet: the gate still counts it
     s = FakeScheduler(reqs=[])
     s.last_batch = SimpleNamespace(reqs=[done], forward_mode=None)
     assert _refused_flush(s) is None
-    pp = FakeScheduler(reqs=[])
+
+
+def _pp_scheduler(**slots):
+    pp = _GatedScheduler(reqs=[])
     pp.__dict__["_scripted_runtime_loop_kind"] = "pp"
-    assert _refused_flush(pp) is None
+    pp.mbs, pp.last_mbs, pp.running_mbs = [None] * 4, [None] * 4, [SimpleNamespace(reqs=[])] * 4
+    for name, value in slots.items():
+        setattr(pp, name, value)
+    return pp
+
+
+def test_under_pp_a_flush_may_be_refused_while_a_micro_batch_slot_holds_a_request_and_not_otherwise():
+    # SGLang's gate under PP adds _pp_microbatches_drained (every running_mbs and mbs entry empty);
+    # the driver rank's flush is the one that answers the client
+    in_flight = SimpleNamespace(reqs=[FakeReq("x", row=2, allocated=8)], forward_mode=None)
+    for slot in ("mbs", "last_mbs", "running_mbs"):
+        assert _refused_flush(_pp_scheduler(**{slot: [None, in_flight, None, None]})) is None, slot
+    v = _refused_flush(_pp_scheduler())
+    assert v.invariant == "flush" and "nothing is held anywhere" in v.message
+    waiting = FakeReq("w", row=None, allocated=0)
+    paused = _pp_scheduler(waiting_queue=[waiting], _engine_paused=True)
+    v = _refused_flush(paused)
+    assert v.invariant == "flush" and "paused and only waiting requests are held" in v.message
 
 
 # --- memory_occupation: release/resume_memory_occupation --------------------------------------------
