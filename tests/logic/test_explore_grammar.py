@@ -507,7 +507,29 @@ def test_new_actions_round_trip_through_the_failure_database():
                A.UpdateWeights(True, distributed=True), A.OnPhase("decode", A.RlCycle("retract", "all", 1, True), 24),
                A.Start(8, 1, 4, priority=20), A.Start(8, 2, 4, priority=None), A.UpdateWeights(False, missing=True)]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 14
+    assert A.GRAMMAR_VERSION == 15  # grammar 15 changed the draw: stored choice sequences decode differently
+
+
+@pytest.mark.parametrize("sequence", ["paused", "bracketed"])
+def test_a_sequence_may_open_right_behind_a_new_request_so_that_both_arrive_in_one_batch(sequence):
+    """Grammar 15: the opening operation posted right behind a request,
+    nothing stepped between (SGLang receives both in one batch); never
+    first, so a failure without the request shrinks to the plain
+    opening."""
+    start = strategies.starts()
+    if sequence == "paused":
+        draw = strategies.paused(strategies.ALL_OP_KINDS, ("decode",), ("w",), 24, start)
+    else:
+        draw = strategies.bracketed(strategies.ALL_OP_KINDS, ("decode",), ("w",), 24, start, True)
+    plain = find(draw, lambda seq: True, settings=NO_DB)
+    assert not isinstance(plain[0], A.Start)
+    arriving = find(draw, lambda seq: isinstance(seq[0], A.Start) and not isinstance(seq[1], A.Start),
+                    settings=NO_DB)
+    assert arriving[0] == A.Start(8, 0, 1) and arriving[1] == plain[0]
+    source = A.to_source([*arriving]).text
+    posted = source.index("ctx.start_req(")
+    assert "yield" not in source[posted:source.index("\n    # 2.", posted)]
+    compile(source, "<program>", "exec")
 
 
 def test_a_start_beside_a_live_request_is_drawn_under_pp_only_and_waits_for_its_slot():

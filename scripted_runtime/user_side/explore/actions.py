@@ -43,7 +43,10 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # 13: Turn (a session turn: a conversation's first turn in a session opened for it, or a turn
 # continuing an earlier turn of the program, its prompt the history SGLang builds).
 # 14: UpdateWeights.missing (a disk update of a checkpoint that does not exist: a failure path).
-GRAMMAR_VERSION = 14
+# 15: a sequence's opening operation may be posted right behind a new request (the two received in
+# one batch: the operation processed against a request not admitted yet); every derandomized
+# program differs.
+GRAMMAR_VERSION = 15
 # A request's priority on a priority-scheduling topology (pp1-priority: higher first, SGLang's
 # preemption threshold 10): none sent (SGLang's worst, preempted by any other), 0 twice, 5 (better
 # than 0, not past the threshold: waits), 20 (past it: preempts a 0 or none).

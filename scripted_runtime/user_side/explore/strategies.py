@@ -355,15 +355,23 @@ def _between(kept: Tuple[int, ...], start: st.SearchStrategy) -> st.SearchStrate
                               control_ops(kept, placed=True)), max_size=SEQUENCE_BETWEEN)
 
 
-def _opened(draw: Callable, op, loop_phases: Tuple[str, ...], windows_open: Tuple[str, ...], wait: int):
-    """``op`` at once (first), once a phase holds, or, when ``windows_open``
-    names any, once one of those race windows opens."""
-    where = _pick(draw, ("now", "phase", "window"), {0, 1, 2} if windows_open else {0, 1})
+def _opened(draw: Callable, op, loop_phases: Tuple[str, ...], windows_open: Tuple[str, ...], wait: int,
+            start: Optional[st.SearchStrategy] = None) -> Tuple[A.Action, ...]:
+    """``op`` at once (first), once a phase holds, when ``windows_open``
+    names any once one of those race windows opens, or, given ``start``,
+    posted right behind a new request (grammar 15): SGLang receives the two
+    in one batch, so the operation is processed against a request queued
+    in that very iteration and not admitted yet (a rollout's request
+    arriving as the trainer pauses; the corpus's ``queued`` phase)."""
+    kept = {0, 1} | ({2} if windows_open else set()) | ({3} if start is not None else set())
+    where = _pick(draw, ("now", "phase", "window", "arriving"), kept)
     if where == "phase":
-        return A.OnPhase(_pick(draw, loop_phases), op, wait)
+        return (A.OnPhase(_pick(draw, loop_phases), op, wait),)
     if where == "window":
-        return A.OnWindow(_pick(draw, windows_open), op, wait)
-    return op
+        return (A.OnWindow(_pick(draw, windows_open), op, wait),)
+    if where == "arriving":
+        return (draw(start), op)
+    return (op,)
 
 
 # The kinds that change the weights the queries read (an update of each path, the RL cycle, a
@@ -380,30 +388,31 @@ def _kinds_kept(names: Sequence[str], kept: Tuple[int, ...]) -> Tuple[int, ...]:
 @st.composite
 def paused(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...], windows_open: Tuple[str, ...],
            wait: int, start: st.SearchStrategy) -> Tuple[A.Action, ...]:
-    """A pause of a kept mode, at once, once a phase holds or once a race
-    window opens; half the time (not first) a weight update of a kept kind
+    """A pause of a kept mode, at once, once a phase holds, once a race
+    window opens or right behind a new request (``_opened``); half the time (not first) a weight update of a kept kind
     right after it, what RL frameworks pause for (PR 10071); what happens
     while paused (``_between``); then its continue."""
     pause = A.Pause(_pick(draw, PAUSE_MODES, _kept_positions([f"pause_{m}" for m in PAUSE_MODES], kept)))
-    opened = _opened(draw, pause, loop_phases, windows_open, wait)
+    opened = _opened(draw, pause, loop_phases, windows_open, wait, start)
     updates = _kinds_kept(WEIGHT_UPDATE_KINDS, kept)
     update = (draw(control_ops(updates)),) if updates and draw(st.booleans()) else ()
-    return (opened, *update, *draw(_between(kept, start)), A.Continue())
+    return (*opened, *update, *draw(_between(kept, start)), A.Continue())
 
 
 @st.composite
 def bracketed(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...], windows_open: Tuple[str, ...],
               wait: int, start: st.SearchStrategy, kv: bool) -> Tuple[A.Action, ...]:
     """One of ``BRACKETS`` whose opening kind is kept (any when none is), or
-    with ``kv`` taking the free KV: opened at once, once a phase holds or
-    (a control operation) once a race window opens; what happens in it
+    with ``kv`` taking the free KV: opened at once, once a phase holds,
+    (a control operation) once a race window opens, or right behind a new
+    request (``_opened``); what happens in it
     (``_between``); then its close."""
     brackets = BRACKETS + (KV_BRACKET,) if kv else BRACKETS
     open_ones = {i for i, (name, _, _) in enumerate(brackets) if name == "kv" or CONTROL_OP_NAMES.index(name) in kept}
     name, opening, close = _pick(draw, brackets, open_ones or range(len(brackets)))
     op = draw(opening)
-    first = _opened(draw, op, loop_phases, () if name == "kv" else windows_open, wait)
-    return (first, *draw(_between(kept, start)), close)
+    first = _opened(draw, op, loop_phases, () if name == "kv" else windows_open, wait, start)
+    return (*first, *draw(_between(kept, start)), close)
 
 
 # Which queries an observed operation has around it: none first, so that a failure needing only
