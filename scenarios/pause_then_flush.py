@@ -9,9 +9,19 @@
   ignores waiting requests that hold no row); the requests recompute their
   KV after ``continue_generation`` and still finish with all their tokens.
 
-The PP loop of 0.5.23 ignores the pause (see README), so run these at pp=1.
+* ``arriving``: a request posted in the same batch as the pause and the
+  flush. SGLang queues the request, pauses, then processes the flush with
+  only that request held (waiting, no KV): accepted since 0.5.21 on every
+  loop, PP included (the driver rank's gate adds its micro-batch slots,
+  all empty then). After ``continue_generation`` the request finishes
+  intact.
 
-Run: ``scripted-runtime run scenarios/pause_then_flush.py:in_place`` (or ``:retract``)
+The PP loop of 0.5.23 ignores the pause (see README), so run ``in_place``
+and ``retract`` at pp=1; ``arriving`` runs on every topology, at pp=4 with
+the ``pause`` check off (``--skip-invariant pause``: the registered
+``pp_pause_ignored`` admits the request while paused).
+
+Run: ``scripted-runtime run scenarios/pause_then_flush.py:in_place`` (or ``:retract``, ``:arriving``)
 """
 from __future__ import annotations
 
@@ -29,3 +39,17 @@ def retract(ctx):
     out = yield from windows.paused_retract_waiting_with_kv(ctx)
     assert out["output_len"] == 40, f"the retracted request did not finish intact: {out}"
     return out
+
+
+def arriving(ctx):
+    """A request, the pause and a flush in one batch: the flush is accepted
+    and the request finishes intact after continue (module docstring)."""
+    req = ctx.start_req(prompt_len=16, max_new_tokens=8, ignore_eos=True)
+    ctx.pause_generation("in_place")
+    flush = ctx.flush_cache()  # posted with the request and the pause: one batch
+    yield from flush.wait()
+    ctx.continue_generation()
+    yield from ctx.wait_finished(req, max_steps=600)
+    assert flush.success is True, f"flush refused with only a queued request during a pause: {flush}"
+    assert len(req.output_ids) == 8, f"the queued request did not finish intact: {req.output_ids}"
+    return {"flush_success": flush.success, "output_len": len(req.output_ids)}

@@ -172,6 +172,35 @@ def test_the_answer_delivery_contract_sees_what_the_client_gets(mutant, words):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("topology", ["pp1-normal", "pp4"])
+def test_a_flush_arriving_with_a_request_during_a_pause_is_accepted_and_its_refusal_named(topology):
+    """The request, the pause and the flush in one batch: 0.5.23 accepts the
+    flush (only a waiting request is held), at pp=4 too, where the flush
+    contract's liveness half is judged on the driver rank since d39aeae;
+    with ``mut_flush_refused_while_paused`` the refusal is named. At pp=4
+    the pause check is off (the registered ``pp_pause_ignored``)."""
+    from scripted_runtime import ScriptedServer
+    from scripted_runtime.scheduler_side.invariants import NAMES
+
+    checks = [n for n in NAMES if n != "pause"] if topology == "pp4" else True
+    script = f"{SCENARIOS / 'pause_then_flush.py'}:arriving"
+    for patches in ([], ["mut_flush_refused_while_paused"]):
+        server = ScriptedServer.start(topology=topology, patches=patches)
+        try:
+            result = server.run(script, invariants=checks)
+        finally:
+            server.shutdown()
+        if not patches:
+            assert result.passed, result.summary()
+            assert result.value == {"flush_success": True, "output_len": 8}, result.value
+        else:
+            assert not result.passed and result.violation and result.violation["invariant"] == "flush", \
+                result.summary()
+            assert "flush_cache refused, though the engine is paused and only waiting requests are held" in \
+                result.violation["message"], result.summary()
+
+
+@pytest.mark.slow
 def test_the_flush_contract_sees_a_flush_refused_with_only_waiting_requests_during_a_pause():
     """``mut_flush_refused_while_paused`` (written blind, second set): the
     flush after pause_generation(retract) is refused, as releases before
