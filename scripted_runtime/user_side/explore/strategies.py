@@ -362,8 +362,12 @@ def _opened(draw: Callable, op, loop_phases: Tuple[str, ...], windows_open: Tupl
     posted right behind a new request (grammar 15): SGLang receives the two
     in one batch, so the operation is processed against a request queued
     in that very iteration and not admitted yet (a rollout's request
-    arriving as the trainer pauses; the corpus's ``queued`` phase)."""
-    kept = {0, 1} | ({2} if windows_open else set()) | ({3} if start is not None else set())
+    arriving as the trainer pauses; the corpus's ``queued`` phase). Not a
+    memory release: behind a request not processed yet the harness never
+    posts one (``ctx.memory_release_allowed``: SGLang asserts idle), so it
+    would be drawn only to be skipped."""
+    arriving = start is not None and not isinstance(op, A.ReleaseMemory)
+    kept = {0, 1} | ({2} if windows_open else set()) | ({3} if arriving else set())
     where = _pick(draw, ("now", "phase", "window", "arriving"), kept)
     if where == "phase":
         return (A.OnPhase(_pick(draw, loop_phases), op, wait),)
