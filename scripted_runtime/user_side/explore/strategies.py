@@ -393,9 +393,10 @@ def _kinds_kept(names: Sequence[str], kept: Tuple[int, ...]) -> Tuple[int, ...]:
 def paused(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...], windows_open: Tuple[str, ...],
            wait: int, start: st.SearchStrategy) -> Tuple[A.Action, ...]:
     """A pause of a kept mode, at once, once a phase holds, once a race
-    window opens or right behind a new request (``_opened``); half the time (not first) a weight update of a kept kind
-    right after it, what RL frameworks pause for (PR 10071); what happens
-    while paused (``_between``); then its continue."""
+    window opens or right behind a new request (``_opened``); half the
+    time (not first) a weight update of a kept kind right after it, what
+    RL frameworks pause for (PR 10071); what happens while paused
+    (``_between``); then its continue."""
     pause = A.Pause(_pick(draw, PAUSE_MODES, _kept_positions([f"pause_{m}" for m in PAUSE_MODES], kept)))
     opened = _opened(draw, pause, loop_phases, windows_open, wait, start)
     updates = _kinds_kept(WEIGHT_UPDATE_KINDS, kept)
