@@ -507,7 +507,7 @@ def test_new_actions_round_trip_through_the_failure_database():
                A.UpdateWeights(True, distributed=True), A.OnPhase("decode", A.RlCycle("retract", "all", 1, True), 24),
                A.Start(8, 1, 4, priority=20), A.Start(8, 2, 4, priority=None), A.UpdateWeights(False, missing=True)]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 15  # grammar 15 changed the draw: stored choice sequences decode differently
+    assert A.GRAMMAR_VERSION == 16  # grammar 16 changed the pp4 draw: stored choice sequences decode differently
 
 
 @pytest.mark.parametrize("sequence", ["paused", "bracketed"])
@@ -818,3 +818,15 @@ def test_a_missing_checkpoint_update_posts_the_missing_path_from_disk(monkeypatc
     assert phases.op_kind("update_weights_from_disk", {"model_path": explore_helpers.MISSING_CHECKPOINT,
                                                        "flush_cache": True}) == "update_weights(missing)"
     assert phases.op_kind("update_weights_from_disk", {"flush_cache": True}) == "update_weights(flush)"
+
+
+def test_a_step_action_spans_up_to_eight_rounds_of_the_loop():
+    """Grammar 16: a step action runs 1 to 8 scheduler rounds, a round being
+    one iteration at pp=1 and the six micro-batch slots at pp=4, where a
+    request decodes one token a round."""
+    for topology, most in (("pp1-overlap", 8), ("pp1-normal", 8), ("pp4", 48)):
+        draw = strategies.action_strategy(topology)
+        assert find(draw, lambda a: isinstance(a, A.Steps), settings=NO_DB) == A.Steps(1)
+        assert find(draw, lambda a: isinstance(a, A.Steps) and a.n >= most, settings=NO_DB) == A.Steps(most)
+        with pytest.raises(Exception):
+            find(draw, lambda a: isinstance(a, A.Steps) and a.n > most, settings=settings(max_examples=300, database=None))
