@@ -57,7 +57,8 @@ WINDOW_WAIT_STEPS = {"pp1-overlap": 24, "pp1-normal": 24, "pp4": 60, "pp1-hicach
 # Iterations a step action runs: 1 to 8 scheduler rounds. At pp=4 a round is the loop's six
 # micro-batch slots (pp_loop_size), and a request decodes one token a round, so an operation
 # drawn after "start, N steps" lands in a decode as often as at pp=1 (grammar 16; with 1 to 12,
-# 13 of 758 operations of a ci search landed in a decode, 38 of 671 with 1 to 48).
+# a 60-s ci search counted an operation in a decode 13 times of 758 operation x phase counts,
+# 38 of 528 with 1 to 48).
 MAX_STEPS_ACTION = {"pp1-overlap": 8, "pp1-normal": 8, "pp4": 48, "pp1-hicache": 8, "pp1-lora": 8,
                     "pp1-priority": 8, "pp1-text": 8}
 
