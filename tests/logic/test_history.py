@@ -176,3 +176,62 @@ def test_recover_calls_a_failure_the_history_does_not_bring_back_nondeterministi
     assert got.verdict.startswith("NONDETERMINISTIC") and "after the 5 programs" in got.verdict
     (what, trace), = got.traces.items()
     assert "it passed" in what and Path(trace).exists()
+
+
+class StatelessRunner(FakeRunner):
+    """A failure that needs no history: any program that starts a request
+    and flushes fails, on any server."""
+
+    def run(self, program, trace=False):
+        self.runs.append(program)
+        if trace:
+            Path(trace).write_text("{}\n")
+        fails = any(isinstance(a, A.Start) for a in program) and any(isinstance(a, A.Flush) for a in program)
+        return Outcome(signature=self.SIGNATURE if fails else None, failing_action=0 if fails else None)
+
+
+def test_a_shrink_that_does_not_replay_is_redone_on_fresh_servers_when_the_program_fails_alone(tmp_path):
+    """Hypothesis shrank on the explorer's server to a form that passes on a
+    fresh one; the program as first met fails alone there: no history is
+    needed, the program is shrunk again on fresh servers (not called "needs
+    history: 0 of the N programs")."""
+    from scripted_runtime.user_side.explore import history
+
+    runner = StatelessRunner()
+    got = history.recover(runner, earlier=EARLIER, program=FAILING, shrunk=[FAILING[2]],
+                          signature=FakeRunner.SIGNATURE, budget_s=60, trace_dir=tmp_path)
+    assert got.reproduced and got.alone and got.shrink_complete
+    assert got.earlier == [] and got.program == [FAILING[1], FAILING[2]]
+    assert runner.runs[0] == FAILING  # the first trial: the program as first met, alone
+    assert len(runner.runs) == runner.fresh  # one program a fresh server: no history replayed
+    assert got.trials == runner.fresh and got.outcome is not None
+    assert got.verdict.startswith("needs no history:") and "(3 actions)" in got.verdict
+    assert "shrunk again on fresh servers to 2 actions" in got.verdict
+    (what, trace), = got.traces.items()
+    assert "alone on a fresh server (it failed)" in what and Path(trace).exists()
+
+
+def test_a_shrink_that_does_not_replay_still_gets_its_history_when_the_program_passes_alone(tmp_path):
+    from scripted_runtime.user_side.explore import history
+
+    runner = FakeRunner()
+    got = history.recover(runner, earlier=EARLIER, program=FAILING, shrunk=[FAILING[1]],
+                          signature=FakeRunner.SIGNATURE, budget_s=60, trace_dir=tmp_path)
+    assert got.reproduced and not got.alone
+    assert got.earlier == [EARLIER[2]] and got.program == [FAILING[1]]
+    assert runner.runs[0] == FAILING and runner.runs[1:6] == EARLIER  # alone (passes), then the history
+    # the program alone is run once: history ddmin never asks for the empty history again
+    alone_runs = [i for i, run in enumerate(runner.runs) if run == FAILING and (i == 0 or runner.runs[i - 1] == FAILING)]
+    assert alone_runs == [0]
+    assert got.verdict.startswith("needs history:") and "1 of the 5 programs" in got.verdict
+
+
+def test_a_failure_that_needs_no_history_is_written_as_a_plain_file_saying_how_it_was_shrunk(tmp_path):
+    path = writer.write_scenario(tmp_path, [A.Start(8, 1, 1), A.Flush()], _outcome(),
+                                 config=ServerConfig("pp1-normal"), sglang_version="0.5.23", seed=None,
+                                 profile="ci", earlier=[],
+                                 history_note="shrunk from 3 actions by delta debugging on 4 fresh servers")
+    text = path.read_text()
+    assert "RUNS_BEFORE" not in text and "needs a history" not in text
+    assert "The program, shrunk from 3 actions by delta debugging on 4 fresh servers" in text
+    assert "shrunk by Hypothesis" not in text

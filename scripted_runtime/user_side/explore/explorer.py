@@ -36,6 +36,9 @@ class ExploreReport:
     # file that runs them first (then ``scenario_path``); the first written file is ``standalone_path``
     history_verdict: Optional[str] = None
     standalone_path: Optional[str] = None
+    # the failure needs no history, but the file Hypothesis shrank on the explorer's server does not
+    # replay on a fresh one: that file (``scenario_path`` is the program shrunk again on fresh servers)
+    unreplayed_shrink_path: Optional[str] = None
     nondeterministic: bool = False
     kept_traces: Dict[str, str] = field(default_factory=dict)  # what each trace shows -> its path
     determinism_ok: Optional[bool] = None
@@ -283,18 +286,28 @@ def _recover_history(runner: ExampleRunner, report: ExploreReport, result, *, bu
         report.replay_verdict = f"NOT reproduced: {fresh_note}, and {recovery.verdict}"
         report.kept_traces = {**kept_traces, **recovery.traces}
         return
-    note = (f"shrunk from {recovery.history_len} by delta debugging on {recovery.trials} fresh servers"
-            + ("" if recovery.shrink_complete else "; the budget ran out before the shrink ended"))
+    note = ((f"shrunk from {len(result.first_program or result.program)} actions by delta debugging on "
+             f"{recovery.trials} fresh servers (Hypothesis's shrink on the explorer's server did not replay on "
+             "a fresh one)") if recovery.alone else
+            f"shrunk from {recovery.history_len} by delta debugging on {recovery.trials} fresh servers")
+    note += "" if recovery.shrink_complete else "; the budget ran out before the shrink ended"
     history_path = write(recovery.program, recovery.earlier, note, recovery.outcome or outcome)
-    report.standalone_path, report.scenario_path = report.scenario_path, str(history_path)
+    if recovery.alone:  # no history: the program shrunk again on fresh servers replaces the shrink that leaned
+        report.unreplayed_shrink_path = report.scenario_path  # on the explorer's server
+    else:
+        report.standalone_path = report.scenario_path
+    report.scenario_path = str(history_path)
     report.program_lines = A.describe_program(recovery.program)
-    progress(f"wrote {history_path} ({len(recovery.earlier)} earlier programs, then {len(recovery.program)} "
-             "actions)")
-    runner.fresh_server("replaying the history file on a fresh server")
+    what = "file" if recovery.alone else "history file"
+    progress(f"wrote {history_path} (" + (f"{len(recovery.program)} actions, shrunk again on fresh servers"
+                                          if recovery.alone else
+                                          f"{len(recovery.earlier)} earlier programs, then {len(recovery.program)} "
+                                          "actions") + ")")
+    runner.fresh_server(f"replaying the {what} on a fresh server")
     got = signature_of(runner.run_file(str(history_path), trace=trace_dir / "replay-of-history-file.jsonl"))
     report.replay_matches = got == outcome.signature
-    report.replay_verdict = (f"the history file replays it on a fresh server: {got}" if report.replay_matches
-                             else f"the history file did NOT reproduce it on a fresh server: got {got or 'PASS'}")
+    report.replay_verdict = (f"the {what} replays it on a fresh server: {got}" if report.replay_matches
+                             else f"the {what} did NOT reproduce it on a fresh server: got {got or 'PASS'}")
 
 
 def waive_known_checks(config: ServerConfig, settings: ExploreSettings,
@@ -345,6 +358,9 @@ def print_report(report: ExploreReport, *, profile: str, out=print) -> None:
             out(f"  {report.history_verdict}")
         if report.standalone_path:
             out(f"  (the failing program alone, which passes on a fresh server: {report.standalone_path})")
+        if report.unreplayed_shrink_path:
+            out(f"  (its shrink on the explorer's server, which passes on a fresh server: "
+                f"{report.unreplayed_shrink_path})")
         out(f"  {report.replay_verdict}")
         for what, trace in report.kept_traces.items():
             out(f"  trace kept: {what}: {trace}")

@@ -12,6 +12,12 @@ trial on a fresh server; the result is written as one scenario file that
 runs the needed programs in order (``writer.write_history_scenario``,
 ``RUNS_BEFORE``). If even the whole history does not bring it back, the
 verdict is "nondeterministic", with the traces of both runs kept.
+
+Where the file that did not replay was Hypothesis's shrink (made on the
+explorer's server, after the programs and shrink trials before it), the
+program as first met is run alone on a fresh server first: if it fails
+there, the failure needs no history, only that shrink did, and ``ddmin``
+shrinks the program again on fresh servers.
 """
 from __future__ import annotations
 
@@ -84,6 +90,8 @@ class Recovery:
     trials: int = 0  # fresh servers used
     seconds: float = 0.0
     shrink_complete: bool = True  # False: the budget ran out before ddmin ended
+    # the program as first met fails alone on a fresh server: only its shrink on the used server did not
+    alone: bool = False
     outcome: Any = None  # the failing run of ``program`` after ``earlier`` (where it failed)
     traces: Dict[str, str] = field(default_factory=dict)  # what each kept trace shows -> path
     verdict: str = ""
@@ -121,6 +129,34 @@ def recover(runner: Any, *, earlier: Sequence[Any], program: Sequence[Any], shru
             return True
         return False
 
+    deadline = t0 + budget_s
+    # The file that did not replay alone was Hypothesis's shrink, made on the explorer's server: the
+    # program as first met may still fail alone on a fresh server (the shrink leaned on that server's
+    # state, not the failure). Then no history is needed, and the program is shrunk again here.
+    reshrink = shrunk is not None and list(shrunk) != list(program)
+    if reshrink:
+        progress(f"the shrunk file ({len(shrunk)} actions) did not reproduce alone on a fresh server: running the "
+                 f"program as first met ({len(program)} actions) alone on a fresh server")
+        alone_trace = trace_dir / "first-program-alone.jsonl"
+        if trial([], program, trace=alone_trace):
+            out.reproduced = out.alone = True
+            out.traces["the program as first met, alone on a fresh server (it failed)"] = str(alone_trace)
+            final = list(program)
+            if time.monotonic() < deadline:
+                final = ddmin(final, lambda acts: trial([], acts), deadline=deadline)
+            out.shrink_complete = time.monotonic() < deadline
+            out.program = final
+            out.outcome = failing.get(_key([], final))
+            out.seconds = time.monotonic() - t0
+            out.verdict = (f"needs no history: {signature} comes back alone on a fresh server with the program as "
+                           f"first met ({len(program)} actions); its shrink on the explorer's server "
+                           f"({len(shrunk)} actions) does not, so that shrink leaned on the server's state; shrunk "
+                           f"again on fresh servers to {len(final)} actions ({out.trials} fresh servers, "
+                           f"{out.seconds:.0f}s{'' if out.shrink_complete else ', budget spent before the shrink ended'})")
+            progress(out.verdict)
+            return out
+        out.traces["the program as first met, alone on a fresh server (it passed)"] = str(alone_trace)
+
     progress(f"the failure did not reproduce alone on a fresh server: replaying the {len(earlier)} programs its "
              "server ran before it, then it, on a fresh server")
     full_trace = trace_dir / "history-replay.jsonl"
@@ -132,12 +168,12 @@ def recover(runner: Any, *, earlier: Sequence[Any], program: Sequence[Any], shru
         return out
     out.reproduced = True
     out.traces["the failing program after its whole history, on a fresh server (it failed)"] = str(full_trace)
-    deadline = t0 + budget_s
     progress(f"the failure came back after its history: shrinking the {len(earlier)} earlier programs "
              f"(each trial a fresh server; up to {budget_s:.0f}s)")
-    needed = ddmin(list(earlier), lambda sub: trial(sub, program), deadline=deadline)
+    # Alone on a fresh server the program passed already (the caller's replay, or the trial above).
+    needed = ddmin(list(earlier), lambda sub: bool(sub) and trial(sub, program), deadline=deadline)
     final = list(program)
-    if shrunk is not None and list(shrunk) != final and time.monotonic() < deadline and trial(needed, shrunk):
+    if (reshrink and needed and time.monotonic() < deadline and trial(needed, shrunk)):
         final = list(shrunk)
     if time.monotonic() < deadline and final:
         final = ddmin(final, lambda acts: trial(needed, acts), deadline=deadline)

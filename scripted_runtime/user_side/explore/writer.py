@@ -29,7 +29,9 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, confi
     found). ``found_by``: the command that met it, for the header.
     ``earlier``: programs the failure needs to have run before it on the
     same server (``history.recover``); the file then lists them in
-    ``RUNS_BEFORE``, so every replay runs them first."""
+    ``RUNS_BEFORE``, so every replay runs them first. ``history_note``:
+    how the history was shrunk; without ``earlier``, how the program was
+    (``history.recover`` found it needs no history)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^A-Za-z0-9]+", "_", outcome.signature).strip("_").lower()[:40]
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -73,6 +75,7 @@ def write_scenario(out_dir: Path, program: Sequence[A.Action], outcome, *, confi
             lines += [f"  {i + 1}. {text}" for i, text in enumerate(A.describe_program(prior))] or ["  (no actions)"]
         lines.append("")
     lines.append(("The failing program, shrunk after them on fresh servers" if shrunk and earlier else
+                  f"The program, {history_note}" if history_note else
                   "The program, shrunk by Hypothesis" if shrunk else "The program as it was first found (not shrunk)")
                  + " (one `yield` = one scheduler iteration):")
     lines += [f"  {i + 1}. {text}" for i, text in enumerate(A.describe_program(program))]
