@@ -175,8 +175,12 @@ def summary(rows: Sequence[KillRow]) -> Dict[str, Any]:
     if times:
         mid = len(times) // 2
         median = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+    # a kill whose written file, run again on a fresh server, did not fail the same way: a failure
+    # that does not replay is not a proven kill (reported beside the rate, never hidden in it)
+    unreplayed = [r.mutant for r in killed if r.replays is False]
     return {"mutant_runs": len(muts), "killed": len(killed),
             "kill_rate": (len(killed) / len(muts)) if muts else None,
+            "killed_replaying": len(killed) - len(unreplayed), "unreplayed": unreplayed,
             "median_seconds_to_kill": median, "void": void_topologies(rows)}
 
 
@@ -200,6 +204,11 @@ def format_table(rows: Sequence[KillRow], width: int = 70) -> str:
         med = f"{s['median_seconds_to_kill']:.1f}s" if s["median_seconds_to_kill"] is not None else "-"
         lines.append(f"\nkilled {s['killed']} of {s['mutant_runs']} mutant runs "
                      f"({100 * s['kill_rate']:.0f}%); median time to kill {med} from server ready")
+        if s["unreplayed"]:
+            n = len(s["unreplayed"])
+            lines.append(f"{n} kill{'s' if n > 1 else ''} did NOT replay on a fresh server "
+                         f"({', '.join(s['unreplayed'])}): {s['killed_replaying']} of {s['mutant_runs']} "
+                         f"({100 * s['killed_replaying'] / s['mutant_runs']:.0f}%) killed by a failure that replays")
     if s["void"]:
         lines.append(f"VOID on {', '.join(s['void'])}: the unmutated build failed with the same budget, "
                      "so a failure there says nothing about a mutant")

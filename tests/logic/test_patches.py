@@ -146,10 +146,31 @@ def test_run_table_runs_the_baseline_first_then_each_applicable_mutant(user_pack
     s = mutate.summary(rows)
     assert (s["mutant_runs"], s["killed"], s["median_seconds_to_kill"]) == (3, 2, 3.5)
     table = mutate.format_table(rows)
-    assert "killed 2 of 3 mutant runs (67%)" in table and "VOID" not in table
+    assert "killed 2 of 3 mutant runs (67%)" in table and "VOID" not in table and "did NOT replay" not in table
     assert " | replays | " in table.splitlines()[0]
     planted_line = next(l for l in table.splitlines() if "teampkg.mutants:planted" in l)
     assert "| yes " in planted_line
+
+
+def test_a_kill_that_does_not_replay_is_named_beside_the_rate():
+    explore, _ = _fake_explore({("pp1-normal", "pr27446"): "HarnessTimeout: script hung",
+                                ("pp1-normal", "pr17850"): "InvariantViolation[slot_ownership]"})
+
+    def not_replaying(config, settings, **kw):
+        report = explore(config, settings, **kw)
+        if config.patches == ("pr27446",):
+            report.replay_matches = False
+        return report
+
+    rows = mutate.run_table(topologies=["pp1-normal"], mutants=["pr27446", "pr17850"], explore_fn=not_replaying,
+                            progress=lambda line: None)
+    s = mutate.summary(rows)
+    assert (s["killed"], s["killed_replaying"], s["unreplayed"]) == (2, 1, ["pr27446"])
+    table = mutate.format_table(rows)
+    assert "killed 2 of 2 mutant runs (100%)" in table
+    assert "1 kill did NOT replay on a fresh server (pr27446): 1 of 2 (50%) killed by a failure that replays" in table
+    line = next(l for l in table.splitlines() if "| pr27446 " in l)
+    assert "| NO " in line
 
 
 def test_a_baseline_failure_voids_the_table():
