@@ -174,12 +174,16 @@ REGISTRY: Tuple[KnownBug, ...] = (
               "(its last chunk's result committed, or a middle chunk's taking the recompute's in-flight count): "
               "a non-final chunk's prediction becomes the output (with context-free weights a duplicated token)",
         signature=r"OutputMismatch",
-        # a token that repeats the one before it, where the reference goes on (what the old
-        # context-free weights showed: a chunk's prediction equalled the full prompt's), or a
-        # first token that is a non-final chunk's prediction (what the context-sensitive weights
-        # show: the committed token is the one the prompt's first chunk predicts)
-        message=(r"finished\): token \d+ is (\d+), the reference has \d+ \(output \[(?:\d+, )*\1, \1[,\]]"
-                 r"|(?:finished|aborted)\): .*token 0 is \d+, .*a non-final chunk's token"),
+        # of a request prefilled in chunks (only such a request has a non-final chunk; the oracle
+        # names it): a token that repeats the one before it, where the reference goes on (what the
+        # context-free dummy weights, the GPU default, show: a chunk's prediction equals the full
+        # prompt's), or a first token that is a non-final chunk's prediction (what the
+        # context-sensitive weights show: the committed token is the one the prompt's first chunk
+        # predicts). Without "prefilled in chunks" a repeated token is another fault (a
+        # re-prefill of the prompt alone after a retraction repeats its first token too).
+        message=(r"prefilled in chunks, finished\): token \d+ is (\d+), the reference has \d+ "
+                 r"\(output \[(?:\d+, )*\1, \1[,\]]"
+                 r"|prefilled in chunks, (?:finished|aborted)\): .*token 0 is \d+, .*a non-final chunk's token"),
         topologies=("pp4",),
         releases="<=0.5.23",
         verified_on=("0.5.23",),

@@ -526,10 +526,22 @@ def check_outputs(ctx: Any, handles: Sequence[Any]):
         if problem:
             hint = yield from chunk_hint(ctx, prompt, output, expected, h.extend_ends)
             words = f", a turn of session {h.session!r}: its history as the client's conversation makes it" if turn else ""
-            raise OutputMismatch(f"request {h.rid} ({prompts.describe(prompt)}{words}, {status}): {problem}{hint}")
+            chunks = ", prefilled in chunks" if was_chunked(ctx.batch_log, h.rid) else ""
+            raise OutputMismatch(f"request {h.rid} ({prompts.describe(prompt)}{words}{chunks}, {status}): "
+                                 f"{problem}{hint}")
         # what it was compared with, for the logprob contract: its first `compared` tokens are the reference's
         h.oracle_reference = {"compared": min(len(output), comparable), "logprobs": logprobs}
     return compared
+
+
+def was_chunked(batch_log: Sequence[Any], rid: str) -> bool:
+    """Whether a forward of this run launched while ``rid`` was the
+    scheduler's chunked request (``BatchRecord.chunked_rid``: a prefill of it
+    split into chunks, first or after a retraction). A mismatch names it
+    (``prefilled in chunks``): a bug that commits a non-final chunk's
+    prediction can only reach such a request (the registry's
+    ``pp_retract_chunk_duplicate_token`` needs it)."""
+    return any(rec.chunked_rid == rid for rec in batch_log)
 
 
 def chunk_hint(ctx: Any, prompt: Sequence[int], output: Sequence[int], expected: Sequence[int],

@@ -89,7 +89,7 @@ def _handle(output, reason, *, max_new=8, ignore_eos=False, stops=(), finished_l
 
 def _check(monkeypatch, *handles):
     monkeypatch.setattr(oracle, "_references", {(None, tuple(prompts.prompt_ids(0, 8))): (list(REF), len(REF))})
-    ctx = SimpleNamespace(scheduler=FakeScheduler(), control_ops=[])
+    ctx = SimpleNamespace(scheduler=FakeScheduler(), control_ops=[], batch_log=[])
     gen = oracle.check_outputs(ctx, list(handles))
     with pytest.raises(StopIteration) as stop:
         next(gen)  # every reference is cached: no step
@@ -134,7 +134,7 @@ def test_a_session_turn_is_compared_with_its_history_unless_sglang_refused_it_wi
 
     monkeypatch.setattr(oracle, "_references", {(None, tuple(prompts.prompt_ids(0, 8))): (list(REF), len(REF)),
                                                 (None, tuple(history)): (other, len(other))})
-    ctx = SimpleNamespace(scheduler=FakeScheduler(), control_ops=[])
+    ctx = SimpleNamespace(scheduler=FakeScheduler(), control_ops=[], batch_log=[])
 
     def check(*handles):
         with pytest.raises(StopIteration) as stop:

@@ -223,9 +223,9 @@ def test_the_kill_table_names_the_check(signature, check):
 
 
 def test_the_duplicated_token_entry_matches_only_a_repeated_token():
-    def msg(out, bad):
-        return (f"OutputMismatch: request r4 (65-token prompt of token 1, finished): token 1 is {bad}, the reference "
-                f"has 429 (output {out}..., reference [8, 429, 508]...)")
+    def msg(out, bad, chunks=", prefilled in chunks"):
+        return (f"OutputMismatch: request r4 (65-token prompt of token 1{chunks}, finished): token 1 is {bad}, the "
+                f"reference has 429 (output {out}..., reference [8, 429, 508]...)")
 
     find = lambda m: known_bugs.find("OutputMismatch: request <rid>", topology="pp4", sglang_version="0.5.23",
                                      message=m)
@@ -233,19 +233,46 @@ def test_the_duplicated_token_entry_matches_only_a_repeated_token():
     assert find(msg("[8, 9]", 9)) is None, "another wrong token is a new finding"
     # the same bug with the context-sensitive weights: the committed first token is what the
     # prompt's first chunk predicts (the oracle says so); another wrong first token is new
-    chunk = ("OutputMismatch: request r4 (65-token prompt of family 0, finished): token 0 is 365, the reference "
-             "has 210 (output [365]..., reference [210]...); token 0 is what the first 64 prompt tokens predict: "
-             "a non-final chunk's token")
+    chunk = ("OutputMismatch: request r4 (65-token prompt of family 0, prefilled in chunks, finished): token 0 is "
+             "365, the reference has 210 (output [365]..., reference [210]...); token 0 is what the first 64 prompt "
+             "tokens predict: a non-final chunk's token")
     assert find(chunk).name == "pp_retract_chunk_duplicate_token"
     assert find(chunk.split("; token 0 is what")[0]) is None
     # an aborted request whose one committed token is a non-final chunk's (the pp4 fuzzing run)
-    aborted = ("OutputMismatch: request r1 (150-token prompt of family 1, aborted): aborted after 1 tokens that are "
-               "not a prefix of the reference: token 0 is 107, the reference has 109; token 0 is what the first 128 "
-               "prompt tokens predict: a non-final chunk's token")
+    aborted = ("OutputMismatch: request r1 (150-token prompt of family 1, prefilled in chunks, aborted): aborted "
+               "after 1 tokens that are not a prefix of the reference: token 0 is 107, the reference has 109; token 0 "
+               "is what the first 128 prompt tokens predict: a non-final chunk's token")
     assert find(aborted).name == "pp_retract_chunk_duplicate_token"
     assert find(aborted.split("; token 0 is what")[0]) is None
-    assert known_bugs.find("OutputMismatch: request <rid>", topology="pp1-normal", sglang_version="0.5.23",
-                           message=chunk) is None, "PP only"
+    assert known_bugs.find("OutputMismatch: request <rid>", topology="pp1-normal",
+                           sglang_version="0.5.23", message=chunk) is None, "PP only"
+
+
+def test_a_repeated_token_of_a_request_never_prefilled_in_chunks_is_not_the_chunk_bug():
+    """Only a request prefilled in chunks has a non-final chunk to commit. A
+    short request that repeats its first token after a retraction (what
+    mut_fill_ids_refresh_discards_append does: its re-prefill takes the
+    prompt alone) is a new finding, not pp_retract_chunk_duplicate_token (the
+    pp4 kill tables of 2026-11-29 met it twice as that bug)."""
+    find = lambda m: known_bugs.find("OutputMismatch: request <rid>", topology="pp4", sglang_version="0.5.23",
+                                     message=m)
+    seen = ("OutputMismatch: request r63-14972-803613 (8-token prompt of family 1, finished): token 1 is 154, the "
+            "reference has 109 (output [154, 154, 109, 504]..., reference [154, 109, 504, 122]...)")
+    assert find(seen) is None
+    turn = ("OutputMismatch: request r9 (63-token prompt of family 2, a turn of session 'explored-session-1': its "
+            "history as the client's conversation makes it, finished): token 1 is 7, the reference has 9 (output "
+            "[7, 7, 9]..., reference [7, 9, 11]...)")
+    assert find(turn) is None
+    chunked_turn = turn.replace("makes it, finished", "makes it, prefilled in chunks, finished")
+    assert find(chunked_turn).name == "pp_retract_chunk_duplicate_token"
+
+
+def test_a_request_is_chunked_when_a_forward_launched_with_it_as_the_chunked_request():
+    from scripted_runtime.scheduler_side.run_counters import BatchRecord
+
+    log = [BatchRecord(1, None, "extend", ("a", "b"), "b"), BatchRecord(2, None, "extend", ("b",), None),
+           BatchRecord(3, None, "decode", ("a", "b"), None)]
+    assert oracle.was_chunked(log, "b") and not oracle.was_chunked(log, "a") and not oracle.was_chunked([], "b")
 
 
 def test_the_chunk_hint_names_a_non_final_chunks_token():
