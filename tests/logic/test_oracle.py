@@ -267,6 +267,24 @@ def test_a_repeated_token_of_a_request_never_prefilled_in_chunks_is_not_the_chun
     assert find(chunked_turn).name == "pp_retract_chunk_duplicate_token"
 
 
+def test_the_registry_sees_the_whole_verdict_of_a_session_turns_mismatch():
+    """A session turn's mismatch spends ~120 characters on the turn before its
+    verdict; the registry must still see the oracle's closing words (the pp4
+    dev exploration of 2026-11-29 met this one as a new finding when the
+    message was cut at 300 characters)."""
+    from scripted_runtime.user_side.explore.runner import first_line
+
+    error = ("OutputMismatch: request r6-21310-480980 (65-token prompt of family 0, a turn of session "
+             "'explored-session-1': its history as the client's conversation makes it, prefilled in chunks, finished): "
+             "token 0 is 365, the reference has 210 (output [365]..., reference [210]...); token 0 is what the first 64 "
+             "prompt tokens predict: a non-final chunk's token\nTraceback: ...")
+    assert len(error.splitlines()[0]) > 300
+    message = first_line(error)
+    assert message.endswith("a non-final chunk's token")
+    bug = known_bugs.find("OutputMismatch: request <rid>", topology="pp4", sglang_version="0.5.23", message=message)
+    assert bug is not None and bug.name == "pp_retract_chunk_duplicate_token"
+
+
 def test_a_request_is_chunked_when_a_forward_launched_with_it_as_the_chunked_request():
     from scripted_runtime.scheduler_side.run_counters import BatchRecord
 

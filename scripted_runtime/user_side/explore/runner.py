@@ -103,10 +103,17 @@ def signature_of(result: ScriptResult) -> Optional[str]:
     return f"{etype}: {_normalize(msg, 80)}" if msg else etype or "failed"
 
 
+# How much of a failure's first line the known-bug registry sees. A mismatch of a session turn
+# spends ~120 characters on saying so before its verdict; at 300 the oracle's closing words (what a
+# non-final chunk's token is) were cut, and the registered chunk bug came back as a new finding (the
+# pp4 dev exploration of 2026-11-29, program 619).
+MESSAGE_CHARS = 1000
+
+
 def first_line(error: Optional[str]) -> str:
     """A failure's message as the known-bug registry matches it: the first
-    line of its error, at most 300 characters."""
-    return (error or "").strip().splitlines()[0][:300] if error else ""
+    line of its error, at most ``MESSAGE_CHARS`` characters."""
+    return (error or "").strip().splitlines()[0][:MESSAGE_CHARS] if error else ""
 
 
 def _own_failure(result: ScriptResult) -> Optional[Tuple[str, str]]:
