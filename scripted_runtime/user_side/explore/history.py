@@ -173,7 +173,7 @@ def recover(runner: Any, *, earlier: Sequence[Any], program: Sequence[Any], shru
     # Alone on a fresh server the program passed already (the caller's replay, or the trial above).
     needed = ddmin(list(earlier), lambda sub: bool(sub) and trial(sub, program), deadline=deadline)
     final = list(program)
-    if (reshrink and needed and time.monotonic() < deadline and trial(needed, shrunk)):
+    if reshrink and needed and time.monotonic() < deadline and trial(needed, shrunk):
         final = list(shrunk)
     if time.monotonic() < deadline and final:
         final = ddmin(final, lambda acts: trial(needed, acts), deadline=deadline)
