@@ -136,15 +136,21 @@ class FakeRunner:
 
     def __init__(self, flaky=False):
         self.flaky, self.armed, self.fresh, self.runs = flaky, False, 0, []
+        self.servers = []  # per fresh server, the programs it ran
 
     def fresh_server(self, why):
         self.fresh += 1
         self.armed = False
+        self.servers.append([])
 
-    def run(self, program, trace=False):
+    def _record(self, program, trace):
         self.runs.append(program)
+        self.servers[-1].append(program)
         if trace:
             Path(trace).write_text("{}\n")
+
+    def run(self, program, trace=False):
+        self._record(program, trace)
         fails = self.armed and any(isinstance(a, A.Start) for a in program) and not self.flaky
         self.armed = self.armed or any(isinstance(a, A.Pause) for a in program)
         return Outcome(signature=self.SIGNATURE if fails else None, failing_action=0 if fails else None)
@@ -183,9 +189,7 @@ class StatelessRunner(FakeRunner):
     and flushes fails, on any server."""
 
     def run(self, program, trace=False):
-        self.runs.append(program)
-        if trace:
-            Path(trace).write_text("{}\n")
+        self._record(program, trace)
         fails = any(isinstance(a, A.Start) for a in program) and any(isinstance(a, A.Flush) for a in program)
         return Outcome(signature=self.SIGNATURE if fails else None, failing_action=0 if fails else None)
 
@@ -202,8 +206,8 @@ def test_a_shrink_that_does_not_replay_is_redone_on_fresh_servers_when_the_progr
                           signature=FakeRunner.SIGNATURE, budget_s=60, trace_dir=tmp_path)
     assert got.reproduced and got.alone and got.shrink_complete
     assert got.earlier == [] and got.program == [FAILING[1], FAILING[2]]
-    assert runner.runs[0] == FAILING  # the first trial: the program as first met, alone
-    assert len(runner.runs) == runner.fresh  # one program a fresh server: no history replayed
+    assert runner.servers[0] == [FAILING]  # the first trial: the program as first met, alone
+    assert all(len(ran) == 1 for ran in runner.servers)  # one program a fresh server: no history replayed
     assert got.trials == runner.fresh and got.outcome is not None
     assert got.verdict.startswith("needs no history:") and "(3 actions)" in got.verdict
     assert "shrunk again on fresh servers to 2 actions" in got.verdict
@@ -219,10 +223,9 @@ def test_a_shrink_that_does_not_replay_still_gets_its_history_when_the_program_p
                           signature=FakeRunner.SIGNATURE, budget_s=60, trace_dir=tmp_path)
     assert got.reproduced and not got.alone
     assert got.earlier == [EARLIER[2]] and got.program == [FAILING[1]]
-    assert runner.runs[0] == FAILING and runner.runs[1:6] == EARLIER  # alone (passes), then the history
+    assert runner.servers[0] == [FAILING] and runner.servers[1] == EARLIER + [FAILING]  # alone, then the history
     # the program alone is run once: history ddmin never asks for the empty history again
-    alone_runs = [i for i, run in enumerate(runner.runs) if run == FAILING and (i == 0 or runner.runs[i - 1] == FAILING)]
-    assert alone_runs == [0]
+    assert [i for i, ran in enumerate(runner.servers) if ran == [FAILING]] == [0]
     assert got.verdict.startswith("needs history:") and "1 of the 5 programs" in got.verdict
 
 

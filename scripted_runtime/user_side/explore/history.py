@@ -134,45 +134,32 @@ def recover(runner: Any, *, earlier: Sequence[Any], program: Sequence[Any], shru
     # program as first met may still fail alone on a fresh server (the shrink leaned on that server's
     # state, not the failure). Then no history is needed, and the program is shrunk again here.
     reshrink = shrunk is not None and list(shrunk) != list(program)
+    needed: List[Any] = []
     if reshrink:
         progress(f"the shrunk file ({len(shrunk)} actions) did not reproduce alone on a fresh server: running the "
                  f"program as first met ({len(program)} actions) alone on a fresh server")
         alone_trace = trace_dir / "first-program-alone.jsonl"
-        if trial([], program, trace=alone_trace):
-            out.reproduced = out.alone = True
-            out.traces["the program as first met, alone on a fresh server (it failed)"] = str(alone_trace)
-            final = list(program)
-            if time.monotonic() < deadline:
-                final = ddmin(final, lambda acts: trial([], acts), deadline=deadline)
-            out.shrink_complete = time.monotonic() < deadline
-            out.program = final
-            out.outcome = failing.get(_key([], final))
+        out.alone = trial([], program, trace=alone_trace)
+        out.traces[f"the program as first met, alone on a fresh server "
+                   f"({'it failed' if out.alone else 'it passed'})"] = str(alone_trace)
+    if not out.alone:
+        progress(f"the failure did not reproduce alone on a fresh server: replaying the {len(earlier)} programs "
+                 "its server ran before it, then it, on a fresh server")
+        full_trace = trace_dir / "history-replay.jsonl"
+        if not trial(earlier, program, trace=full_trace):
             out.seconds = time.monotonic() - t0
-            out.verdict = (f"needs no history: {signature} comes back alone on a fresh server with the program as "
-                           f"first met ({len(program)} actions); its shrink on the explorer's server "
-                           f"({len(shrunk)} actions) does not, so that shrink leaned on the server's state; shrunk "
-                           f"again on fresh servers to {len(final)} actions ({out.trials} fresh servers, "
-                           f"{out.seconds:.0f}s{'' if out.shrink_complete else ', budget spent before the shrink ended'})")
-            progress(out.verdict)
+            out.traces["the failing program after its whole history, on a fresh server (it passed)"] = str(full_trace)
+            out.verdict = (f"NONDETERMINISTIC: {signature} came back neither alone nor after the {len(earlier)} "
+                           f"programs its server ran before it, on a fresh server ({out.trials} fresh servers)")
             return out
-        out.traces["the program as first met, alone on a fresh server (it passed)"] = str(alone_trace)
-
-    progress(f"the failure did not reproduce alone on a fresh server: replaying the {len(earlier)} programs its "
-             "server ran before it, then it, on a fresh server")
-    full_trace = trace_dir / "history-replay.jsonl"
-    if not trial(earlier, program, trace=full_trace):
-        out.seconds = time.monotonic() - t0
-        out.traces["the failing program after its whole history, on a fresh server (it passed)"] = str(full_trace)
-        out.verdict = (f"NONDETERMINISTIC: {signature} came back neither alone nor after the {len(earlier)} programs "
-                       f"its server ran before it, on a fresh server ({out.trials} fresh servers)")
-        return out
+        out.traces["the failing program after its whole history, on a fresh server (it failed)"] = str(full_trace)
+        progress(f"the failure came back after its history: shrinking the {len(earlier)} earlier programs "
+                 f"(each trial a fresh server; up to {budget_s:.0f}s)")
+        # Alone on a fresh server the program passed already (the caller's replay, or the trial above).
+        needed = ddmin(list(earlier), lambda sub: bool(sub) and trial(sub, program), deadline=deadline)
     out.reproduced = True
-    out.traces["the failing program after its whole history, on a fresh server (it failed)"] = str(full_trace)
-    progress(f"the failure came back after its history: shrinking the {len(earlier)} earlier programs "
-             f"(each trial a fresh server; up to {budget_s:.0f}s)")
-    # Alone on a fresh server the program passed already (the caller's replay, or the trial above).
-    needed = ddmin(list(earlier), lambda sub: bool(sub) and trial(sub, program), deadline=deadline)
     final = list(program)
+    # Hypothesis's shrink is known to pass alone; after a history it may fail
     if reshrink and needed and time.monotonic() < deadline and trial(needed, shrunk):
         final = list(shrunk)
     if time.monotonic() < deadline and final:
@@ -181,8 +168,15 @@ def recover(runner: Any, *, earlier: Sequence[Any], program: Sequence[Any], shru
     out.earlier, out.program = needed, final
     out.outcome = failing.get(_key(needed, final))
     out.seconds = time.monotonic() - t0
-    out.verdict = (f"needs history: {signature} comes back on a fresh server only after {len(needed)} of the "
-                   f"{len(earlier)} programs its server ran before it (shrunk in {out.trials} fresh servers, "
-                   f"{out.seconds:.0f}s{'' if out.shrink_complete else ', budget spent before the shrink ended'})")
+    spent = f"{out.seconds:.0f}s{'' if out.shrink_complete else ', budget spent before the shrink ended'}"
+    if out.alone:
+        out.verdict = (f"needs no history: {signature} comes back alone on a fresh server with the program as "
+                       f"first met ({len(program)} actions); its shrink on the explorer's server "
+                       f"({len(shrunk)} actions) does not, so that shrink leaned on the server's state; shrunk "
+                       f"again on fresh servers to {len(final)} actions ({out.trials} fresh servers, {spent})")
+    else:
+        out.verdict = (f"needs history: {signature} comes back on a fresh server only after {len(needed)} of the "
+                       f"{len(earlier)} programs its server ran before it (shrunk in {out.trials} fresh servers, "
+                       f"{spent})")
     progress(out.verdict)
     return out
