@@ -30,6 +30,7 @@ waives them (the pause check at pp4 on 0.5.23).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -80,11 +81,10 @@ def measure(topology: str, seconds: float, repeat: int, *, out_dir: Path = Path(
             progress(f"checks on: waived as explore does: {waived}")
     # the same server for every mode: a mode's runner is handed the owner's
     runners = {mode: owner if mode == "on" else
-               ExampleRunner(ServerConfig(topology, patches=tuple(patches), checks=False), progress=progress,
-                             server=owner.server)
+               ExampleRunner(dataclasses.replace(config, checks=False), progress=progress, server=owner.server)
                for mode in checks}
-    results = {mode: {"rates": [], "steps_per": [], "shares": {p: [] for p in PARTS.values()}, "start_s": start_s,
-                      "failures": [], "version": version} for mode in checks}
+    results = {mode: {"topology": topology, "rates": [], "steps_per": [], "shares": {p: [] for p in PARTS.values()},
+                      "start_s": start_s, "failures": [], "version": version} for mode in checks}
     try:
         for i in range(repeat):
             for mode, runner in runners.items():
@@ -163,7 +163,7 @@ def table(rows: dict) -> str:
               + [f"{p} %" for p in PARTS.values()] + ["server start (s)"])
     lines = []
     for t, r in rows.items():
-        target = TARGETS.get(t.split(" ")[0], 0)
+        target = TARGETS.get(r["topology"], 0)
         ok = "met" if meets(r["rates"], ">=", target) else "MISSED"
         lines.append([t, f"{statistics.median(r['rates']):.0f}", min_max(r["rates"]), f">= {target} ({ok})",
                       f"{statistics.median(r['steps_per']):.1f}"]

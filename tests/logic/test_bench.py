@@ -278,14 +278,20 @@ def test_iteration_cost_table_orders_pieces_and_leaves_out_what_a_configuration_
 
 def test_explore_table():
     shares = {p: [10.0, 20.0, 30.0] for p in explore_bench.PARTS.values()}
-    rows = {"pp1-overlap": {"rates": [1200.0, 1185.4, 1264.0], "steps_per": [18.5], "shares": shares, "start_s": 18.2},
-            "pp4": {"rates": [2.0, 29.0, 20.0], "steps_per": [28.94], "shares": shares, "start_s": 32.0}}
+    rows = {"pp1-overlap": {"topology": "pp1-overlap", "rates": [1200.0, 1185.4, 1264.0], "steps_per": [18.5],
+                            "shares": shares, "start_s": 18.2},
+            "pp4": {"topology": "pp4", "rates": [2.0, 29.0, 20.0], "steps_per": [28.94], "shares": shares,
+                    "start_s": 32.0},
+            # --checks on,off labels a row by its mode; its target is still its topology's
+            "pp4 (checks off)": {"topology": "pp4", "rates": [31.0, 40.0, 35.0], "steps_per": [28.94],
+                                 "shares": shares, "start_s": 32.0}}
     assert explore_bench.table(rows) == "\n".join([
         "| topology | programs/min median | min..max | target | steps/program | steps % | HTTP % | resets % | IPC % "
         "| Hypothesis % | server start (s) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
         "| pp1-overlap | 1200 | 1185..1264 | >= 100 (met) | 18.5 | 20 | 20 | 20 | 20 | 20 | 18 |",
-        "| pp4 | 20 | 2..29 | >= 30 (MISSED) | 28.9 | 20 | 20 | 20 | 20 | 20 | 32 |"])
+        "| pp4 | 20 | 2..29 | >= 30 (MISSED) | 28.9 | 20 | 20 | 20 | 20 | 20 | 32 |",
+        "| pp4 (checks off) | 35 | 31..40 | >= 30 (met) | 28.9 | 20 | 20 | 20 | 20 | 20 | 32 |"])
 
 
 # --- bench/novelty.py ---------------------------------------------------------------
