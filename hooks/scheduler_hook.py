@@ -1,7 +1,7 @@
 """Wraps SGLang's ``Scheduler`` so the harness drives it one iteration at a time.
 
 Installed when ``sglang.srt.managers.scheduler`` is imported in a scheduler
-rank. Three wrappers, none of which depends on SGLang's built-in
+rank. Four wrappers, none of which depends on SGLang's built-in
 scripted-runtime hook points (older releases have none):
 
 * the iteration entry (``sglang_compat.iteration_entry``: ``ingest_requests``
@@ -11,6 +11,8 @@ scripted-runtime hook points (older releases have none):
   ingested in iteration k. Other ranks stay in lock-step because they wait in
   the cross-rank broadcast of the received requests.
 * ``run_batch``: records every forward launched (driver rank).
+* the prefill pass (``get_new_batch_prefill``): the KV room it began with
+  and what it admitted (driver rank; the admission budget contract).
 * the event loops: an exception that kills a rank is written to the crash
   directory (and sent to the harness from the driver) before it propagates.
 
@@ -121,6 +123,20 @@ def install(scheduler_module) -> None:
         return original_run_batch(self, batch, *args, **kwargs)
 
     scheduler_cls.run_batch = run_batch
+
+    original_prefill_pass = getattr(scheduler_cls, sglang_compat.PREFILL_PASS_METHOD, None)
+    if original_prefill_pass is not None:
+        @functools.wraps(original_prefill_pass)
+        def prefill_pass(self, *args, **kwargs):
+            driver = _driver_for(self)
+            if driver is None or not driver.admission_judged:
+                return original_prefill_pass(self, *args, **kwargs)
+            before = driver.before_prefill_pass()
+            returned = original_prefill_pass(self, *args, **kwargs)
+            driver.after_prefill_pass(before, returned)
+            return returned
+
+        setattr(scheduler_cls, sglang_compat.PREFILL_PASS_METHOD, prefill_pass)
 
     for name in sglang_compat.EVENT_LOOP_METHODS:
         loop = getattr(scheduler_cls, name, None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -961,6 +962,68 @@ def priority_entry(req: Any) -> Tuple[str, int, float, bool]:
     stats = getattr(req, "time_stats", None)
     return (req.rid, int(getattr(req, "priority", 0) or 0),
             float(getattr(stats, "wait_queue_entry_time", 0.0) or 0.0), bool(getattr(req, "is_retracted", False)))
+
+
+# ---------------------------------------------------------------------------
+# A prefill pass's admission (the admission_budget contract,
+# scheduler_side/admission_contract.py). 0.5.23: ``Scheduler.
+# get_new_batch_prefill`` builds a ``PrefillAdder`` whose ``PrefillBudget``
+# (``mem_cache/prefill_budget.py``) admits a waiting request only if its
+# extend and its new tokens (``min(max_new_tokens - len(output_ids),
+# CLIP_MAX_NEW_TOKENS)``) fit in the free plus evictable KV less what the
+# pass already reserved; it returns a ``NextBatchPlan`` (``batch_to_run``),
+# older releases the batch itself.
+PREFILL_PASS_METHOD = "get_new_batch_prefill"
+SCHEDULE_POLICY_MODULE = "sglang.srt.managers.schedule_policy"
+
+
+def admission_unjudged(scheduler: Any) -> Optional[str]:
+    """Why this scheduler's admission is not judged by the admission budget
+    (None: it is). Only the plain single-pool budget is: the SWA, Mamba and
+    HiCache budgets count other pools or move KV in the pass (a load-back
+    may write device victims back and free them), priority preemption frees
+    running requests' KV within the pass, and a disabled radix tree admits
+    ``ignore_eos`` requests by another rule."""
+    if getattr(scheduler, "is_hybrid_swa", False):
+        return "a hybrid SWA pool"
+    tree = getattr(scheduler, "tree_cache", None)
+    if tree is None or getattr(tree, "disable", False):
+        return "the radix tree disabled"
+    supports_mamba = getattr(tree, "supports_mamba", None)
+    if callable(supports_mamba) and supports_mamba():
+        return "a Mamba pool"
+    if getattr(scheduler, "enable_hierarchical_cache", False):
+        return "HiCache"
+    if getattr(scheduler, "enable_priority_preemption", False):
+        return "priority preemption"
+    if getattr(scheduler, "dllm_config", None) is not None:
+        return "a diffusion LM"
+    return None
+
+
+def admission_room(scheduler: Any) -> Tuple[int, int, int]:
+    """(free, evictable, page): the KV tokens a prefill pass's budget starts
+    from, and the page each admission is charged on top of its tokens
+    (``PrefillAdder.per_req_token_overhead``, a page without KV sharding)."""
+    allocator = scheduler.token_to_kv_pool_allocator
+    return (int(allocator.available_size()), int(scheduler.tree_cache.evictable_size()),
+            int(getattr(allocator, "page_size", 1) or 1))
+
+
+def prefill_pass_batch(returned: Any) -> Any:
+    """The batch a prefill pass made (None when it made none)."""
+    return getattr(returned, "batch_to_run", returned)
+
+
+def _clip_max_new_tokens() -> int:
+    module = sys.modules.get(SCHEDULE_POLICY_MODULE)
+    return int(getattr(module, "CLIP_MAX_NEW_TOKENS", 4096))
+
+
+def admitted_new_tokens(req: Any) -> int:
+    """The new tokens admission charges a request for (its decode headroom)."""
+    new = int(getattr(req.sampling_params, "max_new_tokens", 0) or 0) - len(getattr(req, "output_ids", ()) or ())
+    return max(0, min(new, _clip_max_new_tokens()))
 
 
 # ---------------------------------------------------------------------------

@@ -40,3 +40,25 @@ def exhaust_kv_while_chunking(ctx):
     # outputs are compared against references under the same weights)
     checks = yield from explore.end_state_checks(ctx, reqs)
     return {"taken": taken, **checks}
+
+
+def two_arrive_at_the_admission_boundary(ctx):
+    """Must pass: two 8-token requests of one new token each arrive together
+    while the free KV (the tree evicted) holds 17 tokens: room for the
+    first's prompt, token and page (10) and less than the second's too (20).
+    SGLang admits the first and keeps the second waiting until the first
+    finished; the ``admission_budget`` contract (docs/checks.md) holds, and
+    both outputs are their references'. With
+    ``mut_prefill_budget_ignores_admitted_extend`` one pass admits both
+    (20 tokens of prompts, new tokens and pages in 17):
+    ``ContractViolation[admission_budget]``.
+
+      scripted-runtime run scenarios/kv_pressure.py:two_arrive_at_the_admission_boundary --no-overlap
+    """
+    taken = yield from explore.exhaust_kv(ctx, 17, evict_cache=True)
+    reqs = [ctx.start_req(input_ids=explore.prompt_ids(1, 8), max_new_tokens=1, ignore_eos=True, temperature=0.0),
+            ctx.start_req(input_ids=explore.prompt_ids(2, 8), max_new_tokens=1, ignore_eos=True, temperature=0.0)]
+    yield from ctx.steps(6)
+    explore.release_kv(ctx)
+    checks = yield from explore.end_state_checks(ctx, reqs)
+    return {"taken": taken, **checks}

@@ -26,8 +26,8 @@ import zmq
 
 from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime import extensions, protocol
-from scripted_runtime.scheduler_side import (contracts, control, memory_occupation, reset_fingerprint, runtime_contracts,
-                                             runtime_knobs, script_loader, state)
+from scripted_runtime.scheduler_side import (admission_contract, contracts, control, memory_occupation,
+                                             reset_fingerprint, runtime_contracts, runtime_knobs, script_loader, state)
 from scripted_runtime.scheduler_side.context.api import MEMORY_OPS, ScriptContext
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
@@ -66,6 +66,10 @@ class Driver:
         # priority scheduling on: each prefill's record carries what the priority contract reads
         self.priority_on = sglang_compat.priority_settings(scheduler) is not None
         self._admission_from = 0.0
+        # the admission budget contract judges this scheduler's prefill passes (sglang_compat says
+        # which budgets it reads); the last pass's (batch id, room, admitted) until its batch launches
+        self.admission_judged = sglang_compat.admission_unjudged(scheduler) is None
+        self._admission: Optional[Tuple[int, Tuple[int, int, int], Tuple[Tuple[str, int, int], ...]]] = None
         counters = self.counters = RunCounters()
         self._script_gen: Optional[Any] = None  # the running script's generator
         self._reset_flushes_queued = 0  # reset flushes handed in and not dispatched yet
@@ -106,6 +110,27 @@ class Driver:
         queued from here on was queued by this iteration's admission."""
         self._admission_from = time.perf_counter()
 
+    def before_prefill_pass(self) -> Tuple[Tuple[int, int, int], Any]:
+        """At a prefill pass's start: the (free, evictable, page) KV its
+        budget starts from, and the chunked request it continues (not charged as
+        an admission: SGLang lets a continuation make progress whatever is
+        free)."""
+        return sglang_compat.admission_room(self.scheduler), getattr(self.scheduler, "chunked_req", None)
+
+    def after_prefill_pass(self, before: Tuple[Tuple[int, int, int], Any], returned: Any) -> None:
+        """Keep what the pass admitted for its batch's launch record: each
+        request but the continued one, with its extend and the new tokens
+        admission charges it (none for a request left chunked: its decode
+        is charged when its last chunk is admitted)."""
+        room, continued = before
+        batch = sglang_compat.prefill_pass_batch(returned)
+        if batch is None:
+            self._admission = None
+            return
+        admitted = admission_contract.admitted_in_pass(batch.reqs, getattr(batch, "extend_lens", None), continued,
+                                                       getattr(self.scheduler, "chunked_req", None))
+        self._admission = (id(batch), room, admitted)
+
     def on_run_batch(self, batch: Any) -> None:
         mode = state.batch_mode(batch)
         chunked = getattr(self.scheduler, "chunked_req", None)
@@ -127,8 +152,16 @@ class Driver:
                 tuple([id(r) for r in reqs]),
                 len(getattr(getattr(self.scheduler, "running_batch", None), "reqs", None) or ()) if extend else -1,
                 self._priority_pass(reqs) if extend and self.priority_on else None,
+                self._take_admission(batch) if extend else None,
             )
         )
+
+    def _take_admission(self, batch: Any):
+        """The admission the last prefill pass recorded, if it made ``batch``."""
+        admission, self._admission = self._admission, None
+        if admission is None or admission[0] != id(batch):
+            return None
+        return admission[1], admission[2]
 
     def _priority_pass(self, reqs: Any) -> Tuple[Tuple[Any, ...], Tuple[Any, ...], float]:
         """For the priority contract: the launched requests' and the waiting

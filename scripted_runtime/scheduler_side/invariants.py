@@ -41,6 +41,7 @@ from scripted_runtime import extensions
 from scripted_runtime.scheduler_side import check_registry, contracts, runtime_contracts, state
 from scripted_runtime.scheduler_side import lora_contract  # registers after runtime_contracts: its checks run after
 from scripted_runtime.scheduler_side import priority_contract  # and after lora's
+from scripted_runtime.scheduler_side import admission_contract  # and after priority's
 # Imported for the checks they register: once this module is imported, every
 # built-in check is in check_registry.
 from scripted_runtime.scheduler_side import hicache_checks, output_oracle, request_contract  # noqa: F401
@@ -140,6 +141,7 @@ class InvariantMemory:
     runtime: runtime_contracts.RuntimeMemory = field(default_factory=runtime_contracts.RuntimeMemory)
     lora: lora_contract.LoraMemory = field(default_factory=lora_contract.LoraMemory)
     priority: priority_contract.PriorityMemory = field(default_factory=priority_contract.PriorityMemory)
+    admission: admission_contract.AdmissionMemory = field(default_factory=admission_contract.AdmissionMemory)
     step_inputs: StepInputs = field(default_factory=StepInputs)
 
     def free_kv_counts(self, s: Any) -> Any:

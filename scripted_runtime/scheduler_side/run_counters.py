@@ -33,6 +33,10 @@ class BatchRecord(NamedTuple):
     # queue's sglang_compat.priority_entry as admission left them, and when the iteration's
     # admission could start (perf_counter, the clock SGLang stamps a queue entry with)
     priority_pass: Optional[Tuple[Tuple[Any, ...], Tuple[Any, ...], float]] = None
+    # a prefill the driver saw admitted (``Driver.after_prefill_pass``): the (free, evictable, page)
+    # KV its pass began with and (rid, extend, new tokens charged) of each request the pass
+    # admitted (not the continuing chunked request); None where the pass was not judged
+    admission: Optional[Tuple[Tuple[int, int, int], Tuple[Tuple[str, int, int], ...]]] = None
 
     def preempted(self) -> List[Tuple[Any, ...]]:
         """The priority entries (``sglang_compat.priority_entry``) of the
