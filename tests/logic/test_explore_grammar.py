@@ -507,7 +507,7 @@ def test_new_actions_round_trip_through_the_failure_database():
                A.UpdateWeights(True, distributed=True), A.OnPhase("decode", A.RlCycle("retract", "all", 1, True), 24),
                A.Start(8, 1, 4, priority=20), A.Start(8, 2, 4, priority=None), A.UpdateWeights(False, missing=True)]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 16  # grammar 16 changed the pp4 draw: stored choice sequences decode differently
+    assert A.GRAMMAR_VERSION == 17  # grammar 17 added the burst: stored choice sequences decode differently
 
 
 @pytest.mark.parametrize("sequence", ["paused", "bracketed"])
@@ -631,6 +631,20 @@ def test_wait_for_phase_steps_until_the_phase_holds_or_gives_up(monkeypatch):
     assert sum(1 for _ in _drain(gen)) == 5
     with pytest.raises(ValueError, match="unknown phase 'decoding'"):
         next(explore_helpers.wait_for_phase(ctx, "decoding", max_steps=5))
+
+
+def test_idle_waits_for_the_requests_posted_to_be_taken_in(monkeypatch):
+    """A request posted and not received yet is held nowhere: ``idle`` holds
+    only once it is taken in (and then gone), or a burst's pressure would be
+    taken with the program's first request arriving beside it."""
+    monkeypatch.setattr(explore_helpers.phases, "phases_of", lambda s, tokenizer_paused=False: ["idle"])
+    ctx = _FakeCtx()
+    arriving = iter([True, True, False])
+    type(ctx).requests_arriving = property(lambda self: next(arriving))
+    try:
+        assert sum(1 for _ in _drain(explore_helpers.wait_for_phase(ctx, "idle", max_steps=10))) == 2
+    finally:
+        del type(ctx).requests_arriving
 
 
 def test_a_weight_update_behind_a_lost_request_fails_at_once_not_on_a_clock():
@@ -830,3 +844,31 @@ def test_a_step_action_spans_up_to_eight_rounds_of_the_loop():
         assert find(draw, lambda a: isinstance(a, A.Steps) and a.n >= most, settings=NO_DB) == A.Steps(most)
         with pytest.raises(Exception):
             find(draw, lambda a: isinstance(a, A.Steps) and a.n > most, settings=settings(max_examples=300, database=None))
+
+
+@settings(max_examples=200, deadline=None)
+@given(strategies.bursts())
+def test_a_burst_is_requests_posted_together_at_the_boundary_of_one_pass(burst):
+    """A burst's requests are posted in one iteration (nothing between them,
+    none waiting for a micro-batch slot); under pressure, taken once the
+    engine is idle, the free KV left holds the first k requests' admission
+    needs and less than k + 1's."""
+    starts = [a for a in burst if isinstance(a, A.Start)]
+    assert len(starts) in strategies.BURST_SIZES and all(s.beside is None for s in starts)
+    if len(burst) == len(starts):  # no pressure: the requests alone
+        return
+    idle, *middle, steps, release = burst
+    assert isinstance(idle, A.OnPhase) and idle.phase == "idle"
+    exhaust = idle.op
+    assert isinstance(exhaust, A.ExhaustKv) and exhaust.evict_cache and middle == starts
+    assert isinstance(steps, A.Steps) and isinstance(release, A.ReleaseKv)
+    needs = [s.prompt_len + s.max_new_tokens + 1 for s in starts]
+    assert any(sum(needs[:k]) <= exhaust.leave_pages < sum(needs[:k + 1]) for k in range(1, len(needs)))
+
+
+def test_bursts_are_a_sequence_kind_and_shrink_to_short_prompts():
+    kinds = strategies.action_kinds("pp4", (), None)
+    assert sum(1 for _, sequence in kinds if sequence) == 4  # paused, bracketed, observed, burst
+    pressured = [find(strategies.bursts(), lambda b: isinstance(b[0], A.OnPhase) and len(b) == 5,
+                      settings=settings(NO_DB, max_examples=500))]
+    assert pressured[0][1].prompt_len in strategies.SHORT_PROMPT_LENGTHS  # shrinks to short prompts

@@ -715,6 +715,13 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         return sglang_compat.is_fully_idle(self.scheduler)
 
     @property
+    def requests_arriving(self) -> bool:
+        """Whether a request posted to SGLang reached the scheduler's socket
+        and is not taken in yet (the next iteration queues it)."""
+        work = sglang_compat.work_request_type_names()
+        return any(type(f).__name__ in work for f in self._inbox.pending())
+
+    @property
     def nothing_held(self) -> bool:
         """The harness's complete scan: no request in any holder."""
         return state.nothing_held(self.scheduler)

@@ -66,11 +66,14 @@ def wait_for_phase(ctx, phase: str, *, max_steps: int):
     step until the scheduler is in ``phase`` (``phases.phases_of`` of the
     state the next iteration starts from, i.e. what an operation posted now
     is processed against), at most ``max_steps`` iterations. True when it
-    holds; False when it did not come (the program goes on)."""
+    holds; False when it did not come (the program goes on). ``idle`` also
+    waits for the requests the program posted to be taken in: one posted and
+    not received yet is held nowhere, and it would join what comes next."""
     if phase not in phases.PHASES and phase not in phases.FEATURE_PHASES:
         raise ValueError(f"unknown phase {phase!r}: one of {', '.join(phases.PHASES + phases.FEATURE_PHASES)}")
     for waited in range(max_steps + 1):
-        if phase in phases.phases_of(ctx.scheduler, tokenizer_paused=tokenizer_paused(ctx)):
+        if (phase in phases.phases_of(ctx.scheduler, tokenizer_paused=tokenizer_paused(ctx))
+                and not (phase == "idle" and ctx.requests_arriving)):
             return True
         if waited == max_steps:
             return False

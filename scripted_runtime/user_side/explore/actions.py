@@ -48,7 +48,9 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # program differs.
 # 16: at pp=4 a step action is 1 to 48 iterations (1 to 8 rounds of the six micro-batch slots, as
 # pp=1's 1 to 8), not 1 to 12: a request decodes one token a round there.
-GRAMMAR_VERSION = 16
+# 17: a burst (a sequence, with KV pressure drawn): requests posted in one iteration under free KV
+# at the boundary of what one prefill pass can admit (room for the first k, not k + 1).
+GRAMMAR_VERSION = 17
 # A request's priority on a priority-scheduling topology (pp1-priority: higher first, SGLang's
 # preemption threshold 10): none sent (SGLang's worst, preempted by any other), 0 twice, 5 (better
 # than 0, not past the threshold: waits), 20 (past it: preempts a 0 or none).

@@ -285,6 +285,55 @@ def kv_pressure_drawn(topology: str) -> bool:
     return topology in LOOP_OF_TOPOLOGY
 
 
+# A burst (grammar 17): requests posted in one iteration, so SGLang takes them in together and
+# admits as many as fit in one prefill pass; mostly under KV pressure at the boundary of what
+# admission can take: with the tree evicted and every free slot taken but room for the burst's first k
+# requests (prompt, new tokens and a page each) and less than the next one's, admission must
+# stop after k. Half the burst's prompts are short (at most half a chunk: several fit in one
+# pass's 64-token budget), half of any length (requests of very different lengths together).
+BURST_SIZES = (2, 3, 4)
+SHORT_PROMPT_LENGTHS = tuple(n for n in PROMPT_LENGTHS if 2 * n <= A.CHUNK_TOKENS)
+
+
+def _admission_need(start: A.Start) -> int:
+    """KV a request's admission counts on an empty tree: its prompt, its new tokens and a page."""
+    return start.prompt_len + start.max_new_tokens + 1
+
+
+def _boundary_offset(draw: Callable, next_need: int) -> int:
+    """Where between room for k requests and room for k + 1 a burst's free
+    KV lies: at either edge (exactly room for k; one token short of room
+    for k + 1), as boundary-value tests draw, or anywhere between."""
+    edge = draw(st.sampled_from(("low", "high", "between")))
+    if edge == "low":
+        return 0
+    return next_need - 1 if edge == "high" else draw(st.integers(0, next_need - 1))
+
+
+@st.composite
+def bursts(draw: Callable, lengths: Tuple[int, ...] = PROMPT_LENGTHS, text: bool = False,
+           wait: int = WINDOW_WAIT_STEPS["pp1-overlap"]) -> Tuple[A.Action, ...]:
+    """A burst of requests (``BURST_SIZES``), two times in three under
+    pressure: once the engine is idle (within ``wait`` iterations), the
+    free KV taken (the tree evicted first) but room for the first k of the
+    burst's requests and less than the next one's; then the burst, a few
+    steps, and the KV given back. Idle, because only there is the boundary
+    where it is drawn: a running request holds room the take leaves it
+    (``program.room_sglang_reserved``), which a pass charges only in part
+    (its decode scaled by SGLang's new-token ratio, and under PP only in its
+    own micro-batch). Without pressure first, so that a failure needing
+    only the requests shrinks to them."""
+    short = tuple(n for n in lengths if n in SHORT_PROMPT_LENGTHS) or lengths
+    one = st.one_of(starts(short, text=text), starts(lengths, text=text))
+    burst = [draw(one) for _ in range(draw(st.sampled_from(BURST_SIZES)))]
+    if not draw(st.sampled_from((False, True, True))):
+        return tuple(burst)
+    k = draw(st.integers(1, len(burst) - 1))
+    room = sum(_admission_need(r) for r in burst[:k]) + _boundary_offset(draw, _admission_need(burst[k]))
+    return (A.OnPhase("idle", A.ExhaustKv(room, evict_cache=True), wait), *burst,
+            A.Steps(draw(st.integers(1, SEQUENCE_GAP_STEPS))), A.ReleaseKv())
+
+
 def phase_ops(topology: str, kept: Tuple[int, ...] = ALL_OP_KINDS) -> st.SearchStrategy:
     """What an OnPhase does once its phase holds: a control operation of the
     kinds ``kept`` (not continue: there is nothing to continue unless the
@@ -496,6 +545,9 @@ def _action_kinds(topology: str, features: Tuple[str, ...], fuzz_cases: Optional
     if kv:
         pressure = kv_pressure_actions()
         single.append(lambda ops: pressure)
+        burst = bursts(HICACHE_PROMPT_LENGTHS if "hicache" in features else PROMPT_LENGTHS, text="text" in features,
+                       wait=wait)
+        sequences.append(lambda ops: burst)
     if "hicache" in features:
         gate, hicache_start = hicache_gate_actions(), starts(HICACHE_PROMPT_LENGTHS)
         single += [lambda ops: gate, lambda ops: hicache_start]  # new traffic twice as often: evictions, returns
