@@ -84,8 +84,7 @@ def over_admitted(admission: Any) -> Optional[str]:
 def check(view: Any, memory: Any) -> Optional[Violation]:
     mem: AdmissionMemory = memory.admission
     inputs = memory.step_inputs
-    launched = inputs.batch_log[mem.batch_cursor:]
-    mem.batch_cursor = len(inputs.batch_log)
+    launched = inputs.launched_since(mem)
     if not inputs.enabled(NAME):
         return None
     for b in launched:

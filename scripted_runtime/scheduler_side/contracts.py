@@ -444,12 +444,11 @@ def check(view: Any, memory: Any) -> Optional[Violation]:
     the contracts' own (``memory.contracts``) and this step's inputs."""
     mem: ContractMemory = memory.contracts
     inputs = memory.step_inputs
-    step, batch_log, tracked, enabled = inputs.step, inputs.batch_log, inputs.tracked, inputs.enabled
+    step, tracked, enabled = inputs.step, inputs.tracked, inputs.enabled
     if mem.harness_error:
         error, mem.harness_error = mem.harness_error, None
         raise RuntimeError(f"the contracts' bookkeeping failed at a dispatch: {error}")
-    launched = batch_log[mem.batch_cursor:]
-    mem.batch_cursor = len(batch_log)
+    launched = inputs.launched_since(mem)
     while mem.problems:
         contract, message = mem.problems.pop(0)
         if enabled(contract):

@@ -125,6 +125,13 @@ class StepInputs:
     tracked: Dict[str, Any] = field(default_factory=dict)  # rid -> the script's requests
     enabled: Callable[[str], bool] = lambda name: True  # whether the check of that name is on
 
+    def launched_since(self, memory: Any) -> List[Any]:
+        """The forwards launched since a check's own cursor into the batch
+        log (``memory.batch_cursor``), moving the cursor past them."""
+        launched = self.batch_log[memory.batch_cursor:]
+        memory.batch_cursor = len(self.batch_log)
+        return launched
+
 
 @dataclass
 class InvariantMemory:

@@ -89,8 +89,7 @@ def check(view: Any, memory: Any) -> Optional[Violation]:
         mem.problems.clear()
         return Violation(NAME, message, {})
     s = view.s
-    launched = inputs.batch_log[mem.batch_cursor:]
-    mem.batch_cursor = len(inputs.batch_log)
+    launched = inputs.launched_since(mem)
     if not sglang_compat.lora_enabled(s):
         return None
     limit = sglang_compat.max_loras_per_batch(s)

@@ -57,8 +57,7 @@ def _key(entry: Any, sign: int) -> Any:
 def check(view: Any, memory: Any) -> Optional[Violation]:
     mem: PriorityMemory = memory.priority
     inputs = memory.step_inputs
-    launched = inputs.batch_log[mem.batch_cursor:]
-    mem.batch_cursor = len(inputs.batch_log)
+    launched = inputs.launched_since(mem)
     s = view.s
     settings = sglang_compat.priority_settings(s)
     judged = inputs.enabled(NAME) and settings is not None and not sglang_compat.lora_enabled(s)

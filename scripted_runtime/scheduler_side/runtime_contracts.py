@@ -444,9 +444,7 @@ def check(view: Any, memory: Any) -> Optional[Violation]:
         stuck = check_profile_stopped(view.s, mem)
         if stuck:
             return Violation("diagnostics", stuck, {})
-    batch_log = inputs.batch_log
-    launched = batch_log[mem.batch_cursor:]
-    mem.batch_cursor = len(batch_log)
+    launched = inputs.launched_since(mem)
     if not launched or not enabled("runtime_limits"):
         for b in launched:
             if b.mode == "extend":
