@@ -31,14 +31,14 @@ Breaking it over-admits: the batch's allocation then fails (SGLang's own
 "Prefill out of memory") when the extends alone do not fit, and otherwise
 decoding runs short of KV the pass had promised, which SGLang's retraction
 hides as ordinary memory pressure. The record is taken as the pass returns
-(``Driver.after_prefill_pass``, ``BatchRecord.admission``).
+(``Driver.after_prefill_pass``, ``run_counters.admitted_in_pass``,
+``BatchRecord.admission``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Optional
 
-from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.scheduler_side import check_registry
 from scripted_runtime.scheduler_side.check_registry import Violation
 
@@ -51,21 +51,6 @@ DOC = ("a prefill pass admits requests whose extend, new tokens (max_new_tokens 
 @dataclass
 class AdmissionMemory:
     batch_cursor: int = 0  # batch_log records judged so far
-
-
-def admitted_in_pass(reqs: Sequence[Any], extend_lens: Optional[Sequence[int]], continued: Any,
-                     chunked: Any) -> Tuple[Tuple[str, int, int], ...]:
-    """(rid, extend, new tokens charged) of each request a pass admitted into
-    the batch of ``reqs`` (``extend_lens`` the batch's, aligned with them):
-    all but ``continued`` (the chunked request the pass continued), and no
-    new tokens for ``chunked`` (the request the pass leaves chunked)."""
-    admitted = []
-    for i, req in enumerate(reqs):
-        if req is continued:
-            continue
-        extend = int(extend_lens[i]) if extend_lens is not None else int(getattr(req, "extend_input_len", 0))
-        admitted.append((req.rid, extend, 0 if req is chunked else sglang_compat.admitted_new_tokens(req)))
-    return tuple(admitted)
 
 
 def over_admitted(admission: Any) -> Optional[str]:

@@ -26,15 +26,15 @@ import zmq
 
 from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime import extensions, protocol
-from scripted_runtime.scheduler_side import (admission_contract, contracts, control, memory_occupation,
-                                             reset_fingerprint, runtime_contracts, runtime_knobs, script_loader, state)
+from scripted_runtime.scheduler_side import (contracts, control, memory_occupation, reset_fingerprint,
+                                             runtime_contracts, runtime_knobs, script_loader, state)
 from scripted_runtime.scheduler_side.context.api import MEMORY_OPS, ScriptContext
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
 from scripted_runtime.scheduler_side.inbox import ArrivalTimeout, TokenizerInbox
 from scripted_runtime.scheduler_side.rank_ops import KvPressure, RankKvOp
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
-from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters
+from scripted_runtime.scheduler_side.run_counters import BatchRecord, RunCounters, admitted_in_pass
 from scripted_runtime.scheduler_side.step_observer import StepObserver
 from scripted_runtime.scheduler_side import weight_trainer
 from scripted_runtime.scheduler_side.weight_trainer import WeightTrainer
@@ -127,8 +127,8 @@ class Driver:
         if batch is None:
             self._admission = None
             return
-        admitted = admission_contract.admitted_in_pass(batch.reqs, getattr(batch, "extend_lens", None), continued,
-                                                       getattr(self.scheduler, "chunked_req", None))
+        admitted = admitted_in_pass(batch.reqs, getattr(batch, "extend_lens", None), continued,
+                                    getattr(self.scheduler, "chunked_req", None))
         self._admission = (id(batch), room, admitted)
 
     def on_run_batch(self, batch: Any) -> None:

@@ -7,7 +7,9 @@ the same object and read it.
 """
 from __future__ import annotations
 
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+
+from scripted_runtime.hooks import sglang_compat
 
 
 class BatchRecord(NamedTuple):
@@ -66,3 +68,18 @@ class RunCounters:
         self.iteration = 0  # iterations since the driver started
         self.batch_log: List[BatchRecord] = []  # one record per forward launched (ctx.batch_log)
         self.io_s = 0.0  # seconds the current script spent in HTTP posts and arrival waits
+
+
+def admitted_in_pass(reqs: Sequence[Any], extend_lens: Optional[Sequence[int]], continued: Any,
+                     chunked: Any) -> Tuple[Tuple[str, int, int], ...]:
+    """(rid, extend, new tokens charged) of each request a pass admitted into
+    the batch of ``reqs`` (``extend_lens`` the batch's, aligned with them):
+    all but ``continued`` (the chunked request the pass continued), and no
+    new tokens for ``chunked`` (the request the pass leaves chunked)."""
+    admitted = []
+    for i, req in enumerate(reqs):
+        if req is continued:
+            continue
+        extend = int(extend_lens[i]) if extend_lens is not None else int(getattr(req, "extend_input_len", 0))
+        admitted.append((req.rid, extend, 0 if req is chunked else sglang_compat.admitted_new_tokens(req)))
+    return tuple(admitted)

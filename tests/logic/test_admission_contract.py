@@ -8,9 +8,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from scripted_runtime.hooks import sglang_compat
-from scripted_runtime.scheduler_side import admission_contract
 from scripted_runtime.scheduler_side.invariants import InvariantChecker, StateView
-from scripted_runtime.scheduler_side.run_counters import BatchRecord
+from scripted_runtime.scheduler_side.run_counters import BatchRecord, admitted_in_pass
 from tests.fakes import FakeReq, FakeScheduler
 
 
@@ -84,7 +83,7 @@ def test_switched_off_by_name():
 
 def test_what_a_pass_admitted_leaves_out_the_continued_chunk_and_charges_a_new_chunk_no_decode():
     continued, whole, chunked = _req("c", 5, output=0), _req("w", 12, output=3), _req("n", 9)
-    admitted = admission_contract.admitted_in_pass([continued, whole, chunked], [64, 20, 30], continued, chunked)
+    admitted = admitted_in_pass([continued, whole, chunked], [64, 20, 30], continued, chunked)
     # the continuation is SGLang's to push through; a retracted request is charged its new tokens left
     assert admitted == (("w", 20, 9), ("n", 30, 0))
 
