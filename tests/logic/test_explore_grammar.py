@@ -507,7 +507,7 @@ def test_new_actions_round_trip_through_the_failure_database():
                A.UpdateWeights(True, distributed=True), A.OnPhase("decode", A.RlCycle("retract", "all", 1, True), 24),
                A.Start(8, 1, 4, priority=20), A.Start(8, 2, 4, priority=None), A.UpdateWeights(False, missing=True)]
     assert failure_db.decode(failure_db.encode(program)) == program
-    assert A.GRAMMAR_VERSION == 17  # grammar 17 added the burst: stored choice sequences decode differently
+    assert A.GRAMMAR_VERSION == 18  # grammar 18 changed sequences' steps: stored choice sequences decode differently
 
 
 @pytest.mark.parametrize("sequence", ["paused", "bracketed"])
@@ -857,6 +857,13 @@ def test_a_burst_is_requests_posted_together_at_the_boundary_of_one_pass(burst):
     assert len(starts) in strategies.BURST_SIZES and all(s.beside is None for s in starts)
     if len(burst) == len(starts):  # no pressure: the requests alone
         return
+    if isinstance(burst[0], A.Start):  # grammar 18: pressure while they decode, held 3 to 6 rounds
+        *posted, decode, steps, release = burst
+        assert posted == starts and isinstance(decode, A.OnPhase) and decode.phase == "decode"
+        assert isinstance(decode.op, A.ExhaustKv) and decode.op.evict_cache
+        assert 0 <= decode.op.leave_pages <= len(starts)
+        assert isinstance(steps, A.Steps) and 3 <= steps.n <= 6 and release == A.ReleaseKv()
+        return
     idle, *middle, steps, release = burst
     assert isinstance(idle, A.OnPhase) and idle.phase == "idle"
     exhaust = idle.op
@@ -868,7 +875,91 @@ def test_a_burst_is_requests_posted_together_at_the_boundary_of_one_pass(burst):
 
 def test_bursts_are_a_sequence_kind_and_shrink_to_short_prompts():
     kinds = strategies.action_kinds("pp4", (), None)
-    assert sum(1 for _, sequence in kinds if sequence) == 4  # paused, bracketed, observed, burst
+    assert sum(1 for _, sequence in kinds if sequence) == 5  # paused, bracketed, observed, burst twice
     pressured = [find(strategies.bursts(), lambda b: isinstance(b[0], A.OnPhase) and len(b) == 5,
                       settings=settings(NO_DB, max_examples=500))]
     assert pressured[0][1].prompt_len in strategies.SHORT_PROMPT_LENGTHS  # shrinks to short prompts
+
+
+def test_a_step_inside_a_sequence_runs_one_to_three_rounds():
+    """Grammar 18: a step between a sequence's ends is 1 to 3 scheduler
+    rounds, so at pp=4 (six micro-batch slots a round) 1 to 18 iterations:
+    a decode under a KV bracket's pressure makes a few tokens, enough to
+    run the free KV down, before the KV comes back."""
+    for topology, most in (("pp1-overlap", 3), ("pp1-normal", 3), ("pp4", 18)):
+        paused_kind = [kind for kind, sequence in strategies.action_kinds(topology, (), None) if sequence][0]
+        draw = paused_kind(strategies.ALL_OP_KINDS)
+
+        def longest(seq):
+            return max((a.n for a in seq if isinstance(a, A.Steps)), default=0)
+
+        assert longest(find(draw, lambda s: longest(s) >= most, settings=settings(NO_DB, max_examples=2000))) == most
+        with pytest.raises(Exception):
+            find(draw, lambda s: longest(s) > most, settings=settings(max_examples=300, database=None))
+
+
+def _run_of_starts(seq) -> int:
+    best = run = 0
+    for a in seq:
+        run = run + 1 if isinstance(a, A.Start) else 0
+        best = max(best, run)
+    return best
+
+
+def test_a_lowered_limit_may_hold_requests_posted_together():
+    """Grammar 18: inside a set-limit bracket requests may be posted in one
+    iteration (under PP only those meet in one micro-batch's prefill, which
+    the limit bounds); four in a row only come from such a burst, and no
+    other bracket holds one."""
+    start = strategies.starts()
+    together = strategies.together()
+    drawn = find(strategies.bracketed(strategies.ALL_OP_KINDS, ("decode",), ("w",), 24, start, True, burst=together),
+                 lambda s: _run_of_starts(s) >= 4, settings=settings(NO_DB, max_examples=3000))
+    assert isinstance(drawn[0], A.SetLimit) and drawn[-1] == A.SetLimit("default"), drawn
+    with pytest.raises(Exception):
+        find(strategies.bracketed(strategies.ALL_OP_KINDS, ("decode",), ("w",), 24, start, True),
+             lambda s: _run_of_starts(s) >= 4, settings=settings(max_examples=500, database=None))
+
+
+class _PauseAheadCtx:
+    """What ``explore.release_memory`` reads of ``ctx``: a pause the program
+    posted stays unanswered for ``pending`` iterations, and SGLang's
+    precondition is refused while it does (``memory_release_allowed``)."""
+
+    def __init__(self, pending: int):
+        self.pending, self.released_memory, self.posted = pending, set(), []
+        self.scheduler = SimpleNamespace(mbs=[None] * 6)
+
+    def unsettled_ops_of_type(self, request_type):
+        return ["pause"] if request_type == "PauseGenerationReqInput" and self.pending else []
+
+    @property
+    def memory_release_allowed(self):
+        return not self.pending
+
+    def release_memory_occupation(self, names):
+        self.posted.append(names)
+        return SimpleNamespace(wait=lambda max_steps: iter(()))
+
+
+def _drive(gen, ctx):
+    steps = 0
+    try:
+        while True:
+            next(gen)
+            steps += 1
+            ctx.pending = max(0, ctx.pending - 1)
+    except StopIteration as stop:
+        return steps, stop.value
+
+
+def test_a_release_waits_for_the_programs_pause_to_be_answered():
+    """Grammar 18: a release right behind a pause steps until the pause was
+    answered and then releases (before it, SGLang's precondition was read
+    with the pause still ahead and the release always skipped); bounded."""
+    ctx = _PauseAheadCtx(pending=3)
+    steps, op = _drive(explore_helpers.release_memory(ctx, "kv_cache"), ctx)
+    assert (steps, ctx.posted) == (3, [["kv_cache"]]) and op is not None
+    stuck = _PauseAheadCtx(pending=10 ** 6)
+    steps, op = _drive(explore_helpers.release_memory(stuck, "all"), stuck)
+    assert op is None and stuck.posted == [] and steps == 4 * 6

@@ -130,6 +130,9 @@ def _opened(seq):
 def _opening(action):
     """The operation a sequence opens with, and where it was placed."""
     if isinstance(action, A.OnPhase):
+        if action.phase == "idle":  # grammar 18: a pause or a release once every request finished
+            assert isinstance(action.op, (A.Pause, A.ReleaseMemory)), action
+            return action.op, "idle"
         assert action.phase in PHASES
         return action.op, "phase"
     if isinstance(action, A.OnWindow):
@@ -145,12 +148,12 @@ def test_the_sequences_open_and_close_as_clients_drive_them(data):
     start = S.starts()
     paused, _ = _opened(data.draw(S.paused(kept, PHASES, WINDOWS, 24, start)))
     first, _ = _opening(paused[0])
-    # the pause, an update (optional), what happens while paused, the continue
+    # the pause, an update or a release (optional), what happens while paused, the continue
     assert isinstance(first, A.Pause) and paused[-1] == A.Continue() and len(paused) <= 3 + S.SEQUENCE_BETWEEN
     modes = {m for m in S.PAUSE_MODES if S.CONTROL_OP_NAMES.index(f"pause_{m}") in kept}
     assert not modes or first.mode in modes
-    if len(paused) == 3 + S.SEQUENCE_BETWEEN:  # only with the update right after the pause
-        assert isinstance(paused[1], A.UpdateWeights)
+    if len(paused) == 3 + S.SEQUENCE_BETWEEN:  # only with the update or the release right after the pause
+        assert isinstance(paused[1], (A.UpdateWeights, A.ReleaseMemory))
     if isinstance(paused[1], A.UpdateWeights):  # placed after the pause: of a kind the program keeps
         assert S.CONTROL_OP_NAMES.index(_name(paused[1])) in kept or len(paused) <= 2 + S.SEQUENCE_BETWEEN
     for kv in (False, True):
@@ -203,6 +206,12 @@ def test_a_pause_is_mostly_for_a_weight_update_and_only_of_a_kept_kind():
     no_updates = tuple(i for i in everything if not S.CONTROL_OP_NAMES[i].startswith("update_"))
     for seq in _sequences(S.paused(no_updates, PHASES, WINDOWS, 24, start), 300):
         assert not any(isinstance(a, A.UpdateWeights) for a in seq), seq
+    # grammar 18: a quarter have a memory release there (the RL cycle as a sequence), only of a kept kind
+    with_release = sum(isinstance(seq[1], A.ReleaseMemory) for seq in drawn)
+    assert 0.1 * len(drawn) <= with_release <= 0.4 * len(drawn), with_release
+    no_release = tuple(i for i in everything if S.CONTROL_OP_NAMES[i] != "release_memory")
+    for seq in _sequences(S.paused(no_release, PHASES, WINDOWS, 24, start), 300):
+        assert not any(isinstance(a, A.ReleaseMemory) for a in seq), seq
 
 
 def test_an_observed_operation_is_mostly_compared_by_one_query_before_and_after_a_weight_change():
@@ -241,7 +250,7 @@ def test_every_bracket_and_every_placement_is_drawn():
         assert seq[-1] == close
     assert find(S.bracketed(S.ALL_OP_KINDS, PHASES, WINDOWS, 24, start, True),
                 lambda s: s[-1] == A.ReleaseKv(), settings=NO_DB)[0] == A.ExhaustKv(0)
-    for where in ("now", "phase", "window"):
+    for where in ("now", "phase", "window", "idle"):
         seq = find(S.paused(S.ALL_OP_KINDS, PHASES, WINDOWS, 24, start), lambda s: _opening(s[0])[1] == where,
                    settings=NO_DB)
         assert _opening(seq[0])[1] == where

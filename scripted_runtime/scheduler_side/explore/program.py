@@ -314,14 +314,29 @@ def pause(ctx, reqs, mode: str):
     return op
 
 
+# What a release waits for first: the program's own pauses and continues not answered yet. An RL
+# client sends the release after the pause's answer (each an awaited HTTP call), and a pause still
+# ahead of it changes what SGLang's idle assert sees (``ctx.memory_release_allowed`` refuses while
+# one is queued): without the wait, a release right behind its pause was always skipped (the RL
+# cycle with no gap never released, and at pp=4, where a pause takes a few iterations to be
+# processed, neither did one a few steps behind it).
+RELEASE_AFTER_TYPES = ("PauseGenerationReqInput", "ContinueGenerationReqInput")
+
+
 def release_memory(ctx, tags: str):
     """``yield from release_memory(ctx, tags)``: release ``tags`` (``"all"``
     or one tag) and step until it was processed, when SGLang's precondition
-    holds and none of them is released already; else nothing (None). KV
-    taken with ``exhaust_kv`` is given back first (``ctx`` does)."""
+    holds and none of them is released already; else nothing (None). It
+    first steps (bounded) until the program's pauses and continues were
+    answered (``RELEASE_AFTER_TYPES``). KV taken with ``exhaust_kv`` is
+    given back first (``ctx`` does)."""
     names = None if tags == "all" else [tags]
     wanted = sglang_compat.MEMORY_TAGS if names is None else tuple(names)
-    if any(t in ctx.released_memory for t in wanted) or not ctx.memory_release_allowed:
+    if any(t in ctx.released_memory for t in wanted):
+        return None
+    for request_type in RELEASE_AFTER_TYPES:
+        yield from _after_earlier(ctx, request_type)
+    if not ctx.memory_release_allowed:
         return None
     op = ctx.release_memory_occupation(names)
     yield from op.wait(max_steps=2 * _slots(ctx))

@@ -61,6 +61,12 @@ WINDOW_WAIT_STEPS = {"pp1-overlap": 24, "pp1-normal": 24, "pp4": 60, "pp1-hicach
 # 38 of 528 with 1 to 48).
 MAX_STEPS_ACTION = {"pp1-overlap": 8, "pp1-normal": 8, "pp4": 48, "pp1-hicache": 8, "pp1-lora": 8,
                     "pp1-priority": 8, "pp1-text": 8}
+# Iterations a step inside a sequence runs (between a sequence's ends, a burst's pressure and its
+# release): 1 to 3 rounds, so at pp=4 1 to 18 (grammar 18; 1 to 3 before, half a round: a decode
+# under a KV bracket's pressure made one token or none before the KV came back, so retract_decode,
+# which needs a few decode steps to run the free KV down, never ran inside one).
+SEQUENCE_GAP_STEPS = {"pp1-overlap": 3, "pp1-normal": 3, "pp4": 18, "pp1-hicache": 3, "pp1-lora": 3,
+                      "pp1-priority": 3, "pp1-text": 3}
 
 
 def windows_for(topology: str, features: Optional[Tuple[str, ...]] = None) -> Tuple[str, ...]:
@@ -291,7 +297,14 @@ def kv_pressure_drawn(topology: str) -> bool:
 # requests (prompt, new tokens and a page each) and less than the next one's, admission must
 # stop after k. Half the burst's prompts are short (at most half a chunk: several fit in one
 # pass's 64-token budget), half of any length (requests of very different lengths together).
+# Or (grammar 18) under pressure while they decode: once one decodes, the free KV taken (the tree
+# evicted) but the room SGLang's admitted requests may still need and 0 to one page per request
+# more, held for 3 to 6 rounds, so that ``retract_decode`` runs (a decode runs short when the free KV
+# is below a token per request). Posted together, under PP the requests share a micro-batch, and a
+# batch retracts only while it holds more than one: before grammar 18 a pp4 dev run of 2,203
+# programs reached a decode retraction 8 times.
 BURST_SIZES = (2, 3, 4)
+BURST_PRESSURES = ("none", "admission", "decode", "admission", "decode")
 SHORT_PROMPT_LENGTHS = tuple(n for n in PROMPT_LENGTHS if 2 * n <= A.CHUNK_TOKENS)
 
 
@@ -310,28 +323,45 @@ def _boundary_offset(draw: Callable, next_need: int) -> int:
     return next_need - 1 if edge == "high" else draw(st.integers(0, next_need - 1))
 
 
-@st.composite
-def bursts(draw: Callable, lengths: Tuple[int, ...] = PROMPT_LENGTHS, text: bool = False,
-           wait: int = WINDOW_WAIT_STEPS["pp1-overlap"]) -> Tuple[A.Action, ...]:
-    """A burst of requests (``BURST_SIZES``), two times in three under
-    pressure: once the engine is idle (within ``wait`` iterations), the
-    free KV taken (the tree evicted first) but room for the first k of the
-    burst's requests and less than the next one's; then the burst, a few
-    steps, and the KV given back. Idle, because only there is the boundary
-    where it is drawn: a running request holds room the take leaves it
-    (``program.room_sglang_reserved``), which a pass charges only in part
-    (its decode scaled by SGLang's new-token ratio, and under PP only in its
-    own micro-batch). Without pressure first, so that a failure needing
-    only the requests shrinks to them."""
+def together(lengths: Tuple[int, ...] = PROMPT_LENGTHS, text: bool = False) -> st.SearchStrategy:
+    """``BURST_SIZES`` requests posted in one iteration, half of them on short
+    prompts (several fit in one pass), half of any length."""
     short = tuple(n for n in lengths if n in SHORT_PROMPT_LENGTHS) or lengths
     one = st.one_of(starts(short, text=text), starts(lengths, text=text))
-    burst = [draw(one) for _ in range(draw(st.sampled_from(BURST_SIZES)))]
-    if not draw(st.sampled_from((False, True, True))):
+    return st.sampled_from(BURST_SIZES).flatmap(lambda n: st.tuples(*([one] * n)))
+
+
+@st.composite
+def bursts(draw: Callable, lengths: Tuple[int, ...] = PROMPT_LENGTHS, text: bool = False,
+           wait: int = WINDOW_WAIT_STEPS["pp1-overlap"],
+           gap_steps: int = SEQUENCE_GAP_STEPS["pp1-overlap"]) -> Tuple[A.Action, ...]:
+    """A burst of requests (``BURST_SIZES``), four times in five under
+    pressure (``BURST_PRESSURES``). At admission: once the engine is idle
+    (within ``wait`` iterations), the free KV taken (the tree evicted
+    first) but room for the first k of the burst's requests and less than
+    the next one's; then the burst, a few steps (1 to ``gap_steps``), and
+    the KV given back. Idle, because only there is the boundary where it
+    is drawn: a running request holds room the take leaves it
+    (``program.room_sglang_reserved``), which a pass charges only in part
+    (its decode scaled by SGLang's new-token ratio, and under PP only in its
+    own micro-batch). Or while they decode: the burst, then once a request
+    decodes the free KV taken but 0 to one page per request beyond what
+    SGLang's admitted requests may still need, held ``gap_steps`` to
+    ``2 * gap_steps`` steps (3 to 6 rounds: a decode round takes a token
+    per request), and given back. Without pressure first, so that a failure
+    needing only the requests shrinks to them."""
+    burst = list(draw(together(lengths, text)))
+    pressure = draw(st.sampled_from(BURST_PRESSURES))
+    if pressure == "none":
         return tuple(burst)
+    if pressure == "decode":
+        leave = draw(st.integers(0, len(burst)))
+        return (*burst, A.OnPhase("decode", A.ExhaustKv(leave, evict_cache=True), wait),
+                A.Steps(draw(st.integers(gap_steps, 2 * gap_steps))), A.ReleaseKv())
     k = draw(st.integers(1, len(burst) - 1))
     room = sum(_admission_need(r) for r in burst[:k]) + _boundary_offset(draw, _admission_need(burst[k]))
     return (A.OnPhase("idle", A.ExhaustKv(room, evict_cache=True), wait), *burst,
-            A.Steps(draw(st.integers(1, SEQUENCE_GAP_STEPS))), A.ReleaseKv())
+            A.Steps(draw(st.integers(1, gap_steps))), A.ReleaseKv())
 
 
 def phase_ops(topology: str, kept: Tuple[int, ...] = ALL_OP_KINDS) -> st.SearchStrategy:
@@ -383,7 +413,6 @@ def hicache_gate_actions() -> st.SearchStrategy:
 # pauses, updates and continues, and compares a checksum before and after; an operator lowers a
 # limit and puts it back), and drawn as single operations the closing one rarely follows the
 # opening one with only a few actions between.
-SEQUENCE_GAP_STEPS = 3
 SEQUENCE_BETWEEN = 3  # actions at most between a sequence's ends
 OBSERVING_QUERIES = ("checksum", "snapshot", "compare", "get_weights", "version", "server_info")
 # What opens a state and what closes it, by the control-operation kind that opens it (a pause
@@ -401,12 +430,20 @@ BRACKETS: Tuple[Tuple[str, st.SearchStrategy, A.Action], ...] = (
 KV_BRACKET = ("kv", exhaust_kvs(), A.ReleaseKv())
 
 
-def _between(kept: Tuple[int, ...], start: st.SearchStrategy) -> st.SearchStrategy:
+def _between(kept: Tuple[int, ...], start: st.SearchStrategy, gap_steps: int = SEQUENCE_GAP_STEPS["pp1-overlap"],
+             burst: Optional[st.SearchStrategy] = None) -> st.SearchStrategy:
     """What a sequence holds between its ends: up to ``SEQUENCE_BETWEEN`` of
-    a few steps, a request (``start``) or a control operation of the kinds
-    ``kept``."""
-    return st.lists(st.one_of(st.builds(A.Steps, n=st.integers(1, SEQUENCE_GAP_STEPS)), start,
-                              control_ops(kept, placed=True)), max_size=SEQUENCE_BETWEEN)
+    a few steps (1 to ``gap_steps``), a request (``start``), a control
+    operation of the kinds ``kept``, or with ``burst`` requests posted
+    together (a tuple, flattened into the sequence)."""
+    alternatives = [st.builds(A.Steps, n=st.integers(1, gap_steps)), start, control_ops(kept, placed=True)]
+    if burst is not None:
+        alternatives.append(burst)
+    return st.lists(st.one_of(*alternatives), max_size=SEQUENCE_BETWEEN).map(_flat)
+
+
+def _flat(items) -> Tuple[A.Action, ...]:
+    return tuple(a for item in items for a in (item if isinstance(item, tuple) else (item,)))
 
 
 def _opened(draw: Callable, op, loop_phases: Tuple[str, ...], windows_open: Tuple[str, ...], wait: int,
@@ -419,10 +456,18 @@ def _opened(draw: Callable, op, loop_phases: Tuple[str, ...], windows_open: Tupl
     arriving as the trainer pauses; the corpus's ``queued`` phase). Not a
     memory release: behind a request not processed yet the harness never
     posts one (``ctx.memory_release_allowed``: SGLang asserts idle), so it
-    would be drawn only to be skipped."""
+    would be drawn only to be skipped. A pause or a memory release may also
+    wait until the engine is idle (grammar 18): every request so far
+    finished, the tree holding their prompts, where an RL framework pauses
+    and releases between rollouts (SGLang's release asserts idle, so at
+    another phase it is refused unless a retract pause emptied the engine,
+    and under PP, which ignores a pause, never)."""
     arriving = start is not None and not isinstance(op, A.ReleaseMemory)
-    kept = {0, 1} | ({2} if windows_open else set()) | ({3} if arriving else set())
-    where = _pick(draw, ("now", "phase", "window", "arriving"), kept)
+    idle = isinstance(op, (A.Pause, A.ReleaseMemory))
+    kept = {0, 1} | ({2} if windows_open else set()) | ({3} if arriving else set()) | ({4} if idle else set())
+    where = _pick(draw, ("now", "phase", "window", "arriving", "idle"), kept)
+    if where == "idle":
+        return (A.OnPhase("idle", op, wait),)
     if where == "phase":
         return (A.OnPhase(_pick(draw, loop_phases), op, wait),)
     if where == "window":
@@ -443,35 +488,53 @@ def _kinds_kept(names: Sequence[str], kept: Tuple[int, ...]) -> Tuple[int, ...]:
     return tuple(CONTROL_OP_NAMES.index(n) for n in names if CONTROL_OP_NAMES.index(n) in kept)
 
 
+PAUSED_FIRST = ("none", "update", "release", "update")
+
+
 @st.composite
 def paused(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...], windows_open: Tuple[str, ...],
-           wait: int, start: st.SearchStrategy) -> Tuple[A.Action, ...]:
+           wait: int, start: st.SearchStrategy,
+           gap_steps: int = SEQUENCE_GAP_STEPS["pp1-overlap"]) -> Tuple[A.Action, ...]:
     """A pause of a kept mode, at once, once a phase holds, once a race
-    window opens or right behind a new request (``_opened``); half the
-    time (not first) a weight update of a kept kind right after it, what
-    RL frameworks pause for (PR 10071); what happens while paused
-    (``_between``); then its continue."""
+    window opens, right behind a new request or once idle (``_opened``);
+    right after it (``PAUSED_FIRST``: not first) a weight update of a kept
+    kind, what RL frameworks pause for (PR 10071), or (grammar 18) a memory
+    release of a drawn tag, what colocated ones do next (the continue
+    resumes it, and loads the weights first where they were released: the
+    RL cycle as a sequence); what happens while paused (``_between``);
+    then its continue."""
     pause = A.Pause(_pick(draw, PAUSE_MODES, _kept_positions([f"pause_{m}" for m in PAUSE_MODES], kept)))
     opened = _opened(draw, pause, loop_phases, windows_open, wait, start)
     updates = _kinds_kept(WEIGHT_UPDATE_KINDS, kept)
-    update = (draw(control_ops(updates)),) if updates and draw(st.booleans()) else ()
-    return (*opened, *update, *draw(_between(kept, start)), A.Continue())
+    first = draw(st.sampled_from(PAUSED_FIRST))
+    update: Tuple[A.Action, ...] = ()
+    if first == "update" and updates:
+        update = (draw(control_ops(updates)),)
+    elif first == "release" and _kinds_kept(("release_memory",), kept):
+        update = (A.ReleaseMemory(draw(st.sampled_from(MEMORY_TAG_CHOICES))),)
+    return (*opened, *update, *draw(_between(kept, start, gap_steps)), A.Continue())
 
 
 @st.composite
 def bracketed(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...], windows_open: Tuple[str, ...],
-              wait: int, start: st.SearchStrategy, kv: bool) -> Tuple[A.Action, ...]:
+              wait: int, start: st.SearchStrategy, kv: bool, gap_steps: int = SEQUENCE_GAP_STEPS["pp1-overlap"],
+              burst: Optional[st.SearchStrategy] = None) -> Tuple[A.Action, ...]:
     """One of ``BRACKETS`` whose opening kind is kept (any when none is), or
     with ``kv`` taking the free KV: opened at once, once a phase holds,
     (a control operation) once a race window opens, or right behind a new
     request (``_opened``); what happens in it
-    (``_between``); then its close."""
+    (``_between``); then its close. Inside a lowered micro-batch limit,
+    given ``burst`` (``together``), requests may be posted together
+    (grammar 18): the limit bounds how many requests one prefill admits,
+    and under PP only requests that arrive in the same iteration meet in
+    one micro-batch's prefill (one posted a step later is the next slot's)."""
     brackets = BRACKETS + (KV_BRACKET,) if kv else BRACKETS
     open_ones = {i for i, (name, _, _) in enumerate(brackets) if name == "kv" or CONTROL_OP_NAMES.index(name) in kept}
     name, opening, close = _pick(draw, brackets, open_ones or range(len(brackets)))
     op = draw(opening)
     first = _opened(draw, op, loop_phases, () if name == "kv" else windows_open, wait, start)
-    return (*first, *draw(_between(kept, start)), close)
+    together_ = burst if name == "set_limit" else None
+    return (*first, *draw(_between(kept, start, gap_steps, together_)), close)
 
 
 # Which queries an observed operation has around it: none first, so that a failure needing only
@@ -521,8 +584,10 @@ def _action_kinds(topology: str, features: Tuple[str, ...], fuzz_cases: Optional
     wait = WINDOW_WAIT_STEPS[topology]
     loop_phases = TARGET_PHASES[LOOP_OF_TOPOLOGY[topology]]
     steps = st.builds(A.Steps, n=st.integers(1, MAX_STEPS_ACTION[topology]))
-    start = starts(HICACHE_PROMPT_LENGTHS if "hicache" in features else PROMPT_LENGTHS,
-                   pipeline=LOOP_OF_TOPOLOGY[topology] == "pp", text="text" in features)
+    gap = SEQUENCE_GAP_STEPS[topology]
+    lengths = HICACHE_PROMPT_LENGTHS if "hicache" in features else PROMPT_LENGTHS
+    start = starts(lengths, pipeline=LOOP_OF_TOPOLOGY[topology] == "pp", text="text" in features)
+    arriving_together = together(lengths, text="text" in features)
     resend, turn = resends(), turns()
     single: List[ActionKind] = [
         lambda ops: steps,
@@ -538,16 +603,16 @@ def _action_kinds(topology: str, features: Tuple[str, ...], fuzz_cases: Optional
     ]
     kv = kv_pressure_drawn(topology)
     sequences: List[ActionKind] = [
-        lambda ops: paused(ops, loop_phases, names, wait, start),
-        lambda ops: bracketed(ops, loop_phases, names, wait, start, kv),
+        lambda ops: paused(ops, loop_phases, names, wait, start, gap),
+        lambda ops: bracketed(ops, loop_phases, names, wait, start, kv, gap, arriving_together),
         lambda ops: observed(ops),
     ]
     if kv:
         pressure = kv_pressure_actions()
         single.append(lambda ops: pressure)
-        burst = bursts(HICACHE_PROMPT_LENGTHS if "hicache" in features else PROMPT_LENGTHS, text="text" in features,
-                       wait=wait)
-        sequences.append(lambda ops: burst)
+        burst = bursts(lengths, text="text" in features, wait=wait, gap_steps=gap)
+        # twice as likely as another kind (grammar 18): a burst carries two pressures (admission, decode)
+        sequences += [lambda ops: burst, lambda ops: burst]
     if "hicache" in features:
         gate, hicache_start = hicache_gate_actions(), starts(HICACHE_PROMPT_LENGTHS)
         single += [lambda ops: gate, lambda ops: hicache_start]  # new traffic twice as often: evictions, returns
