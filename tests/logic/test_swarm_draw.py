@@ -95,7 +95,15 @@ def test_swarm_programs_hold_fewer_kinds_than_uniform_ones(monkeypatch):
     """What swarm testing is for: a program focused on a few kinds of action
     rather than one of everything. Over 600 derandomized pp1-normal
     programs, fewer distinct action types per program than when every
-    program keeps every kind (2148 against 2888 when written)."""
+    program keeps every kind (2148 against 2888 when written). On grammar
+    18 (a burst, drawn twice as often, flattens into the types single
+    actions have) four seeded samples gave ratios of 0.78 to 0.94, so the
+    bound is 0.95; only the built-in actions count (an extension another
+    test loaded would add a kind)."""
+    from scripted_runtime import extensions
+
+    monkeypatch.setattr(extensions, "actions", lambda: {})
+
     def count():
         kinds = 0
 
@@ -111,7 +119,7 @@ def test_swarm_programs_hold_fewer_kinds_than_uniform_ones(monkeypatch):
     swarm = count()
     monkeypatch.setattr(S, "_kept", lambda draw, n: tuple(range(n)))
     uniform = count()
-    assert swarm < 0.9 * uniform, (swarm, uniform)
+    assert swarm < 0.95 * uniform, (swarm, uniform)
 
 
 WINDOWS = S.windows_for("pp1-normal")
