@@ -50,9 +50,11 @@ CHUNK_TOKENS = 64  # engine_config.COMMON["chunked_prefill_size"]
 # pp=1's 1 to 8), not 1 to 12: a request decodes one token a round there.
 # 17: a burst (a sequence, with KV pressure drawn): requests posted in one iteration under free KV
 # at the boundary of what one prefill pass can admit (room for the first k, not k + 1).
-# 18: a step inside a sequence is 1 to 3 rounds (at pp=4 1 to 18 iterations, not 1 to 3); inside a
-# lowered micro-batch limit, requests may be posted together; a memory release first waits for the
-# program's pause and continue to be answered (behind an unanswered pause it was always skipped).
+# 18: a step inside a sequence is 1 to 3 rounds (at pp=4 1 to 18 iterations, not 1 to 3); a burst
+# may come under KV pressure while it decodes, and is drawn twice as often; a pause or a release may
+# wait for idle, and a paused sequence may release memory; inside a lowered micro-batch limit,
+# requests may be posted together; a memory release first waits for the program's pause and
+# continue to be answered (behind an unanswered pause it was always skipped).
 GRAMMAR_VERSION = 18
 # A request's priority on a priority-scheduling topology (pp1-priority: higher first, SGLang's
 # preemption threshold 10): none sent (SGLang's worst, preempted by any other), 0 twice, 5 (better

@@ -488,6 +488,8 @@ def _kinds_kept(names: Sequence[str], kept: Tuple[int, ...]) -> Tuple[int, ...]:
     return tuple(CONTROL_OP_NAMES.index(n) for n in names if CONTROL_OP_NAMES.index(n) in kept)
 
 
+# What a paused sequence does right after its pause: nothing (first, what a failure shrinks to), a
+# weight update (half the time), or a memory release (a quarter, grammar 18).
 PAUSED_FIRST = ("none", "update", "release", "update")
 
 
@@ -533,8 +535,8 @@ def bracketed(draw: Callable, kept: Tuple[int, ...], loop_phases: Tuple[str, ...
     name, opening, close = _pick(draw, brackets, open_ones or range(len(brackets)))
     op = draw(opening)
     first = _opened(draw, op, loop_phases, () if name == "kv" else windows_open, wait, start)
-    together_ = burst if name == "set_limit" else None
-    return (*first, *draw(_between(kept, start, gap_steps, together_)), close)
+    limit_burst = burst if name == "set_limit" else None
+    return (*first, *draw(_between(kept, start, gap_steps, limit_burst)), close)
 
 
 # Which queries an observed operation has around it: none first, so that a failure needing only
