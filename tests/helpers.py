@@ -57,3 +57,20 @@ def mutate_table(topology: str, out_dir: Path, *args: str, timeout_s: float = 18
     rows = {r["mutant"]: r for r in json.loads(table.read_text())["rows"]}
     assert rows[mutate.BASELINE]["status"] == "clean", rows[mutate.BASELINE]
     return rows
+
+
+def derandomized_draws(strategy, n: int = 1000) -> list:
+    """``n`` derandomized draws of a Hypothesis ``strategy``, without
+    shrinking: what a grammar test counts shapes over."""
+    from hypothesis import HealthCheck, given, settings
+
+    drawn = []
+
+    @settings(max_examples=n, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def collect(seq):
+        drawn.append(seq)
+
+    collect()
+    return drawn

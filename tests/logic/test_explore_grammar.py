@@ -14,6 +14,7 @@ from scripted_runtime.scheduler_side.explore import program as explore_helpers, 
 from scripted_runtime.user_side.explore import actions as A, corpus, failure_db, runner, strategies
 from scripted_runtime.user_side.server_config import ServerConfig
 from tests.fakes import FakeScheduler
+from tests.helpers import derandomized_draws
 
 # derandomized: find() then draws the same examples every run (no flaky "no example found")
 NO_DB = settings(database=None, max_examples=2000, derandomize=True)
@@ -906,18 +907,7 @@ def _run_of_starts(seq) -> int:
     return best
 
 
-def _draws(strategy, n: int) -> list:
-    """``n`` derandomized draws of ``strategy`` (no shrinking)."""
-    drawn = []
-
-    @settings(max_examples=n, derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
-    @given(strategy)
-    def collect(seq):
-        drawn.append(seq)
-
-    collect()
-    return drawn
+_draws = derandomized_draws
 
 
 def test_a_lowered_limit_may_hold_requests_posted_together():

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, find, given, settings, strategies as st
 
 from scripted_runtime.user_side.explore import actions as A, strategies as S
+from tests.helpers import derandomized_draws
 
 NO_DB = settings(database=None, max_examples=2000, derandomize=True)
 PHASES = S.TARGET_PHASES["normal"]
@@ -185,18 +186,7 @@ def test_the_sequences_open_and_close_as_clients_drive_them(data):
         assert all(isinstance(q, A.WeightQuery) and q.kind in S.OBSERVING_QUERIES for q in (observed[0], observed[2]))
 
 
-def _sequences(strategy, n: int = 1000) -> list:
-    """``n`` derandomized draws of ``strategy``."""
-    drawn = []
-
-    @settings(max_examples=n, derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
-    @given(strategy)
-    def collect(seq):
-        drawn.append(seq)
-
-    collect()
-    return drawn
+_sequences = derandomized_draws
 
 
 def test_a_pause_is_mostly_for_a_weight_update_and_only_of_a_kept_kind():
