@@ -323,9 +323,11 @@ def _boundary_offset(draw: Callable, next_need: int) -> int:
     return next_need - 1 if edge == "high" else draw(st.integers(0, next_need - 1))
 
 
+@functools.lru_cache(maxsize=None)
 def together(lengths: Tuple[int, ...] = PROMPT_LENGTHS, text: bool = False) -> st.SearchStrategy:
     """``BURST_SIZES`` requests posted in one iteration, half of them on short
-    prompts (several fit in one pass), half of any length."""
+    prompts (several fit in one pass), half of any length. Built once per
+    arguments: ``bursts`` asks for it at every draw."""
     short = tuple(n for n in lengths if n in SHORT_PROMPT_LENGTHS) or lengths
     one = st.one_of(starts(short, text=text), starts(lengths, text=text))
     return st.sampled_from(BURST_SIZES).flatmap(lambda n: st.tuples(*([one] * n)))
