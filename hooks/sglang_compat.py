@@ -965,6 +965,40 @@ def priority_entry(req: Any) -> Tuple[str, int, float, bool]:
 
 
 # ---------------------------------------------------------------------------
+# A request's fill ids (the fill_ids contract, scheduler_side/fill_ids_contract.py).
+# 0.5.23: ``Req.full_untruncated_fill_ids`` is the sequence an extend reads
+# from (``extend_end`` cuts it) and the release's checkpoint inserts into the
+# radix tree; ``Req.refresh_fill_ids`` keeps it "== origin_input_ids +
+# output_ids" (its docstring) and ``init_next_round_input`` runs it whenever a
+# request is admitted, a fresh one, the next chunk of a chunked one, or one
+# resumed after a retraction. Older releases keep ``fill_ids`` and rebuild it
+# there (not judged: no such attribute).
+FILL_IDS_ATTR = "full_untruncated_fill_ids"
+
+
+def fill_ids_desync(req: Any) -> Optional[Tuple[str, int, int, int, int]]:
+    """``(rid, len(fill ids), len(prompt), len(output), first differing
+    position)`` when an admitted request's fill ids are not its prompt
+    followed by its output so far, else None (also where the release has no
+    such fields, or for a finished request or a diffusion LM's, whose fill
+    ids carry a mask block)."""
+    fill = getattr(req, FILL_IDS_ATTR, None)
+    if fill is None or req.finished():
+        return None
+    is_dllm = getattr(req, "is_dllm", None)
+    if callable(is_dllm) and is_dllm():
+        return None
+    origin, output = req.origin_input_ids, req.output_ids
+    n_in, n_out = len(origin), len(output)
+    expected = list(origin) + list(output)
+    got = list(fill)
+    if got == expected:
+        return None
+    first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+    return (req.rid, len(got), n_in, n_out, first)
+
+
+# ---------------------------------------------------------------------------
 # A prefill pass's admission (the admission_budget contract,
 # scheduler_side/admission_contract.py). 0.5.23: ``Scheduler.
 # get_new_batch_prefill`` builds a ``PrefillAdder`` whose ``PrefillBudget``

@@ -26,8 +26,9 @@ import zmq
 
 from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime import extensions, protocol
-from scripted_runtime.scheduler_side import (contracts, control, memory_occupation, reset_fingerprint,
-                                             runtime_contracts, runtime_knobs, script_loader, state)
+from scripted_runtime.scheduler_side import (contracts, control, fill_ids_contract, memory_occupation,
+                                             reset_fingerprint, runtime_contracts, runtime_knobs, script_loader,
+                                             state)
 from scripted_runtime.scheduler_side.context.api import MEMORY_OPS, ScriptContext
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
@@ -153,8 +154,17 @@ class Driver:
                 len(getattr(getattr(self.scheduler, "running_batch", None), "reqs", None) or ()) if extend else -1,
                 self._priority_pass(reqs) if extend and self.priority_on else None,
                 self._take_admission(batch) if extend else None,
+                self._fill_desync(reqs) if extend else (),
             )
         )
+
+    def _fill_desync(self, reqs: Any) -> Tuple[Any, ...]:
+        """For the fill_ids contract (when on): the launched extend's requests
+        whose fill ids are not their prompt followed by their output."""
+        if not self.observer.check_enabled(fill_ids_contract.NAME):
+            return ()
+        desync = [d for d in map(sglang_compat.fill_ids_desync, reqs) if d is not None]
+        return tuple(desync)
 
     def _take_admission(self, batch: Any):
         """The admission the last prefill pass recorded, if it made ``batch``."""

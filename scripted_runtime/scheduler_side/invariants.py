@@ -42,6 +42,7 @@ from scripted_runtime.scheduler_side import check_registry, contracts, runtime_c
 from scripted_runtime.scheduler_side import lora_contract  # registers after runtime_contracts: its checks run after
 from scripted_runtime.scheduler_side import priority_contract  # and after lora's
 from scripted_runtime.scheduler_side import admission_contract  # and after priority's
+from scripted_runtime.scheduler_side import fill_ids_contract  # and after the admission budget
 # Imported for the checks they register: once this module is imported, every
 # built-in check is in check_registry.
 from scripted_runtime.scheduler_side import hicache_checks, output_oracle, request_contract  # noqa: F401
@@ -149,6 +150,7 @@ class InvariantMemory:
     lora: lora_contract.LoraMemory = field(default_factory=lora_contract.LoraMemory)
     priority: priority_contract.PriorityMemory = field(default_factory=priority_contract.PriorityMemory)
     admission: admission_contract.AdmissionMemory = field(default_factory=admission_contract.AdmissionMemory)
+    fill_ids: fill_ids_contract.FillIdsMemory = field(default_factory=fill_ids_contract.FillIdsMemory)
     step_inputs: StepInputs = field(default_factory=StepInputs)
 
     def free_kv_counts(self, s: Any) -> Any:

@@ -39,6 +39,9 @@ class BatchRecord(NamedTuple):
     # KV its pass began with and (rid, extend, new tokens charged) of each request the pass
     # admitted (not the continuing chunked request); None where the pass was not judged
     admission: Optional[Tuple[Tuple[int, int, int], Tuple[Tuple[str, int, int], ...]]] = None
+    # an extend the fill_ids contract judged (``Driver.fill_ids_judged``): each launched request whose
+    # fill ids were not its prompt followed by its output (``sglang_compat.fill_ids_desync``)
+    fill_desync: Tuple[Tuple[str, int, int, int, int], ...] = ()
 
     def preempted(self) -> List[Tuple[Any, ...]]:
         """The priority entries (``sglang_compat.priority_entry``) of the

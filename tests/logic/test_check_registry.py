@@ -21,7 +21,7 @@ from tests.logic.test_hicache_gate import _host_scheduler, _node, _scheduler
 BUILTIN_ORDER = ("idle_gate", "slot_ownership", "radix_locks", "pool_accounting", "hicache_load_before_read",
                  "hicache_transfer_slots", "hicache_host_accounting", "pause", "continue", "abort", "flush",
                  "update_weights", "memory_occupation", "runtime_limits", "weight_queries", "sessions", "diagnostics", "lora",
-                 "priority", "admission_budget", "greedy_output", "request_semantics", "logprobs", "answer_delivery", "weight_versions", "request_survival")
+                 "priority", "admission_budget", "fill_ids", "greedy_output", "request_semantics", "logprobs", "answer_delivery", "weight_versions", "request_survival")
 
 
 @pytest.fixture
@@ -48,14 +48,15 @@ def test_every_builtin_check_is_registered_in_order_with_its_group():
     assert check_registry.names() == BUILTIN_ORDER == invariants.NAMES
     groups = {c.name: c.group for c in check_registry.builtin_checks()}
     assert [n for n in BUILTIN_ORDER if groups[n] == "hicache"] == list(invariants.INVARIANT_NAMES[4:])
-    assert check_registry.names("contract") == contracts.NAMES + runtime_contracts.NAMES + ("lora", "priority", "admission_budget") == \
+    assert check_registry.names("contract") == contracts.NAMES + runtime_contracts.NAMES + ("lora", "priority", "admission_budget", "fill_ids") == \
         invariants.CONTRACT_NAMES
     assert check_registry.names("end_check") == ("greedy_output", "request_semantics", "logprobs",
                                                  "answer_delivery", "weight_versions", "request_survival")
     assert all(c.doc for c in check_registry.builtin_checks())
     # the control contracts are one check under six names, the runtime ones another under three, LoRA's a
-    # third, priority's a fourth, the admission budget a fifth; the end checks run at a program's end
-    assert len({c.run for c in check_registry.builtin_checks() if c.group == "contract"}) == 5
+    # third, priority's a fourth, the admission budget a fifth, the fill ids a sixth; the end checks run at a
+    # program's end
+    assert len({c.run for c in check_registry.builtin_checks() if c.group == "contract"}) == 6
     assert [c.name for c in check_registry.builtin_checks() if c.run is None] == [
         "greedy_output", "request_semantics", "logprobs", "answer_delivery", "weight_versions", "request_survival"]
     assert [check_registry.kind_of(n) for n in ("abort", "slot_ownership", "greedy_output")] == [
