@@ -136,5 +136,71 @@ def take_piece_timers(ctx):
     yield  # noqa: unreachable
 
 
+
+# --- cold against warm (bench/cold_warm.py) -----------------------------------
+
+_COLD_WARM_ATTR = "_bench_cold_warm"
+COLD_WARM_PIECES = ("StateView (scan)", "check_slot_ownership", "check_pool_accounting", "check_radix_locks",
+                    "trace snapshot")
+
+
+def install_cold_warm(ctx, repeats: int = 2):
+    """At every iteration of the scripts run after this one (until
+    ``take_cold_warm``), just before the observer's after-script work, time
+    the scan, three invariants and the trace snapshot on the scheduler's
+    state as the forward left it (cold), then ``repeats`` times more right
+    away on the same state (warm: the same code and data, now in cache);
+    then the observer's real work. What the pieces change is the slot
+    ownership check's memory (its caches of the free lists, a chunked
+    request's row), and on an unchanged state they change nothing, so the
+    real work sees what it would have. Returns nothing."""
+    import time as _time
+
+    from scripted_runtime.scheduler_side import invariants, trace_record
+
+    d = scheduler_hook.installed_driver(ctx.scheduler)
+    obs = d.observer
+    s = ctx.scheduler
+    original = obs.after_script
+    rows = []
+    clock = _time.perf_counter_ns
+
+    def once(mem):
+        t = [clock()]
+        view = invariants.StateView(s, extra_held_tokens=0)
+        t.append(clock())
+        invariants.check_slot_ownership(view, mem)
+        t.append(clock())
+        invariants.check_pool_accounting(view, mem)
+        t.append(clock())
+        invariants.check_radix_locks(view, mem)
+        t.append(clock())
+        trace_record.snapshot(s, view)
+        t.append(clock())
+        return [b - a for a, b in zip(t, t[1:])]
+
+    def after_script():
+        if not obs._pending:
+            return original()
+        mem = obs.invariants.memory
+        rows.append([once(mem) for _ in range(1 + repeats)])
+        return original()
+
+    obs.after_script = after_script
+    setattr(d, _COLD_WARM_ATTR, rows)
+    return None
+    yield  # noqa: unreachable - makes this a generator, as every script must be
+
+
+def take_cold_warm(ctx):
+    """Remove ``install_cold_warm``'s wrapper; returns, per iteration, per
+    pass (cold first), the ns of each of ``COLD_WARM_PIECES``."""
+    d = scheduler_hook.installed_driver(ctx.scheduler)
+    rows = getattr(d, _COLD_WARM_ATTR)
+    del d.observer.after_script
+    delattr(d, _COLD_WARM_ATTR)
+    return rows
+    yield  # noqa: unreachable
+
 if __name__ == "__main__":
     print(__doc__)

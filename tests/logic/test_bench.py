@@ -24,6 +24,7 @@ proctree = load_bench("proctree")
 compare = load_bench("compare")
 invariants_bench = load_bench("invariants")
 iteration_cost = load_bench("iteration_cost")
+cold_warm = load_bench("cold_warm")
 decode_gap = load_bench("decode_gap")
 explore_bench = load_bench("explore")
 novelty_bench = load_bench("novelty")
@@ -274,6 +275,22 @@ def test_iteration_cost_table_orders_pieces_and_leaves_out_what_a_configuration_
         "| pp1 | bare: driver: before_iteration (all) | 75.0 | 70.0..80.0 |",
         "| pp1 | default: driver: before_iteration (all) | 235.0 | 230.0..240.0 |",
         "| pp1 | default: check: x | 45.0 | 40.0..50.0 |"])
+
+
+def test_cold_warm_table_gives_each_piece_per_pass_and_their_sum():
+    # two iterations, a cold pass and one warm pass each, ns per piece
+    rows = [[[10_000, 30_000, 10_000, 4_000, 8_000], [5_000, 10_000, 4_000, 2_000, 5_000]],
+            [[12_000, 40_000, 12_000, 6_000, 10_000], [7_000, 8_000, 6_000, 2_000, 7_000]]]
+    assert cold_warm.table({"pp1": rows}) == "\n".join([
+        "| topology | piece | cold (right after the forward) | warm 1 |",
+        "|---|---|---|---|",
+        "| pp1 | StateView (scan) | 11.0 | 6.0 |",
+        "| pp1 | check_slot_ownership | 35.0 | 9.0 |",
+        "| pp1 | check_pool_accounting | 11.0 | 5.0 |",
+        "| pp1 | check_radix_locks | 5.0 | 2.0 |",
+        "| pp1 | trace snapshot | 9.0 | 6.0 |",
+        "| pp1 | the five pieces above | 71.0 | 28.0 |",
+        "| pp1 | iterations | 2 |  |"])
 
 
 def test_explore_table():
