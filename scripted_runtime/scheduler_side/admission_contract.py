@@ -67,12 +67,7 @@ def over_admitted(admission: Any) -> Optional[str]:
 
 @check_registry.contract(NAME, docs={NAME: DOC})
 def check(view: Any, memory: Any) -> Optional[Violation]:
-    mem: AdmissionMemory = memory.admission
-    inputs = memory.step_inputs
-    launched = inputs.launched_since(mem)
-    if not inputs.enabled(NAME):
-        return None
-    for b in launched:
+    for b in memory.step_inputs.launched_to_judge(memory.admission, NAME):
         if b.admission is None:
             continue
         words = over_admitted(b.admission)

@@ -50,12 +50,7 @@ def desync_words(desync: Any) -> str:
 
 @check_registry.contract(NAME, docs={NAME: DOC})
 def check(view: Any, memory: Any) -> Optional[Violation]:
-    mem: FillIdsMemory = memory.fill_ids
-    inputs = memory.step_inputs
-    launched = inputs.launched_since(mem)
-    if not inputs.enabled(NAME):
-        return None
-    for b in launched:
+    for b in memory.step_inputs.launched_to_judge(memory.fill_ids, NAME):
         if b.fill_desync:
             rids = {d[0] for d in b.fill_desync}
             return Violation(NAME, f"the extend launched at step {b.step} reads fill ids that are not the prompt "

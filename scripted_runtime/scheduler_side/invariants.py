@@ -133,6 +133,12 @@ class StepInputs:
         memory.batch_cursor = len(self.batch_log)
         return launched
 
+    def launched_to_judge(self, memory: Any, name: str) -> List[Any]:
+        """``launched_since(memory)`` for the check ``name``: the forwards
+        launched since its cursor (moving it), none while it is off."""
+        launched = self.launched_since(memory)
+        return launched if self.enabled(name) else []
+
 
 @dataclass
 class InvariantMemory:
