@@ -26,9 +26,8 @@ import zmq
 
 from scripted_runtime.hooks import hicache_gate, sglang_compat
 from scripted_runtime import extensions, protocol
-from scripted_runtime.scheduler_side import (contracts, control, fill_ids_contract, memory_occupation,
-                                             reset_fingerprint, runtime_contracts, runtime_knobs, script_loader,
-                                             state)
+from scripted_runtime.scheduler_side import (contracts, control, memory_occupation, reset_fingerprint,
+                                             runtime_contracts, runtime_knobs, script_loader, state)
 from scripted_runtime.scheduler_side.context.api import MEMORY_OPS, ScriptContext
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.http_poster import HttpPoster
@@ -161,7 +160,7 @@ class Driver:
     def _fill_desync(self, reqs: Any) -> Tuple[Any, ...]:
         """For the fill_ids contract (when on): the launched extend's requests
         whose fill ids are not their prompt followed by their output."""
-        if not self.observer.check_enabled(fill_ids_contract.NAME):
+        if not self.observer.judges_fill_ids:
             return ()
         desync = [d for d in map(sglang_compat.fill_ids_desync, reqs) if d is not None]
         return tuple(desync)

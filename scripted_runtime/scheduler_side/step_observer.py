@@ -20,6 +20,8 @@ from scripted_runtime.scheduler_side.abstract_state import AbstractStates
 from scripted_runtime.scheduler_side.request_tracker import RequestTracker
 from scripted_runtime.scheduler_side.control import ControlLedger
 from scripted_runtime.scheduler_side.invariants import InvariantChecker, StateView, Violation
+# after invariants, which registers every built-in check in the server's order
+from scripted_runtime.scheduler_side import fill_ids_contract
 from scripted_runtime.scheduler_side.rank_ops import KvPressure
 from scripted_runtime.scheduler_side.run_counters import RunCounters
 from scripted_runtime.scheduler_side import trace_record as trace_record
@@ -91,6 +93,12 @@ class StepObserver:
     def check_enabled(self, name: str) -> bool:
         """Whether check ``name`` runs in this script (not disabled by the run)."""
         return self.invariants.is_enabled(name)
+
+    @property
+    def judges_fill_ids(self) -> bool:
+        """Whether the fill-ids contract runs in this script (the driver
+        then records each extend's fill ids at its launch)."""
+        return self.invariants.is_enabled(fill_ids_contract.NAME)
 
     @property
     def contracts_enabled(self) -> bool:
