@@ -36,7 +36,6 @@ hides as ordinary memory pressure. The record is taken as the pass returns
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from scripted_runtime.scheduler_side import check_registry
@@ -46,11 +45,6 @@ NAME = "admission_budget"
 DOC = ("a prefill pass admits requests whose extend, new tokens (max_new_tokens less the output so far, as SGLang "
        "clips it) and a page each sum to less than the free plus evictable KV the pass began with; the continuing "
        "chunked request aside (plain single-pool budgets; not with priority preemption or HiCache)")
-
-
-@dataclass
-class AdmissionMemory:
-    batch_cursor: int = 0  # batch_log records judged so far
 
 
 def over_admitted(admission: Any) -> Optional[str]:

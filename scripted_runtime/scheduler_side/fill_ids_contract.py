@@ -24,7 +24,6 @@ fill ids carry a mask block), finished requests.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from scripted_runtime.scheduler_side import check_registry
@@ -34,11 +33,6 @@ NAME = "fill_ids"
 DOC = ("every extend launched reads, for each unfinished request in it, fill ids equal to its prompt followed by its "
        "output so far (Req.refresh_fill_ids' invariant, refreshed at each admission: a fresh request, a next chunk, "
        "a resume after a retraction, a session turn)")
-
-
-@dataclass
-class FillIdsMemory:
-    batch_cursor: int = 0  # batch_log records judged so far
 
 
 def desync_words(desync: Any) -> str:

@@ -41,8 +41,8 @@ from scripted_runtime import extensions
 from scripted_runtime.scheduler_side import check_registry, contracts, runtime_contracts, state
 from scripted_runtime.scheduler_side import lora_contract  # registers after runtime_contracts: its checks run after
 from scripted_runtime.scheduler_side import priority_contract  # and after lora's
-from scripted_runtime.scheduler_side import admission_contract  # and after priority's
-from scripted_runtime.scheduler_side import fill_ids_contract  # and after the admission budget
+from scripted_runtime.scheduler_side import admission_contract  # noqa: F401  (registers after priority's)
+from scripted_runtime.scheduler_side import fill_ids_contract  # noqa: F401  (and after the admission budget)
 # Imported for the checks they register: once this module is imported, every
 # built-in check is in check_registry.
 from scripted_runtime.scheduler_side import hicache_checks, output_oracle, request_contract  # noqa: F401
@@ -141,6 +141,15 @@ class StepInputs:
 
 
 @dataclass
+class BatchCursor:
+    """The memory of a check that judges each launched forward once and
+    nothing else (``StepInputs.launched_to_judge``): the admission budget,
+    the fill ids."""
+
+    batch_cursor: int = 0  # batch_log records judged so far
+
+
+@dataclass
 class InvariantMemory:
     """What a check remembers across iterations of one run, and this
     iteration's inputs (``step_inputs``, set by the checker)."""
@@ -155,8 +164,8 @@ class InvariantMemory:
     runtime: runtime_contracts.RuntimeMemory = field(default_factory=runtime_contracts.RuntimeMemory)
     lora: lora_contract.LoraMemory = field(default_factory=lora_contract.LoraMemory)
     priority: priority_contract.PriorityMemory = field(default_factory=priority_contract.PriorityMemory)
-    admission: admission_contract.AdmissionMemory = field(default_factory=admission_contract.AdmissionMemory)
-    fill_ids: fill_ids_contract.FillIdsMemory = field(default_factory=fill_ids_contract.FillIdsMemory)
+    admission: "BatchCursor" = field(default_factory=lambda: BatchCursor())  # admission_contract's
+    fill_ids: "BatchCursor" = field(default_factory=lambda: BatchCursor())  # fill_ids_contract's
     step_inputs: StepInputs = field(default_factory=StepInputs)
 
     def free_kv_counts(self, s: Any) -> Any:
