@@ -5,7 +5,8 @@ harness catches) and a user's own patches from a module outside this repo.
 
 A patch SPEC is one of:
 
-* ``NAME``: a built-in fix toggle or mutant (``pr27446``, ``mut_abort_keeps_row``);
+* ``NAME``: a built-in fix toggle, mutant or workaround of a registered bug
+  (``pr27446``, ``mut_abort_keeps_row``, ``fence_pp_profiler_stop``: ``hooks/workarounds.py``);
 * ``MODULE:ATTR``: ``ATTR`` of an importable module (``mypkg.mutants:skip_prune``);
 * ``PATH.py:ATTR``: ``ATTR`` of a Python file.
 
@@ -28,7 +29,7 @@ import ast
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from scripted_runtime.hooks import fix_toggles, mutants
+from scripted_runtime.hooks import fix_toggles, mutants, workarounds
 from scripted_runtime.hooks.patch_base import Patch, PatchError
 from scripted_runtime import protocol, specs
 
@@ -38,10 +39,11 @@ __all__ = ["Patch", "PatchError", "check", "load", "install_requested"]
 
 def _builtin() -> Dict[str, Any]:
     out: Dict[str, Any] = dict(fix_toggles.TOGGLES)
-    for name, patch in mutants.MUTANTS.items():
-        if name in out:
-            raise PatchError(f"patch name {name!r} is both a fix toggle and a mutant")
-        out[name] = patch
+    for kind, table in (("mutant", mutants.MUTANTS), ("workaround", workarounds.WORKAROUNDS)):
+        for name, patch in table.items():
+            if name in out:
+                raise PatchError(f"patch name {name!r} is both a {kind} and another built-in patch")
+            out[name] = patch
     return out
 
 

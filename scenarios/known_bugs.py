@@ -553,7 +553,7 @@ def pp_profiler_stop_with_sends_in_flight(ctx, rounds=100, profile=True):
     about 38) are enough on the 2-core CPU box (torch 2.14.1), and the 100
     rounds stay inside a run's default timeout; the same rounds without the profile pass
     (``scenarios/profiler_stress.py``). With the in-flight sends waited
-    before the stop (``scenarios/profiler_stop_fence.py``) it passes
+    before the stop (the built-in workaround ``fence_pp_profiler_stop``, hooks/workarounds.py) it passes
     (docs/upstream/pp-profiler-stop-with-sends-in-flight.md). ``profile=False``:
     the same rounds without the profile, the control.
     """

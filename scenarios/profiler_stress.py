@@ -9,13 +9,13 @@ scheduler's memory within tens to a few thousand iterations (74 to 2,085 so far)
 closed connection), a forward's KV store with an index like
 62997886067213, or the harness's scan reading a length of hundreds of TiB.
 ``without_profiles`` runs the same rounds with no profile and passes; with
-the candidate fix ``scenarios/profiler_stop_fence.py`` patched in,
-``with_profiles`` passes (3 of 3).
+the candidate fix patched in (the built-in workaround ``fence_pp_profiler_stop``,
+hooks/workarounds.py), ``with_profiles`` passes (3 of 3).
 
     scripted-runtime run scenarios/profiler_stress.py:with_profiles --pp 4
     scripted-runtime run scenarios/profiler_stress.py:without_profiles --pp 4
     scripted-runtime run scenarios/profiler_stress.py:with_profiles --pp 4 \
-        --patch scenarios/profiler_stop_fence.py:fence_sends_before_profiler_stop
+        --patch fence_pp_profiler_stop
 
 Each round: two streamed requests (8 or 48 tokens, 6 new, input logprobs
 from token 0), a two-forward CPU profile (``ctx.start_profile(num_steps=2)``:

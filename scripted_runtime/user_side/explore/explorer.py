@@ -52,6 +52,9 @@ class ExploreReport:
     # checks turned off because a registered bug breaks them on nearly every program here:
     # check -> the bug's name (``known_bugs.waived_checks``; ``ExploreSettings.waive_known``)
     waived: Dict[str, str] = field(default_factory=dict)
+    # workarounds of registered bugs the explorer's servers were started with: patch -> the bug's
+    # name (``known_bugs.workarounds``; ``ExploreSettings.waive_known``, a server of its own only)
+    worked_around: Dict[str, str] = field(default_factory=dict)
     # every failure signature met -> its first program as found, written the moment it was met
     kept: Dict[str, str] = field(default_factory=dict)
 
@@ -88,6 +91,13 @@ def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(),
     saved to it (unless ``database_read_only``). The command's default is
     ``OUT/failure-db``; ``ExploreSettings``'s is ``none``."""
     db = failure_db.open_database(settings.database, read_only=settings.database_read_only, out_dir=Path(out_dir))
+    worked_around: Dict[str, str] = {}
+    if server is None:
+        config, worked_around = work_around_known(config, settings)
+        for patch, name in worked_around.items():
+            progress(f"worked around: the registered {name} would end programs here, so its servers run "
+                     f"with the built-in patch {patch} ({known_bugs_mod.by_name(name).report}); its strict xfail "
+                     "runs without it (--no-waive-known to leave it out)")
     profile = settings.profile
     prof = search_mod.PROFILES[profile]
     topology = config.topology
@@ -129,7 +139,7 @@ def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(),
         stats = result.stats
         stats.start_s = start_s
         stats.sglang_version = version
-        report = ExploreReport(stats=stats, seed=result.seed, waived=dict(waived))
+        report = ExploreReport(stats=stats, seed=result.seed, waived=dict(waived), worked_around=worked_around)
         trace_dir = Path(out_dir) / "traces" / time.strftime("%Y%m%d-%H%M%S")
         report.kept = result.kept
         for name, (program, outcome, after) in result.known.items():
@@ -328,6 +338,27 @@ def waive_known_checks(config: ServerConfig, settings: ExploreSettings,
     return dataclasses.replace(config, checks=tuple(n for n in names if n not in waived)), waived
 
 
+def work_around_known(config: ServerConfig, settings: ExploreSettings,
+                      version: Optional[str] = None) -> Tuple[ServerConfig, Dict[str, str]]:
+    """``config`` with the workaround patches of the registered bugs that
+    apply to its topology and ``version`` (None: the installed release)
+    added after its own patches, and {patch: bug name} of those added; none
+    unless ``settings.waive_known``. Asked before the server starts, so the
+    release is the one this interpreter imports (the one its servers run)."""
+    if not settings.waive_known:
+        return config, {}
+    if version is None:
+        from scripted_runtime.hooks import sglang_compat
+
+        version = sglang_compat.installed_sglang_version()
+    added = {patch: name for patch, name in known_bugs_mod.workarounds(
+        settings.registry(), topology=config.topology, sglang_version=version).items()
+        if patch not in config.patches}
+    if not added:
+        return config, {}
+    return config.replace(patches=config.patches + tuple(added)), added
+
+
 def print_report(report: ExploreReport, *, profile: str, out=print) -> None:
     stats = report.stats
     out(stats.summary())
@@ -339,6 +370,9 @@ def print_report(report: ExploreReport, *, profile: str, out=print) -> None:
         out(f"seed: {report.seed} (rerun with --seed {report.seed})")
     else:
         out(f"seed: derandomized ({profile} profile: the same programs every run)")
+    for patch, name in report.worked_around.items():
+        out(f"worked around: {name}: its servers ran with the patch {patch} "
+            f"(reported upstream: {known_bugs_mod.by_name(name).report})")
     for check, name in report.waived.items():
         out(f"waived: {name}: the {check!r} check was off (it fails nearly every program here; "
             f"reported upstream: {known_bugs_mod.by_name(name).report})")
