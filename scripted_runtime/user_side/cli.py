@@ -301,8 +301,10 @@ def _cmd_ab(args: argparse.Namespace) -> int:
 
 EXIT_BISECT_SKIP, EXIT_BISECT_ABORT = 125, 255
 WAIVE_HELP = ("turn off the check a registered SGLang bug breaks on nearly every program where it applies "
-              "(pp_pause_ignored's pause contract at pp4 on 0.5.23), so programs go on past it and can show "
-              "other bugs; its strict xfail keeps it checked (default: on; docs/exploring.md)")
+              "(pp_pause_ignored's pause contract at pp4 on 0.5.23), and start the servers with the workaround "
+              "patch of a registered race that would end programs (fence_pp_profiler_stop at pp4), so programs "
+              "go on past them and can show other bugs; their strict xfails keep them checked (default: on; "
+              "docs/exploring.md)")
 
 
 def explore_settings(args: argparse.Namespace) -> "ExploreSettings":
@@ -418,8 +420,8 @@ def _add_extension_option(p: argparse.ArgumentParser) -> None:
 
 def _add_patch_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--patch", action="append", metavar="SPEC",
-                   help="apply this patch in every scheduler rank (repeatable): a built-in fix toggle or "
-                        "mutant NAME, or your own MODULE:ATTR / PATH.py:ATTR (see docs/mutants.md)")
+                   help="apply this patch in every scheduler rank (repeatable): a built-in fix toggle, "
+                        "mutant or workaround NAME, or your own MODULE:ATTR / PATH.py:ATTR (see docs/mutants.md)")
 
 
 def mutate_settings(args: argparse.Namespace) -> "ExploreSettings":
