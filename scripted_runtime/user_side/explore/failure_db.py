@@ -67,8 +67,13 @@ def key(config: ServerConfig, sglang_version: str) -> bytes:
     """The database key of one configuration: build (SGLang version, the
     patches and reverted fixes applied, the engine overrides), topology,
     grammar. The device, the extensions and the checks are not in it (they
-    never were: a key written by an earlier release still matches)."""
-    build = json.dumps({"sglang": sglang_version, "patches": sorted(config.patches),
+    never were: a key written by an earlier release still matches), nor the
+    workarounds of registered bugs an exploration adds (``hooks/workarounds.py``:
+    the same build's failures, found with or without them, are one set)."""
+    from scripted_runtime.hooks import workarounds
+
+    patches = sorted(p for p in config.patches if p not in workarounds.WORKAROUNDS)
+    build = json.dumps({"sglang": sglang_version, "patches": patches,
                         "reverted": sorted(config.revert_fixes),
                         "engine": {k: str(v) for k, v in sorted(config.engine_overrides)}},
                        sort_keys=True)
