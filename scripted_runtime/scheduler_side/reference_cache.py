@@ -4,7 +4,8 @@ build (scheduler process, driver rank).
 A reference is the greedy output of a prompt run alone on an idle engine
 (``output_oracle.reference``). It is determined by the build (the SGLang
 code, the harness's oracle code, the patches and reverted fixes the server
-runs with, except the workarounds of registered bugs, which change no output), the engine arguments that change numerics or scheduling (dtype,
+runs with, except the workarounds of registered bugs, which change no
+output), the engine arguments that change numerics or scheduling (dtype,
 device, attention and sampling backends, chunk and page sizes, tensor
 parallelism; not the pipeline topology, below),
 the weights (the served and the update checkpoints' files, and the weights

@@ -78,12 +78,15 @@ def test_explore_cli_finds_pr27446_without_being_told_the_window(tmp_path):
     text = proc.stdout + proc.stderr
     assert proc.returncode == 1, text
     assert "FAILURE: InvariantViolation[idle_gate]" in text, text
-    assert "the written file replays it: InvariantViolation[idle_gate]" in text, text
+    # the registered profiler race's workaround, on a server the command started (hooks/workarounds.py)
+    assert "worked around: the registered pp_profiler_stop_with_sends_in_flight" in text, text
+    assert "the written file replays it on a fresh server: InvariantViolation[idle_gate]" in text, text
     assert "deterministic: two runs gave the same" in text, text
     files = list(out_dir.glob("found_pp4_invariantviolation_idle_gate_*.py"))
     assert len(files) == 1, text
     source = files[0].read_text()
     assert "--revert-fix pr27446" in source and "def program(ctx):" in source
+    assert "--patch fence_pp_profiler_stop" in source  # its replay starts the server the search ran on
     assert "# <-- FAILS here" in source
     compile(source, str(files[0]), "exec")
     # The window was never named to the explorer: the program need not mention it.

@@ -94,9 +94,10 @@ def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(),
     worked_around: Dict[str, str] = {}
     if server is None:
         config, worked_around = work_around_known(config, settings)
+        reports = {bug.name: bug.report for bug in settings.registry()}
         for patch, name in worked_around.items():
             progress(f"worked around: the registered {name} would end programs here, so its servers run "
-                     f"with the built-in patch {patch} ({known_bugs_mod.by_name(name).report}); its strict xfail "
+                     f"with the built-in patch {patch} ({reports[name]}); its strict xfail "
                      "runs without it (--no-waive-known to leave it out)")
     profile = settings.profile
     prof = search_mod.PROFILES[profile]
@@ -371,8 +372,7 @@ def print_report(report: ExploreReport, *, profile: str, out=print) -> None:
     else:
         out(f"seed: derandomized ({profile} profile: the same programs every run)")
     for patch, name in report.worked_around.items():
-        out(f"worked around: {name}: its servers ran with the patch {patch} "
-            f"(reported upstream: {known_bugs_mod.by_name(name).report})")
+        out(f"worked around: {name}: its servers ran with the patch {patch}")
     for check, name in report.waived.items():
         out(f"waived: {name}: the {check!r} check was off (it fails nearly every program here; "
             f"reported upstream: {known_bugs_mod.by_name(name).report})")
