@@ -15,7 +15,7 @@ import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scripted_runtime.hooks import mutants as builtin_mutants
 from scripted_runtime.hooks import patches as patch_specs
@@ -38,6 +38,8 @@ class KillRow:
     scenario: Optional[str] = None
     replays: Optional[bool] = None  # the kill's written file, run once more, failed the same way
     wall_s: float = 0.0
+    # the workarounds of registered bugs its servers ran with (explore's ``worked_around``: patch names)
+    worked_around: Tuple[str, ...] = ()
 
     @property
     def killed(self) -> bool:
@@ -145,6 +147,7 @@ def run_table(config: ServerConfig = ServerConfig(), settings: ExploreSettings =
             row.caught_by = caught_by(row.signature)
         else:
             stats = report.stats
+            row.worked_around = tuple(getattr(report, "worked_around", None) or ())
             if report.failed:
                 row.status = "FAILED" if not patches else "killed"
                 row.signature = report.signature or ""

@@ -112,7 +112,9 @@ def _fake_explore(outcomes):
         stats = SimpleNamespace(examples=42)
         return SimpleNamespace(failed=what is not None, signature=what, stats=stats, first_failure_s=3.5,
                                found_after_examples=7, scenario_path="f.py" if what else None,
-                               replay_matches=True if what else None)
+                               replay_matches=True if what else None,
+                               worked_around={"fence_pp_profiler_stop": "pp_profiler_stop_with_sends_in_flight"}
+                               if topology == "pp4" else {})
 
     return explore, calls
 
@@ -142,6 +144,10 @@ def test_run_table_runs_the_baseline_first_then_each_applicable_mutant(user_pack
     assert status[("pp1-normal", "pr27446")].programs == 42
     start = status[("pp4", "pr27446")]
     assert start.status == "killed-at-start" and start.signature == "server start: fix toggle pr27446: not found"
+    # a row says which registered bug's workaround its servers ran with (in the --json rows)
+    assert status[("pp4", "(unmutated)")].worked_around == ("fence_pp_profiler_stop",)
+    assert killed.worked_around == ()
+    assert mutate.as_json(rows)["rows"][3]["worked_around"] == ("fence_pp_profiler_stop",)
     assert mutate.void_topologies(rows) == []
     s = mutate.summary(rows)
     assert (s["mutant_runs"], s["killed"], s["median_seconds_to_kill"]) == (3, 2, 3.5)
