@@ -164,8 +164,8 @@ class InvariantMemory:
     runtime: runtime_contracts.RuntimeMemory = field(default_factory=runtime_contracts.RuntimeMemory)
     lora: lora_contract.LoraMemory = field(default_factory=lora_contract.LoraMemory)
     priority: priority_contract.PriorityMemory = field(default_factory=priority_contract.PriorityMemory)
-    admission: "BatchCursor" = field(default_factory=lambda: BatchCursor())  # admission_contract's
-    fill_ids: "BatchCursor" = field(default_factory=lambda: BatchCursor())  # fill_ids_contract's
+    admission: BatchCursor = field(default_factory=BatchCursor)  # admission_contract's
+    fill_ids: BatchCursor = field(default_factory=BatchCursor)  # fill_ids_contract's
     step_inputs: StepInputs = field(default_factory=StepInputs)
 
     def free_kv_counts(self, s: Any) -> Any:

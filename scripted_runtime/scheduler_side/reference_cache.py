@@ -117,7 +117,7 @@ def key_of(scheduler: Any, harness_files: Sequence[str] = ()) -> Dict[str, Any]:
 
     # a registered bug's workaround changes when the loop waits, never what a request computes
     # (hooks/workarounds.py): the references of a build are the same with it or without it
-    patches = [p for p in protocol.listed(protocol.ENV_PATCHES) if p not in workarounds.WORKAROUNDS]
+    patches = workarounds.without_workarounds(protocol.listed(protocol.ENV_PATCHES))
     return {
         "format": FORMAT,
         "sglang": getattr(sglang, "__version__", "?"),

@@ -72,7 +72,7 @@ def key(config: ServerConfig, sglang_version: str) -> bytes:
     the same build's failures, found with or without them, are one set)."""
     from scripted_runtime.hooks import workarounds
 
-    patches = sorted(p for p in config.patches if p not in workarounds.WORKAROUNDS)
+    patches = sorted(workarounds.without_workarounds(config.patches))
     build = json.dumps({"sglang": sglang_version, "patches": patches,
                         "reverted": sorted(config.revert_fixes),
                         "engine": {k: str(v) for k, v in sorted(config.engine_overrides)}},
