@@ -1011,6 +1011,37 @@ PREFILL_PASS_METHOD = "get_new_batch_prefill"
 SCHEDULE_POLICY_MODULE = "sglang.srt.managers.schedule_policy"
 
 
+# The schedule policy's call counters (``SchedulePolicy`` in 0.5.23's
+# ``managers/schedule_policy.py``). Under a cache-agnostic policy (the
+# default ``fcfs``) every ``WAITING_PREFIX_REFRESH_INTERVAL``-th (32nd) prefill
+# pass touches the waiting requests' prefixes (``_touch_waiting_prefixes``),
+# a radix match that splits a node where a waiting prompt ends inside it;
+# the other counter only spaces a log line. ``flush_cache`` keeps them, so
+# which pass of a script the touch landed on depended on how many passes
+# the scripts before it took: the same program split a node one iteration
+# earlier or later (measured: 7 of 30 pairs of runs of one pp1-normal
+# program differed in ``tree_nodes``). The harness's reset starts them from
+# 0 on every rank (``restart_policy_call_counters``); a release without
+# them reads None.
+POLICY_CALL_COUNTERS = ("_waiting_prefix_refresh_calls", "_shortest_prefill_calls")
+
+
+def policy_call_counters(scheduler: Any) -> Optional[Tuple[Tuple[str, int], ...]]:
+    """The schedule policy's call counters, by name (None: it has none)."""
+    policy = getattr(scheduler, "policy", None)
+    found = tuple((name, int(getattr(policy, name))) for name in POLICY_CALL_COUNTERS
+                  if isinstance(getattr(policy, name, None), int))
+    return found or None
+
+
+def restart_policy_call_counters(scheduler: Any) -> None:
+    """Start the schedule policy's call counters from 0, as a fresh engine's."""
+    policy = getattr(scheduler, "policy", None)
+    for name in POLICY_CALL_COUNTERS:
+        if isinstance(getattr(policy, name, None), int):
+            setattr(policy, name, 0)
+
+
 def admission_unjudged(scheduler: Any) -> Optional[str]:
     """Why this scheduler's admission is not judged by the admission budget
     (None: it is). Only the plain single-pool budget is: the SWA, Mamba and

@@ -225,6 +225,7 @@ class Driver:
                 # for one a failed reset left queued).
                 self._reset_flushes_queued -= 1
                 self._reset_flush_answer = dispatcher(recv_req)
+                sglang_compat.restart_policy_call_counters(self.scheduler)  # as every other rank (rank_ops)
                 return None
             kind = type(recv_req).__name__
             if kind == contracts.ABORT_TYPE:

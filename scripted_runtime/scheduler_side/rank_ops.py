@@ -91,6 +91,8 @@ class RankAgent:
                 return None
             output = dispatcher(recv_req)
             memory_occupation.after_dispatch(self.scheduler, recv_req, output)
+            if sglang_compat.is_reset_flush(recv_req):  # the driver rank's reset: the same restart here
+                sglang_compat.restart_policy_call_counters(self.scheduler)
             return output
 
         dispatch.__wrapped__ = dispatcher

@@ -23,6 +23,9 @@ The parts, read off 0.5.23's scheduler (``event_loop_*``,
 * the admission estimate ``new_token_ratio_tracker.current`` (retraction
   raises it, decode steps lower it; the idle check resets it), which decides
   how many waiting requests a prefill admits;
+* the schedule policy's call counters (every 32nd prefill pass re-matches
+  the waiting requests' prefixes, which can split a radix node; the reset's
+  flush starts them from 0 on every rank: ``sglang_compat.POLICY_CALL_COUNTERS``);
 * the runtime knobs and open sessions (``runtime_knobs``: the micro-batch
   limit, slow_down's sleep, the weight version label, a weight-update
   session, the open sessions, whose requests outlive a flush; the reset
@@ -104,6 +107,7 @@ def take(s: Any) -> Dict[str, Any]:
         "deferred flush": getattr(flush_wrapper, "_pending", None) is not None,
         "requests deferred while paused": _len(getattr(s, "_deferred_input_requests", None)),
         "new_token_ratio": round(float(tracker.current), 9) if tracker is not None else None,
+        "schedule policy call counters": sglang_compat.policy_call_counters(s),
         "released memory (offload_tags)": sglang_compat.released_memory_tags(s),
         # a release overwrote the weights (memory_occupation) and no update loaded them
         "weights lost to a release and not loaded again": memory_occupation.weights_lost(s),

@@ -153,3 +153,30 @@ def test_under_pp_a_take_queued_then_released_in_the_same_step_holds_nothing_aft
     for _, op in inbox.frames:
         kv.on_dispatch(op)
     assert not kv.holding and len(s.token_to_kv_pool_allocator.free_pages) == TOTAL
+
+
+def test_another_rank_restarts_the_schedule_policy_counters_at_the_reset_flush_only():
+    """Every rank counts its own prefill passes (SGLang's schedule policy);
+    the driver's reset restarts its own at the reset's flush, and every other
+    rank must do the same at the same frame, or the ranks' trees would split
+    nodes at different passes (sglang_compat.POLICY_CALL_COUNTERS)."""
+    import pytest
+
+    pytest.importorskip("sglang")
+    from types import SimpleNamespace
+
+    from scripted_runtime.hooks import sglang_compat
+    from scripted_runtime.scheduler_side import rank_ops
+
+    other = FakeScheduler(idle=True)
+    other.policy = SimpleNamespace(_waiting_prefix_refresh_calls=37, _shortest_prefill_calls=5)
+    other._request_dispatcher = lambda req: ("sglang", type(req).__name__)
+    rank_ops.RankAgent(other)
+    plain_flush = type(sglang_compat.reset_flush_frame()[1])()
+    assert other._request_dispatcher(plain_flush) == ("sglang", "FlushCacheReqInput")
+    assert sglang_compat.policy_call_counters(other) == (("_waiting_prefix_refresh_calls", 37),
+                                                        ("_shortest_prefill_calls", 5))
+    other._request_dispatcher(sglang_compat.reset_flush_frame()[1])
+    assert sglang_compat.policy_call_counters(other) == (("_waiting_prefix_refresh_calls", 0),
+                                                        ("_shortest_prefill_calls", 0))
+    assert sglang_compat.policy_call_counters(SimpleNamespace(policy=SimpleNamespace())) is None
