@@ -1,0 +1,107 @@
+"""Does a program give the same step trace whatever ran before it on the
+server? The seed corpus, run twice on one server: in its order, then in a
+shuffled order, each program's two traces compared as the explorer's
+determinism check compares them.
+
+    .venv/bin/python bench/history_determinism.py [--topologies pp1-normal,pp1-overlap,pp4] [--seed 1]
+        [--limit N] [--out DIR]
+
+The explorer replays a failure on a fresh server and checks determinism by
+running a program twice on the server it searched on: both trust the engine
+reset between programs to give back everything a fresh engine has
+(``scheduler_side/reset_fingerprint.py``). A part the reset misses shows here
+as a program whose trace depends on the programs before it. Per topology one
+server (forked from the process template), every check on; the programs
+with session turns run once before both passes (their greedy references
+are computed on first use and kept in the server's memory, on purpose:
+``output_oracle.reference_entry``). Prints the programs that differ with
+the first difference, and a table. Traces of the
+programs that differ are kept under ``--out`` (none written without it).
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from stats import machine_line, md_table  # noqa: E402
+
+from scripted_runtime.user_side.explore import corpus, determinism  # noqa: E402
+from scripted_runtime.user_side.explore.runner import ExampleRunner  # noqa: E402
+from scripted_runtime.user_side.server_config import ServerConfig  # noqa: E402
+
+
+def measure(topology: str, *, seed: int, limit: int, work: Path, keep: Path = None) -> dict:
+    programs = corpus.programs(topology)[:limit or None]
+    print(f"[bench] {topology}: {len(programs)} corpus programs, twice", file=sys.stderr, flush=True)
+    runner = ExampleRunner(ServerConfig(topology))
+    t0 = time.monotonic()
+    differ = []
+    try:
+        # A session turn's greedy reference is computed by the first program that needs it and kept
+        # in this server's memory (output_oracle.reference_entry, on purpose): run those programs once
+        # before, so that both passes read it and only the engine's own state can differ.
+        for _, program in programs:
+            if any(type(a).__name__ == "Turn" for a in program):
+                runner.run(program)
+        first = {}
+        for i, (_, program) in enumerate(programs):
+            path = work / f"{topology}-{i:03d}-first.jsonl"
+            first[i] = (runner.run(program, trace=path).signature, str(path))
+        order = list(range(len(programs)))
+        random.Random(seed).shuffle(order)
+        for done, i in enumerate(order, 1):
+            name, program = programs[i]
+            path = work / f"{topology}-{i:03d}-second.jsonl"
+            same, verdict = determinism.check_traces(first[i], (runner.run(program, trace=path).signature,
+                                                                str(path)), topology=topology)
+            if not same:
+                if keep is not None:
+                    keep.mkdir(parents=True, exist_ok=True)
+                    for p in (first[i][1], str(path)):
+                        shutil.copy(p, keep / Path(p).name)
+                    verdict = verdict.replace(str(work), str(keep))
+                differ.append((i, name, verdict))
+                print(f"[bench] {topology}: program {i} ({name}): {verdict}", file=sys.stderr, flush=True)
+            if done % 50 == 0:
+                print(f"[bench] {topology}: {done} of {len(programs)} compared", file=sys.stderr, flush=True)
+        restarts = runner.restarts
+    finally:
+        runner.close()
+    return {"programs": len(programs), "differ": differ, "restarts": restarts, "s": time.monotonic() - t0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--topologies", default="pp1-normal,pp1-overlap,pp4")
+    ap.add_argument("--seed", type=int, default=1, help="the second pass's order")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N corpus programs (0: all)")
+    ap.add_argument("--out", type=Path, default=None, help="keep the traces of the programs that differ here")
+    args = ap.parse_args()
+    started = machine_line()
+    work = Path(tempfile.mkdtemp(prefix="history-determinism-"))
+    try:
+        results = {t: measure(t, seed=args.seed, limit=args.limit, work=work, keep=args.out)
+                   for t in args.topologies.split(",")}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\nThe corpus twice per server (its order, then shuffled with seed {args.seed}), {started}\n")
+    rows = [[t, str(r["programs"]), str(len(r["differ"])),
+             "; ".join(f"{i} {name}: {verdict.split(' (traces ')[0]}" for i, name, verdict in r["differ"]) or "-",
+             str(r["restarts"]), f"{r['s']:.0f}"]
+            for t, r in results.items()]
+    print(md_table(["topology", "programs", "differ after another history", "which, first difference",
+                    "restarts", "time (s)"], rows))
+    sys.exit(1 if any(r["differ"] for r in results.values()) else 0)
+
+
+if __name__ == "__main__":
+    main()
