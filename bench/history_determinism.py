@@ -1,10 +1,14 @@
 """Does a program give the same step trace whatever ran before it on the
 server? The seed corpus, run twice on one server: in its order, then in a
 shuffled order, each program's two traces compared as the explorer's
-determinism check compares them.
+determinism check compares them; then the longest program of the suite's
+ci exploration (``tests/server/test_explore.py``: the corpus and 15
+derandomized programs), ``--repeats`` times in a row, each run against the
+one before: each run of it starts after another count of everything the
+scheduler counts.
 
     .venv/bin/python bench/history_determinism.py [--topologies pp1-normal,pp1-overlap,pp4] [--seed 1]
-        [--limit N] [--out DIR]
+        [--limit N] [--repeats 30] [--out DIR]
 
 The explorer replays a failure on a fresh server and checks determinism by
 running a program twice on the server it searched on: both trust the engine
@@ -39,7 +43,7 @@ from scripted_runtime.user_side.explore.runner import ExampleRunner  # noqa: E40
 from scripted_runtime.user_side.server_config import ServerConfig  # noqa: E402
 
 
-def measure(topology: str, *, seed: int, limit: int, work: Path, keep: Path = None) -> dict:
+def measure(topology: str, *, seed: int, limit: int, repeats: int, work: Path, keep: Path = None) -> dict:
     programs = corpus.programs(topology)[:limit or None]
     print(f"[bench] {topology}: {len(programs)} corpus programs, twice", file=sys.stderr, flush=True)
     runner = ExampleRunner(ServerConfig(topology))
@@ -73,10 +77,52 @@ def measure(topology: str, *, seed: int, limit: int, work: Path, keep: Path = No
                 print(f"[bench] {topology}: program {i} ({name}): {verdict}", file=sys.stderr, flush=True)
             if done % 50 == 0:
                 print(f"[bench] {topology}: {done} of {len(programs)} compared", file=sys.stderr, flush=True)
+        # The longest program of the suite's ci exploration (the corpus and 15 generated programs,
+        # derandomized: the one its determinism check runs twice), run again and again: each run starts
+        # after another number of iterations, prefill passes and requests than the one before.
+        longest = _ci_longest(runner, work)
+        repeats_differ = 0
+        previous = None
+        for k in range(repeats + 1):
+            path = work / f"{topology}-longest-{k}.jsonl"
+            again = (runner.run(longest, trace=path).signature, str(path))
+            if previous is not None:
+                same, verdict = determinism.check_traces(previous, again, topology=topology)
+                if not same:
+                    repeats_differ += 1
+                    print(f"[bench] {topology}: run {k} of the longest program: {verdict}", file=sys.stderr,
+                          flush=True)
+            previous = again
         restarts = runner.restarts
     finally:
         runner.close()
-    return {"programs": len(programs), "differ": differ, "restarts": restarts, "s": time.monotonic() - t0}
+    return {"programs": len(programs), "differ": differ, "restarts": restarts, "s": time.monotonic() - t0,
+            "longest": (len(longest), _steps(previous[1])), "repeats": repeats,
+            "repeats_differ": repeats_differ}
+
+
+def _ci_longest(runner: ExampleRunner, work: Path) -> list:
+    """The longest passing program of a ci-profile search of 15 programs
+    after the corpus (``tests/server/test_explore.py``'s budget)."""
+    from hypothesis import configuration as hypothesis_configuration
+
+    from scripted_runtime.user_side.explore import search as search_mod
+    from scripted_runtime.user_side.explore.explore_settings import ExploreSettings
+
+    home = hypothesis_configuration.storage_directory(intent_to_write=False).home_directory
+    hypothesis_configuration.set_hypothesis_home_dir(work / ".hypothesis")  # nothing beside the caller
+    try:
+        result = search_mod.search(runner, ExploreSettings(profile="ci", max_examples=15, check_determinism=False))
+    finally:
+        hypothesis_configuration.set_hypothesis_home_dir(home)
+    if result.longest_passing is None:
+        raise SystemExit(f"the ci search found no passing program to repeat (failures: {result.stats.failures})")
+    return result.longest_passing
+
+
+def _steps(trace: str) -> int:
+    with open(trace) as f:
+        return sum(1 for _ in f) - 1
 
 
 def main() -> None:
@@ -84,23 +130,27 @@ def main() -> None:
     ap.add_argument("--topologies", default="pp1-normal,pp1-overlap,pp4")
     ap.add_argument("--seed", type=int, default=1, help="the second pass's order")
     ap.add_argument("--limit", type=int, default=0, help="only the first N corpus programs (0: all)")
+    ap.add_argument("--repeats", type=int, default=30,
+                    help="then run the ci search's longest program this many times in a row, each against the one before")
     ap.add_argument("--out", type=Path, default=None, help="keep the traces of the programs that differ here")
     args = ap.parse_args()
     started = machine_line()
     work = Path(tempfile.mkdtemp(prefix="history-determinism-"))
     try:
-        results = {t: measure(t, seed=args.seed, limit=args.limit, work=work, keep=args.out)
+        results = {t: measure(t, seed=args.seed, limit=args.limit, repeats=args.repeats, work=work, keep=args.out)
                    for t in args.topologies.split(",")}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\nThe corpus twice per server (its order, then shuffled with seed {args.seed}), {started}\n")
     rows = [[t, str(r["programs"]), str(len(r["differ"])),
              "; ".join(f"{i} {name}: {verdict.split(' (traces ')[0]}" for i, name, verdict in r["differ"]) or "-",
-             str(r["restarts"]), f"{r['s']:.0f}"]
+             f"{r['longest'][0]} actions, {r['longest'][1]} steps",
+             f"{r['repeats_differ']} of {r['repeats']}", str(r["restarts"]), f"{r['s']:.0f}"]
             for t, r in results.items()]
     print(md_table(["topology", "programs", "differ after another history", "which, first difference",
-                    "restarts", "time (s)"], rows))
-    sys.exit(1 if any(r["differ"] for r in results.values()) else 0)
+                    "the ci search's longest program", "its runs in a row that differ from the run before", "restarts",
+                    "time (s)"], rows))
+    sys.exit(1 if any(r["differ"] or r["repeats_differ"] for r in results.values()) else 0)
 
 
 if __name__ == "__main__":
