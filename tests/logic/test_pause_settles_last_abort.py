@@ -3,7 +3,8 @@ on a small stand-in for ``ctx``: once answered, a pause whose first round
 found a forwarded request still unanswered takes the tokenizer's last
 ``abort_all`` (sent right before the answer) and lets one iteration process
 it, so nothing of the pause is left for the next operation; a pause with no
-such request looks for nothing."""
+such request looks for nothing; and the answers of requests the scheduler
+already ended are awaited first, so the first round's finding is no race."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -70,3 +71,42 @@ def test_nothing_is_looked_for_without_a_forwarded_request_in_flight(monkeypatch
         ctx = _Ctx(last_abort_arrives=True)
         assert _steps(program.pause(ctx, reqs, "abort")) == 0
         assert ctx.looked_for == []
+
+
+class _Landing:
+    """An answer on its way: it lands during the first wait (or never)."""
+
+    def __init__(self, lands: bool) -> None:
+        self.done, self.lands, self.waits = False, lands, []
+
+    def wait(self, timeout_s: float) -> bool:
+        self.waits.append(timeout_s)
+        self.done = self.done or self.lands
+        return self.done
+
+
+def test_the_answer_of_a_request_the_scheduler_ended_is_awaited_before_the_pause(monkeypatch):
+    """Its answer, sent in the iteration that ended it, still holds the
+    tokenizer's lock while on its way: awaited first (bounded, no step), so
+    the pause's first round never finds it by a race with the clock."""
+    monkeypatch.setattr(program, "_slots", lambda ctx: 1)
+    ctx = _Ctx(last_abort_arrives=True)
+    landing = _Landing(lands=True)
+    ended = SimpleNamespace(http=landing, status="finished", finished=True, rid="r")
+    assert _steps(program.pause(ctx, [ended], "abort")) == 0
+    assert landing.waits and landing.waits[0] <= program.ENDED_ANSWER_WAIT_S
+    assert ctx.looked_for == []  # not in flight any more: no last abort to take
+
+    # an answer that does not come within the wait: the request counts as in flight, as before
+    ctx = _Ctx(last_abort_arrives=True)
+    lost = SimpleNamespace(http=_Landing(lands=False), status="aborted", finished=True, rid="r")
+    assert _steps(program.pause(ctx, [lost], "abort")) == 1
+    assert ctx.looked_for == [("AbortReq", program.LAST_ABORT_GRACE_S)]
+
+    # a live request is not waited for (its answer needs iterations), nor anything for another mode
+    running = SimpleNamespace(http=_Landing(lands=True), status="running", finished=False, rid="r")
+    next(program.pause(_Ctx(last_abort_arrives=False), [running], "abort"))  # stepping until it ends
+    assert running.http.waits == []
+    gen = program.pause(_Ctx(last_abort_arrives=False), [ended_again := SimpleNamespace(
+        http=_Landing(lands=True), status="finished", finished=True, rid="r")], "retract")
+    assert _steps(gen) == 0 and ended_again.http.waits == []

@@ -267,6 +267,14 @@ ABORT_PAUSE_ANSWER_S = 3.0
 # and then no second round comes.
 LAST_ABORT_GRACE_S = NO_FRAME_GRACE_S
 
+# How long pause(abort) first waits, without a step, for the HTTP answers of requests the scheduler
+# already ended (sent in the iteration that ended them: they land within milliseconds). Such a
+# request still holds SGLang's tokenizer lock until its answer is handled, so whether the pause's
+# first round found it there was a race with the clock: the same program then stepped once more,
+# or not, before what followed (measured: bench/history_determinism.py, a corpus program of the RL
+# cycle on pp1-normal). A longer wait is the answer-delivery contract's to judge, at the end.
+ENDED_ANSWER_WAIT_S = 1.0
+
 
 class PauseAnswerTimeout(AssertionError):
     """pause_generation(abort) was not answered after every request ended."""
@@ -295,6 +303,11 @@ def pause(ctx, reqs, mode: str):
     stopped stepping: it is received and processed here (one iteration), or
     the next operation would find it queued ahead (a release refused:
     measured in a kill-table run, two files that did not replay)."""
+    if mode == "abort":
+        deadline = time.monotonic() + ENDED_ANSWER_WAIT_S
+        for h in reqs:
+            if h.status in ("finished", "aborted") and not h.http.done:
+                h.http.wait(max(0.0, deadline - time.monotonic()))
     # requests the tokenizer forwarded and has not answered hold its lock: its first round finds it held
     # (one it keeps back while paused, "posted", holds none)
     in_flight = [h for h in reqs if not h.http.done and h.status != "posted"]
