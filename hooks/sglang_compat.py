@@ -1013,8 +1013,10 @@ SCHEDULE_POLICY_MODULE = "sglang.srt.managers.schedule_policy"
 
 # The schedule policy's call counters (``SchedulePolicy`` in 0.5.23's
 # ``managers/schedule_policy.py``). Under a cache-agnostic policy (the
-# default ``fcfs``) every ``WAITING_PREFIX_REFRESH_INTERVAL``-th (32nd) prefill
-# pass touches the waiting requests' prefixes (``_touch_waiting_prefixes``),
+# default ``fcfs``), LRU eviction and a tree without a fast match (the CPU
+# default's), every ``WAITING_PREFIX_REFRESH_INTERVAL``-th (32nd) prefill pass
+# with a waiting request touches the waiting requests' prefixes
+# (``_touch_waiting_prefixes``),
 # a radix match that splits a node where a waiting prompt ends inside it;
 # the other counter only spaces a log line. ``flush_cache`` keeps them, so
 # which pass of a script the touch landed on depended on how many passes

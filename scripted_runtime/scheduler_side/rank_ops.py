@@ -91,7 +91,10 @@ class RankAgent:
                 return None
             output = dispatcher(recv_req)
             memory_occupation.after_dispatch(self.scheduler, recv_req, output)
-            if sglang_compat.is_reset_flush(recv_req):  # the driver rank's reset: the same restart here
+            # the driver rank's reset flush (its marker, not the type alone: the driver restarts only
+            # at the flush it queued itself): the same restart here
+            if (sglang_compat.is_reset_flush(recv_req)
+                    and getattr(recv_req, "rid", None) == sglang_compat.RESET_FLUSH_RID):
                 sglang_compat.restart_policy_call_counters(self.scheduler)
             return output
 

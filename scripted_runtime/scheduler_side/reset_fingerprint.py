@@ -23,7 +23,7 @@ The parts, read off 0.5.23's scheduler (``event_loop_*``,
 * the admission estimate ``new_token_ratio_tracker.current`` (retraction
   raises it, decode steps lower it; the idle check resets it), which decides
   how many waiting requests a prefill admits;
-* the schedule policy's call counters (every 32nd prefill pass re-matches
+* the schedule policy's call counters (every 32nd prefill pass with a request waiting re-matches
   the waiting requests' prefixes, which can split a radix node; the reset's
   flush starts them from 0 on every rank: ``sglang_compat.POLICY_CALL_COUNTERS``);
 * the runtime knobs and open sessions (``runtime_knobs``: the micro-batch

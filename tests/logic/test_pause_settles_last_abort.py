@@ -51,7 +51,7 @@ def _steps(gen) -> int:
 def test_the_last_abort_of_a_pause_that_found_a_request_in_flight_is_processed(monkeypatch):
     monkeypatch.setattr(program, "_slots", lambda ctx: 1)
     ctx = _Ctx(last_abort_arrives=True)
-    # the request ended (the scheduler's view) but its answer had not come when the pause was posted
+    # a request the tokenizer forwarded, not answered when the pause was posted (still running here)
     steps = _steps(program.pause(ctx, [_handle(finished=True, answered=False)], "abort"))
     assert ctx.looked_for == [("AbortReq", program.LAST_ABORT_GRACE_S)]
     assert steps == 1, "one iteration processes the last abort_all"

@@ -294,7 +294,9 @@ def pause(ctx, reqs, mode: str):
     For ``abort`` (which SGLang's tokenizer turns into aborts) step until
     every request of the program ended, then wait (no step) for its answer,
     which comes once they did: nothing of it is left in flight for later
-    steps. Returns the op.
+    steps. Before posting an ``abort`` pause it waits (no step, at most
+    ``ENDED_ANSWER_WAIT_S``) for the answers of the requests the scheduler
+    already ended. Returns the op.
 
     SGLang's tokenizer aborts every request once per round and answers in
     the round that finds no request holding its lock; when a request was in
