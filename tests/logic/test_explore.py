@@ -678,3 +678,25 @@ def test_the_served_weights_are_loaded_back_after_a_failed_program_or_file(tmp_p
     server = Server(True)
     runner.ExampleRunner(ServerConfig("pp1-normal", checks=False), server=server).run_file(str(scenario))
     assert runner.RESTORE_WEIGHTS not in server.targets
+
+
+def test_the_report_names_a_custom_registry_s_bugs_with_their_own_reports():
+    """A search run with a registry of its own (``ExploreSettings.known_bugs``)
+    may meet and waive bugs the built-in registry does not hold: the printed
+    report reads their upstream reports from the report itself (it raised
+    KeyError looking them up in the built-in registry)."""
+    from scripted_runtime.user_side.explore import explorer
+    from scripted_runtime.user_side.explore.explorer import ExploreReport
+
+    report = ExploreReport(stats=Stats(topology="pp1-normal"),
+                           known={"team_bug": {"signature": "InvariantViolation[x]", "after_programs": 3,
+                                               "scenario": "kept/x.py"}},
+                           waived={"pause": "team_waived_bug"},
+                           reports={"team_bug": "https://example.org/issues/1",
+                                    "team_waived_bug": "docs/upstream/team.md"})
+    lines = []
+    explorer.print_report(report, profile="ci", out=lines.append)
+    text = "\n".join(lines)
+    assert ("known: team_bug: InvariantViolation[x] (first after 3 programs; reported upstream: "
+            "https://example.org/issues/1; program: kept/x.py)") in text
+    assert "waived: team_waived_bug: the 'pause' check was off" in text and "docs/upstream/team.md" in text

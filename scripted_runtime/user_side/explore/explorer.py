@@ -57,6 +57,9 @@ class ExploreReport:
     worked_around: Dict[str, str] = field(default_factory=dict)
     # every failure signature met -> its first program as found, written the moment it was met
     kept: Dict[str, str] = field(default_factory=dict)
+    # the upstream report of every registered bug named above (the search's own registry's entry:
+    # ``ExploreSettings.known_bugs`` may hold bugs the built-in registry does not)
+    reports: Dict[str, str] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -146,6 +149,8 @@ def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(),
         for name, (program, outcome, after) in result.known.items():
             report.known[name] = {"signature": outcome.signature, "after_programs": after,
                                   "scenario": result.kept.get(outcome.signature)}
+        named = set(report.known) | set(report.waived.values()) | set(report.worked_around.values())
+        report.reports = {bug.name: bug.report for bug in settings.registry() if bug.name in named}
         if result.program is not None:
             outcome = result.outcome
             report.signature = outcome.signature
@@ -375,11 +380,10 @@ def print_report(report: ExploreReport, *, profile: str, out=print) -> None:
         out(f"worked around: {name}: its servers ran with the patch {patch}")
     for check, name in report.waived.items():
         out(f"waived: {name}: the {check!r} check was off (it fails nearly every program here; "
-            f"reported upstream: {known_bugs_mod.by_name(name).report})")
+            f"reported upstream: {report.reports.get(name, '?')})")
     for name, met in report.known.items():
-        bug = known_bugs_mod.by_name(name)
         out(f"known: {name}: {met['signature']} (first after {met['after_programs']} programs; "
-            f"reported upstream: {bug.report}; program: {met['scenario']})")
+            f"reported upstream: {report.reports.get(name, '?')}; program: {met['scenario']})")
     for signature, path in report.kept.items():
         out(f"kept (as found): {signature}: {path}")
     if report.failed:
