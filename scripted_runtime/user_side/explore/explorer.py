@@ -95,9 +95,9 @@ def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(),
     ``OUT/failure-db``; ``ExploreSettings``'s is ``none``."""
     db = failure_db.open_database(settings.database, read_only=settings.database_read_only, out_dir=Path(out_dir))
     worked_around: Dict[str, str] = {}
+    reports = {bug.name: bug.report for bug in settings.registry()}  # the search's own registry's
     if server is None:
         config, worked_around = work_around_known(config, settings)
-        reports = {bug.name: bug.report for bug in settings.registry()}
         for patch, name in worked_around.items():
             progress(f"worked around: the registered {name} would end programs here, so its servers run "
                      f"with the built-in patch {patch} ({reports[name]}); its strict xfail "
@@ -150,7 +150,7 @@ def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(),
             report.known[name] = {"signature": outcome.signature, "after_programs": after,
                                   "scenario": result.kept.get(outcome.signature)}
         named = set(report.known) | set(report.waived.values()) | set(report.worked_around.values())
-        report.reports = {bug.name: bug.report for bug in settings.registry() if bug.name in named}
+        report.reports = {name: reports[name] for name in named if name in reports}
         if result.program is not None:
             outcome = result.outcome
             report.signature = outcome.signature
