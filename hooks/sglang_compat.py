@@ -378,10 +378,13 @@ def reset_flush_frame() -> Tuple[bytes, Any]:
     return pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL), req
 
 
-def is_reset_flush(recv_req: Any) -> bool:
-    """Whether the scheduler is dispatching a ``reset_flush_frame`` request."""
+def is_reset_flush(recv_req: Any, *, marked: bool = False) -> bool:
+    """Whether the scheduler is dispatching a ``reset_flush_frame`` request.
+    ``marked``: only one that carries ``RESET_FLUSH_RID`` (a rank that did
+    not queue the flush itself cannot tell an unmarked one from a script's)."""
+    default = None if marked else RESET_FLUSH_RID
     return (type(recv_req).__name__ == "FlushCacheReqInput"
-            and getattr(recv_req, "rid", RESET_FLUSH_RID) == RESET_FLUSH_RID)
+            and getattr(recv_req, "rid", default) == RESET_FLUSH_RID)
 
 
 def work_request_type_names() -> Tuple[str, ...]:

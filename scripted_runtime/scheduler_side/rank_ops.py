@@ -93,8 +93,7 @@ class RankAgent:
             memory_occupation.after_dispatch(self.scheduler, recv_req, output)
             # the driver rank's reset flush (its marker, not the type alone: the driver restarts only
             # at the flush it queued itself): the same restart here
-            if (sglang_compat.is_reset_flush(recv_req)
-                    and getattr(recv_req, "rid", None) == sglang_compat.RESET_FLUSH_RID):
+            if sglang_compat.is_reset_flush(recv_req, marked=True):
                 sglang_compat.restart_policy_call_counters(self.scheduler)
             return output
 

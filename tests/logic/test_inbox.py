@@ -74,3 +74,20 @@ def test_reset_flush_is_read_by_the_scheduler_behind_what_arrived_and_only_it_is
         with pytest.raises(zmq.Again):
             inbox.recv(zmq.NOBLOCK)
         assert not sglang_compat.is_reset_flush(io.AbortReq(rid=sglang_compat.RESET_FLUSH_RID))
+
+
+def test_a_marked_reset_flush_needs_the_marker_an_unmarked_one_matches_by_type():
+    """``is_reset_flush(marked=True)`` (what another PP rank asks): only the
+    frame carrying ``RESET_FLUSH_RID``; without ``marked``, a flush with no
+    rid at all still counts (a release whose request has no rid field)."""
+    from types import SimpleNamespace
+
+    from scripted_runtime.hooks import sglang_compat
+
+    FlushCacheReqInput = type("FlushCacheReqInput", (SimpleNamespace,), {})
+    marked, bare = FlushCacheReqInput(rid=sglang_compat.RESET_FLUSH_RID), FlushCacheReqInput()
+    script_flush = FlushCacheReqInput(rid="a-script-flush")
+    assert sglang_compat.is_reset_flush(marked) and sglang_compat.is_reset_flush(marked, marked=True)
+    assert sglang_compat.is_reset_flush(bare) and not sglang_compat.is_reset_flush(bare, marked=True)
+    assert not sglang_compat.is_reset_flush(script_flush)
+    assert not sglang_compat.is_reset_flush(script_flush, marked=True)
