@@ -277,6 +277,31 @@ def test_the_search_time_budget_starts_after_the_corpus(monkeypatch):
     assert 29 <= len(fake.ran) - len(seeds) <= 31, len(fake.ran) - len(seeds)
 
 
+@pytest.mark.parametrize("topology, seconds", [("pp1-overlap", 60), ("pp1-normal", 60), ("pp4", 180)])
+def test_the_ci_search_at_pp4_runs_three_times_as_long(monkeypatch, topology, seconds):
+    """The ci profile's 60 s is pp=1's; pp4, whose programs take ~5x the
+    iterations, gets 180 s (``search.CI_TIME_SCALE``), and a --max-time the
+    user gives is taken as it is on every topology. A fake clock advances
+    1 s a program run, the corpus left out."""
+    from scripted_runtime.user_side.explore import search
+
+    now = [1000.0]
+
+    class _Timed(_FakeRunner):
+        def run(self, program, trace=None):
+            now[0] += 1.0
+            return super().run(program, trace)
+
+    monkeypatch.setattr(search, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    fake = _Timed(topology)
+    search.search(fake, ExploreSettings(profile="ci", corpus=False, known_bugs=()))
+    assert seconds - 1 <= len(fake.ran) <= seconds + 1, len(fake.ran)
+    given = _Timed(topology)
+    search.search(given, ExploreSettings(profile="ci", corpus=False, max_time_s=20.0, known_bugs=()))
+    assert 19 <= len(given.ran) <= 21, len(given.ran)
+    assert search.PROFILES["dev"].search_time_s("pp4") == search.PROFILES["dev"].max_time_s
+
+
 def test_a_failing_corpus_program_is_the_reported_failure():
     from scripted_runtime.user_side.explore import corpus, search
 

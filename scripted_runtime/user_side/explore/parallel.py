@@ -78,8 +78,12 @@ def explore_argv(args: argparse.Namespace, **override) -> List[str]:
 def _budget_s(args: argparse.Namespace) -> float:
     from scripted_runtime.user_side.explore.search import PROFILES
 
+    from scripted_runtime.user_side import engine_config
+
     prof = PROFILES[args.profile]
-    search = args.max_time if args.max_time is not None else prof.max_time_s
+    topology = getattr(args, "topology", None) or engine_config.topology_for(getattr(args, "pp", 1),
+                                                                             getattr(args, "overlap", True))
+    search = args.max_time if args.max_time is not None else prof.search_time_s(topology)
     shrink = args.shrink_time if args.shrink_time is not None else prof.shrink_time_s
     return args.start_timeout + search + shrink + GRACE_S
 
