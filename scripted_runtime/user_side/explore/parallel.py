@@ -76,9 +76,8 @@ def explore_argv(args: argparse.Namespace, **override) -> List[str]:
 
 
 def _budget_s(args: argparse.Namespace) -> float:
-    from scripted_runtime.user_side.explore.search import PROFILES
-
     from scripted_runtime.user_side import engine_config
+    from scripted_runtime.user_side.explore.search import PROFILES
 
     prof = PROFILES[args.profile]
     topology = getattr(args, "topology", None) or engine_config.topology_for(getattr(args, "pp", 1),
