@@ -255,13 +255,9 @@ def test_search_runs_the_corpus_first_outside_the_time_budget_then_generates():
     assert fake.ran[0] not in seeds
 
 
-def test_the_search_time_budget_starts_after_the_corpus(monkeypatch):
-    """The corpus runs outside the time budget however long it takes (at
-    pp=4 it alone is ~70 s, longer than the ci profile's 60 s): the
-    generated programs still get the whole budget. A fake clock advances 1 s
-    a program run."""
-    from scripted_runtime.user_side.explore import corpus, search
-
+def _runner_on_a_fake_clock(monkeypatch, search):
+    """A _FakeRunner class whose every program run advances the search's
+    clock (patched into ``search``) by 1 s."""
     now = [1000.0]
 
     class _Timed(_FakeRunner):
@@ -270,6 +266,17 @@ def test_the_search_time_budget_starts_after_the_corpus(monkeypatch):
             return super().run(program, trace)
 
     monkeypatch.setattr(search, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    return _Timed
+
+
+def test_the_search_time_budget_starts_after_the_corpus(monkeypatch):
+    """The corpus runs outside the time budget however long it takes (at
+    pp=4 it alone is ~70 s, longer than the ci profile's 60 s): the
+    generated programs still get the whole budget. A fake clock advances 1 s
+    a program run."""
+    from scripted_runtime.user_side.explore import corpus, search
+
+    _Timed = _runner_on_a_fake_clock(monkeypatch, search)
     fake = _Timed("pp4")
     search.search(fake, ExploreSettings(profile="ci", max_examples=1000, max_time_s=30.0, known_bugs=()))
     seeds = [p for _, p in corpus.programs("pp4")]
@@ -285,14 +292,7 @@ def test_the_ci_search_at_pp4_runs_three_times_as_long(monkeypatch, topology, se
     1 s a program run, the corpus left out."""
     from scripted_runtime.user_side.explore import search
 
-    now = [1000.0]
-
-    class _Timed(_FakeRunner):
-        def run(self, program, trace=None):
-            now[0] += 1.0
-            return super().run(program, trace)
-
-    monkeypatch.setattr(search, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    _Timed = _runner_on_a_fake_clock(monkeypatch, search)
     fake = _Timed(topology)
     search.search(fake, ExploreSettings(profile="ci", corpus=False, known_bugs=()))
     assert seconds - 1 <= len(fake.ran) <= seconds + 1, len(fake.ran)
