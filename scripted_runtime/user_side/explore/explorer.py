@@ -115,7 +115,7 @@ def explore(config: ServerConfig, settings: ExploreSettings = ExploreSettings(),
         seed = settings.seed
         progress(f"exploring {topology} with the {profile} profile: up to "
                  f"{settings.max_examples or prof.max_examples} programs / "
-                 f"{settings.max_time_s or prof.search_time_s(topology):.0f}s"
+                 f"{settings.search_time_s(prof, topology):.0f}s"
                  + (f", seed {seed}" if seed is not None else ""))
         if seed is None and not prof.derandomize:
             seed = random.randrange(2**31)  # chosen here, so the kept files name it too

@@ -232,7 +232,7 @@ def search(runner: ExampleRunner, settings: ExploreSettings, *, store: Optional[
     stats = Stats(topology=topology, device=getattr(runner, "device", "cpu"), novelty=guided)
     novelty = novelty_mod.Novelty(max_actions=strategies.MAX_ACTIONS) if guided else None
     limit_examples = settings.max_examples or profile.max_examples
-    limit_s = profile.search_time_s(topology) if settings.max_time_s is None else settings.max_time_s
+    limit_s = settings.search_time_s(profile, topology)
     shrink_s = profile.shrink_time_s if settings.shrink_time_s is None else settings.shrink_time_s
     if not profile.derandomize and seed is None:
         seed = random.randrange(2**31)
