@@ -120,3 +120,28 @@ def release_behind_a_continue(ctx):
     assert not ctx.memory_release_allowed, "a release behind the continue was allowed"
     assert (yield from explore.release_memory(ctx, "weights")) is None
     return (yield from explore.end_state_checks(ctx, reqs))
+
+
+def release_after_an_answered_pause(ctx):
+    """The cycle's release right behind its pause, with the pause's HTTP
+    answer in before the release asks: SGLang's tokenizer answers a retract
+    (or in-place) pause, and a continue, as soon as it has sent it on to the
+    scheduler, so that answer says nothing about whether the scheduler
+    processed it. The release waits until the pause was processed and is
+    posted. (It used to count the answered pause as done, find it still
+    queued ahead and skip the release: whether a program released then
+    depended on which came first, the answer or the script's check; a kill
+    table's finding that did not replay on a fresh server.)"""
+    reqs = [ctx.start_req(input_ids=explore.prompt_ids(2, 100), max_new_tokens=12, ignore_eos=True,
+                          temperature=0.0)]
+    yield from ctx.steps(2)
+    pause = ctx.pause_generation("retract")
+    assert pause.http.wait(30), f"no HTTP answer to the pause within 30 s; state: {ctx.describe()}"
+    assert not pause.processed, "the pause was processed without a scheduler iteration"
+    release = yield from explore.release_memory(ctx, "kv_cache")
+    assert release is not None and release.processed, f"the release was skipped; state: {ctx.describe()}"
+    assert pause.processed_step < release.processed_step, (pause.processed_step, release.processed_step)
+    assert ctx.released_memory == ("kv_cache",), ctx.released_memory
+    yield from explore.resume_memory(ctx, reqs)
+    ctx.continue_generation()
+    return (yield from explore.end_state_checks(ctx, reqs))

@@ -30,6 +30,8 @@ class ControlOp:
     describe: Optional[Callable[[], str]] = field(default=None, repr=False)
     payload: Dict[str, Any] = field(default_factory=dict, repr=False)  # what was posted (the HTTP body)
     keep_alive: Any = field(default=None, repr=False)  # what must live until the scheduler read it (shared tensors)
+    # False for an op SGLang's tokenizer never sends on (pause_generation(abort)): no frame is paired with it
+    forwarded: bool = True
 
     @property
     def processed(self) -> bool:
@@ -38,6 +40,20 @@ class ControlOp:
     @property
     def done(self) -> bool:
         return self.processed
+
+    @property
+    def settled(self) -> bool:
+        """Processed, or answered over HTTP without its request having
+        reached the scheduler (the tokenizer answered it itself: a
+        ``pause_generation(abort)``, a refusal). An answered op whose request
+        reached the scheduler's socket is not settled until processed:
+        SGLang's tokenizer answers a retract or in-place pause and a continue
+        as soon as it has sent them on, so their answer races the script and
+        says nothing about the scheduler (the ops it waits on the scheduler
+        for answer after being processed anyway)."""
+        if self.processed:
+            return True
+        return self.http.done and not self.arrived
 
     @property
     def success(self) -> Optional[bool]:
@@ -142,11 +158,11 @@ class ControlLedger:
         self.ops.clear()
 
     def unsettled(self) -> List[ControlOp]:
-        """Ops posted that have neither been processed by the scheduler nor
-        answered over HTTP (an answered op never reaches the scheduler any
-        more): a fire-and-forget update_weights_from_disk still behind the
-        tokenizer's lock, say."""
-        return [op for op in self.ops if not op.processed and not op.http.done]
+        """Ops posted and not settled (``ControlOp.settled``): a
+        fire-and-forget update_weights_from_disk still behind the tokenizer's
+        lock, say, or a pause that reached the scheduler's socket and was
+        answered but not processed yet."""
+        return [op for op in self.ops if not op.settled]
 
     def keep_unsettled(self) -> None:
         """Forget every op except the unsettled ones (between scripts: the
@@ -158,9 +174,9 @@ class ControlLedger:
         return [op for op in self.ops if op.name == name and not op.processed]
 
     def unprocessed_of_type(self, request_type: str) -> List[ControlOp]:
-        """Ops of scheduler request type ``request_type`` posted but neither
-        processed nor answered."""
-        return [op for op in self.ops if op.request_type == request_type and not op.processed and not op.http.done]
+        """Ops of scheduler request type ``request_type`` posted and not
+        settled (``ControlOp.settled``)."""
+        return [op for op in self.ops if op.request_type == request_type and not op.settled]
 
     def on_arrival(self, obj: Any) -> None:
         op = self._first_open(obj, lambda o: not o.arrived)
@@ -179,7 +195,7 @@ class ControlLedger:
         type_name = type(obj).__name__
         rid = getattr(obj, "rid", None)
         for op in self.ops:
-            if op.request_type != type_name or not is_open(op):
+            if op.request_type != type_name or not op.forwarded or not is_open(op):
                 continue
             if op.rid is not None and rid is not None and op.rid != rid:
                 continue

@@ -395,7 +395,7 @@ class Driver:
                     if time.monotonic() > leftover_deadline:
                         raise ResetError(
                             f"{', '.join(op.name for op in unsettled)} posted by the previous script "
-                            f"neither reached the scheduler nor got an HTTP answer within "
+                            f"was neither processed nor answered without reaching the scheduler within "
                             f"{leftover_wait_s:.0f}s; state: {state.describe(s)}")
                     time.sleep(0.001)
                     continue

@@ -61,3 +61,28 @@ def test_the_tokenizer_counts_as_paused_after_a_pause_until_a_continue():
     assert pause_posted_last([op("pause_generation(retract)"), op("flush_cache")]) is True
     assert pause_posted_last([op("pause_generation(in_place)"), op("continue_generation")]) is False
     assert pause_posted_last([op("continue_generation"), op("pause_generation(abort)"), op("abort(r1)")]) is True
+
+
+class PauseGenerationReqInput(_Req):
+    pass
+
+
+def test_an_answered_op_whose_request_reached_the_scheduler_is_unsettled_until_processed():
+    """SGLang's tokenizer answers a retract pause right after sending it on:
+    the answer alone does not settle it (the RL cycle's release waited on
+    that and raced the answer). One answered that never reached the
+    scheduler (an abort pause, a refusal) is settled by its answer."""
+    ledger = ControlLedger(lambda: 7)
+    retract = ledger.register(ControlOp("pause_generation(retract)", "PauseGenerationReqInput", None, 0, HttpAnswer()))
+    abort = ledger.register(ControlOp("pause_generation(abort)", "PauseGenerationReqInput", None, 0, HttpAnswer(),
+                                      forwarded=False))
+    ledger.ops.reverse()  # the abort pause posted first: the retract's request is still not its
+    assert ledger.unprocessed_of_type("PauseGenerationReqInput") == [abort, retract]
+    ledger.on_arrival(PauseGenerationReqInput())  # the retract's request reached the scheduler's socket
+    for op in (retract, abort):
+        op.http.status = 200
+        op.http.mark_answered()
+    assert not retract.settled and abort.settled
+    assert ledger.unprocessed_of_type("PauseGenerationReqInput") == [retract] == ledger.unsettled()
+    ledger.on_processed(PauseGenerationReqInput(), None)
+    assert retract.settled and ledger.unprocessed_of_type("PauseGenerationReqInput") == [] == ledger.unsettled()

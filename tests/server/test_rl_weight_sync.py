@@ -123,6 +123,10 @@ def test_a_release_behind_an_unprocessed_continue_is_not_allowed(server_pool):
     run_ok(server_pool.get("pp1-overlap"), f"{CYCLE}:release_behind_a_continue")
 
 
+def test_a_release_waits_for_its_pause_to_be_processed_though_the_pause_was_answered(server_pool):
+    run_ok(server_pool.get("pp1-overlap"), f"{CYCLE}:release_after_an_answered_pause")
+
+
 def test_the_cycle_with_the_trainer_s_tensor_update_serves_the_new_weights(server_pool):
     """The update as an RL trainer sends it: the checkpoint's tensors through
     update_weights_from_tensor, inside a begin/end weight-update session."""

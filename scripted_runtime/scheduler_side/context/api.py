@@ -97,7 +97,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
 
     def unsettled_ops_of_type(self, request_type: str) -> List[ControlOp]:
         """This script's ops of scheduler request type ``request_type`` (e.g.
-        ``"CheckWeightsReqInput"``) neither processed nor answered yet: what
+        ``"CheckWeightsReqInput"``) not settled yet (``ControlOp.settled``): what
         SGLang's tokenizer, sending one of a type at a time, still holds a
         next one behind."""
         return self._ledger.unprocessed_of_type(request_type)
@@ -367,6 +367,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
         try:
             op = self._control("pause_generation(abort)", "/pause_generation", {"mode": mode},
                                "PauseGenerationReqInput", await_arrival=False)
+            op.forwarded = False  # a later retract pause's request is not this one's
             self._inbox.wait_for(None, timeout_s=ARRIVAL_TIMEOUT_S,
                                  what="the abort_all SGLang's tokenizer sends for pause_generation(abort)",
                                  already_arrived=lambda: bool(aborts))

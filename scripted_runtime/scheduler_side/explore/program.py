@@ -329,12 +329,15 @@ def pause(ctx, reqs, mode: str):
     return op
 
 
-# What a release waits for first: the program's own pauses and continues not answered yet. An RL
-# client sends the release after the pause's answer (each an awaited HTTP call), and a pause still
-# ahead of it changes what SGLang's idle assert sees (``ctx.memory_release_allowed`` refuses while
-# one is queued): without the wait, a release right behind its pause was always skipped (the RL
-# cycle with no gap never released, and at pp=4, where a pause takes a few iterations to be
-# processed, neither did one a few steps behind it).
+# What a release waits for first: the program's own pauses and continues not settled yet
+# (``ControlOp.settled``: processed, or for an abort pause, which never reaches the scheduler,
+# answered). An RL client sends the release after the pause's answer (each an awaited HTTP call),
+# and a pause still ahead of it changes what SGLang's idle assert sees
+# (``ctx.memory_release_allowed`` refuses while one is queued): without the wait, a release right
+# behind its pause was always skipped (the RL cycle with no gap never released, and at pp=4, where
+# a pause takes a few iterations to be processed, neither did one a few steps behind it). The
+# tokenizer answers a retract pause as soon as it has sent it on, so its answer alone settled
+# nothing: a release that took it for done was skipped whenever the answer beat this check.
 RELEASE_AFTER_TYPES = ("PauseGenerationReqInput", "ContinueGenerationReqInput")
 
 
@@ -343,7 +346,7 @@ def release_memory(ctx, tags: str):
     or one tag) and step until it was processed, when SGLang's precondition
     holds and none of them is released already; else nothing (None). It
     first steps (bounded) until the program's pauses and continues were
-    answered (``RELEASE_AFTER_TYPES``). KV taken with ``exhaust_kv`` is
+    settled (``RELEASE_AFTER_TYPES``). KV taken with ``exhaust_kv`` is
     given back first (``ctx`` does)."""
     names = None if tags == "all" else [tags]
     wanted = sglang_compat.MEMORY_TAGS if names is None else tuple(names)
