@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -863,6 +864,35 @@ def cpu_tensor_update_supported(scheduler: Any, what: str = "update_weights_from
     return None
 
 
+def multiprocessing_tempdir_in_the_workdir() -> Optional[str]:
+    """Put this process's ``multiprocessing`` temporary directory in its
+    server's work directory (beside ``crashes/``, whose path the harness
+    passes in ``SCRIPTED_RUNTIME_CRASH_DIR``) unless it has one already;
+    returns it (None outside a harness server).
+
+    torch pickles a CPU tensor's storage as a file descriptor, which
+    ``multiprocessing``'s resource sharer hands over through a socket in
+    that directory (``pymp-*``, by default under the system's temp dir),
+    removed only when the process exits cleanly. A server's processes are
+    killed at shutdown, so every server whose scheduler serialized a tensor
+    update left a ``/tmp/pymp-*`` behind (172 after a day of running the
+    suite, measured); in the work directory it goes with it
+    (``workdirs.prune_stale``)."""
+    import tempfile
+    from multiprocessing import process
+
+    from scripted_runtime import protocol
+
+    config = process.current_process()._config  # where multiprocessing.util.get_temp_dir keeps it
+    if config.get("tempdir"):
+        return config["tempdir"]
+    crash_dir = os.environ.get(protocol.ENV_CRASH_DIR)
+    if not crash_dir or not os.path.isdir(os.path.dirname(crash_dir)):
+        return None
+    config["tempdir"] = tempfile.mkdtemp(prefix="pymp-", dir=os.path.dirname(crash_dir))
+    return config["tempdir"]
+
+
 def serialize_named_tensors(scheduler: Any, named_tensors: List[Any]) -> List[str]:
     """``named_tensors`` as ``/update_weights_from_tensor`` takes them: what
     SGLang's ``MultiprocessingSerializer.serialize(..., output_str=True)``
@@ -884,6 +914,7 @@ def serialize_named_tensors(scheduler: Any, named_tensors: List[Any]) -> List[st
     import torch
     from torch.multiprocessing import reductions
 
+    multiprocessing_tempdir_in_the_workdir()
     reduce = getattr(reductions, "_reduce_tensor_original", reductions.reduce_tensor)
     buf = io.BytesIO()
     pickler = ForkingPickler(buf)

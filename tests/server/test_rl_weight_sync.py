@@ -130,8 +130,21 @@ def test_a_release_waits_for_its_pause_to_be_processed_though_the_pause_was_answ
 def test_the_cycle_with_the_trainer_s_tensor_update_serves_the_new_weights(server_pool):
     """The update as an RL trainer sends it: the checkpoint's tensors through
     update_weights_from_tensor, inside a begin/end weight-update session."""
-    result = run_ok(server_pool.get("pp1-overlap"), f"{CYCLE}:cycle_with_requests", tensor=True)
+    server = server_pool.get("pp1-overlap")
+    result = run_ok(server, f"{CYCLE}:cycle_with_requests", tensor=True)
     _one_update_in_a_session(result, "update_weights_from_tensor")
+    # the tensors went by file descriptor through multiprocessing's resource sharer, whose socket
+    # directory is in the server's work directory, not a /tmp/pymp-* left behind when it is killed
+    tempdir = Path(run_ok(server, script_multiprocessing_tempdir).value)
+    assert tempdir.parent == server.workdir and tempdir.name.startswith("pymp-") and tempdir.is_dir(), tempdir
+
+
+def script_multiprocessing_tempdir(ctx):
+    """The scheduler process's multiprocessing temporary directory."""
+    from multiprocessing import process
+
+    return process.current_process()._config.get("tempdir")
+    yield
 
 
 def _one_update_in_a_session(result, update_name):
