@@ -145,3 +145,25 @@ def release_after_an_answered_pause(ctx):
     yield from explore.resume_memory(ctx, reqs)
     ctx.continue_generation()
     return (yield from explore.end_state_checks(ctx, reqs))
+
+
+def abort_pause_right_behind_a_new_request(ctx):
+    """A request started and a ``pause_generation(abort)`` posted in the same
+    step: the request reached the scheduler's socket (not ingested yet) and
+    holds SGLang's tokenizer lock, so the tokenizer's pause loop runs a
+    second round, whose ``abort_all`` it sends right before its answer.
+    ``explore.pause`` takes that one and lets an iteration process it, so
+    nothing of the pause is left queued and the release right behind it is
+    posted. (It counted such a request as held back and so not in flight,
+    and the release raced that ``abort_all``: skipped, refused or posted by
+    the clock; met in the pp4 ci exploration's corpus.)"""
+    reqs = [ctx.start_req(input_ids=explore.prompt_ids(0, 8), max_new_tokens=12, ignore_eos=True,
+                          temperature=0.0)]
+    assert reqs[0].status == "posted" and reqs[0].arrived, (reqs[0].status, reqs[0].arrived)
+    yield from explore.pause(ctx, reqs, "abort")
+    assert not ctx.await_frame("AbortReq", 2.0), f"an abort_all of the pause is still queued; state: {ctx.describe()}"
+    release = yield from explore.release_memory(ctx, "kv_cache")
+    assert release is not None and release.processed, f"the release was skipped; state: {ctx.describe()}"
+    yield from explore.resume_memory(ctx, reqs)
+    ctx.continue_generation()
+    return (yield from explore.end_state_checks(ctx, reqs))

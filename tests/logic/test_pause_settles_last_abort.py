@@ -34,8 +34,8 @@ class _Ctx:
         return self._arrives
 
 
-def _handle(*, finished: bool, answered: bool, status: str = "running"):
-    return SimpleNamespace(finished=finished, http=_Answer(answered), status=status, rid="r")
+def _handle(*, finished: bool, answered: bool, status: str = "running", arrived: bool = False):
+    return SimpleNamespace(finished=finished, http=_Answer(answered), status=status, rid="r", arrived=arrived)
 
 
 def _steps(gen) -> int:
@@ -55,6 +55,18 @@ def test_the_last_abort_of_a_pause_that_found_a_request_in_flight_is_processed(m
     steps = _steps(program.pause(ctx, [_handle(finished=True, answered=False)], "abort"))
     assert ctx.looked_for == [("AbortReq", program.LAST_ABORT_GRACE_S)]
     assert steps == 1, "one iteration processes the last abort_all"
+
+
+def test_a_request_started_in_the_same_step_is_in_flight_though_not_ingested(monkeypatch):
+    """Posted and not ingested yet, but its request reached the scheduler's
+    socket: the tokenizer forwarded it, so it holds the lock and the pause's
+    first round finds it (the pp4 corpus program that starts a request and
+    pauses with abort in one step raced the last abort_all otherwise)."""
+    monkeypatch.setattr(program, "_slots", lambda ctx: 1)
+    ctx = _Ctx(last_abort_arrives=True)
+    started = _handle(finished=True, answered=False, status="posted", arrived=True)
+    assert _steps(program.pause(ctx, [started], "abort")) == 1
+    assert ctx.looked_for == [("AbortReq", program.LAST_ABORT_GRACE_S)]
 
 
 def test_no_iteration_when_the_last_abort_does_not_come(monkeypatch):

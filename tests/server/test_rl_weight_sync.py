@@ -127,6 +127,10 @@ def test_a_release_waits_for_its_pause_to_be_processed_though_the_pause_was_answ
     run_ok(server_pool.get("pp1-overlap"), f"{CYCLE}:release_after_an_answered_pause")
 
 
+def test_an_abort_pause_right_behind_a_new_request_leaves_nothing_queued_for_the_release(server_pool):
+    run_ok(server_pool.get("pp1-overlap"), f"{CYCLE}:abort_pause_right_behind_a_new_request")
+
+
 def test_the_cycle_with_the_trainer_s_tensor_update_serves_the_new_weights(server_pool):
     """The update as an RL trainer sends it: the checkpoint's tensors through
     update_weights_from_tensor, inside a begin/end weight-update session."""

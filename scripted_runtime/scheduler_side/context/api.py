@@ -248,6 +248,7 @@ class ScriptContext(RuntimeOps, SessionOps, TensorUpdates, DistributedUpdates, L
                 )
         finally:
             self._inbox.arrival_listeners.remove(on_frame)
+        handle.arrived = bool(arrived)
         self._counters.io_s += time.monotonic() - t0
         return handle
 

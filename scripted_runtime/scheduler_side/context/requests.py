@@ -32,6 +32,9 @@ class ReqHandle:
         # checks that assume start_req's shape. ``payload``: what was posted.
         self.raw = raw
         self.lora: Optional[str] = None  # the LoRA adapter it names (ctx.start_req(lora=...))
+        # its request reached the scheduler's socket (seen while the post waited for it): SGLang's
+        # tokenizer forwarded it, so it holds the tokenizer's lock until answered, even "posted"
+        self.arrived = False
         # A session turn's whole prompt as the client's history makes it (ctx.start_req(session=...)):
         # what the output oracle compares it against, instead of SGLang's own record of it
         self.expected_prompt: Optional[list] = None

@@ -18,7 +18,6 @@ from scripted_runtime.scheduler_side import (answer_delivery, control, hicache_s
 from scripted_runtime.scheduler_side import logprob_contract  # after request_contract: the end checks' listed order
 from scripted_runtime.scheduler_side import weight_version_contract  # after answer_delivery: it reads the answers
 from scripted_runtime.scheduler_side.explore import phases
-from scripted_runtime.scheduler_side.inbox import NO_FRAME_GRACE_S
 from scripted_runtime.scheduler_side.explore.prompts import prompt_ids  # noqa: F401 - programs call explore.prompt_ids
 
 # Iterations the end-state check allows for every request to finish (and then
@@ -262,10 +261,12 @@ ABORT_PAUSE_ANSWER_S = 3.0
 
 # How long to look for the abort_all SGLang's tokenizer sends right before answering a
 # pause(abort) whose first round found a request in flight: sent before the answer, over IPC
-# (well under a millisecond), so the inbox's grace for a frame after an answer; a request whose
-# answer had not reached the harness when the pause was posted may have left the lock already,
-# and then no second round comes.
-LAST_ABORT_GRACE_S = NO_FRAME_GRACE_S
+# (well under a millisecond on a quiet box; its delivery still races the HTTP answer, through
+# another socket and process, so up to a second is given, returning as soon as the frame is
+# there, where the inbox's grace for a frame after an answer is 0.1 s). A request whose answer
+# had not reached the harness when the pause was posted may have left the lock already, and
+# then no second round comes (the wait runs out).
+LAST_ABORT_GRACE_S = 1.0
 
 # How long pause(abort) first waits, without a step, for the HTTP answers of requests the scheduler
 # already ended (sent in the iteration that ended them: they land within milliseconds). Such a
@@ -311,8 +312,9 @@ def pause(ctx, reqs, mode: str):
             if h.status in ("finished", "aborted") and not h.http.done:
                 h.http.wait(max(0.0, deadline - time.monotonic()))
     # requests the tokenizer forwarded and has not answered hold its lock: its first round finds it held
-    # (one it keeps back while paused, "posted", holds none)
-    in_flight = [h for h in reqs if not h.http.done and h.status != "posted"]
+    # (one it keeps back while paused, "posted" and not arrived, holds none; one started in this step,
+    # "posted" too, reached the scheduler's socket and holds it)
+    in_flight = [h for h in reqs if not h.http.done and (h.status != "posted" or h.arrived)]
     op = ctx.pause_generation(mode)
     if mode != "abort":
         return op
