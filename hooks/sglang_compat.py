@@ -32,6 +32,17 @@ ROTARY_CPU_FLAG_MODULES = (
 # core cannot be walked from Python (node_by_id / root_node raise
 # NotImplementedError); the Python core can. Ignored by older releases.
 SERVER_ENV = {"SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "python"}
+# What importing SGLang sets in the importing process's environment, where it is not set
+# (0.5.23, measured: ``import sglang.srt.managers.scheduler``): cache directories under
+# HOME and JIT defaults, read when something compiles, not at import. A harness process
+# that imported SGLang itself (a unit test reading its classes) has them and a fresh one has
+# not, while a process template has them once its own import ran; a server's processes get
+# the harness's values either way (the whole environment goes with each start).
+IMPORT_SET_ENV = (
+    "CUDA_CACHE_PATH", "CUTE_DSL_CACHE_DIR", "DG_JIT_CACHE_DIR", "DG_JIT_USE_NVRTC", "FLASHINFER_WORKSPACE_BASE",
+    "TILELANG_CACHE_DIR", "TLLM_LOG_LEVEL", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
+    "TRITON_PTXAS_BLACKWELL_PATH",
+)
 # Ports SGLang picks for itself (0.5.23 ``PortArgs.init_new``: the process
 # group's store port, ``nccl_port``, from ``get_free_port_below_ephemeral``,
 # checked free when chosen and bound later by the ranks). A harness HTTP port

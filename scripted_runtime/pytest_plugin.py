@@ -65,10 +65,46 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--scripted-runtime-log-dir", default="", metavar="DIR", help="where server logs go")
 
 
+_RENDEZVOUS = pytest.StashKey[Any]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{MARKER}(pp=1, overlap=True, sglang_args=None, revert_fixes=(), patches=(), extensions=()): the "
         "configuration of the scripted_server fixture's server (scripted-runtime)")
+    from scripted_runtime.user_side import templates
+
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller's template, if it offers one
+        templates.take_rendezvous()
+    elif _xdist_workers(config) >= 2 and not config.option.collectonly \
+            and config.getoption("--scripted-runtime-device") == "cpu" and templates.enabled("cpu", os.environ):
+        # the controller: one template for all its workers (started when the first asks), not one each
+        from scripted_runtime.user_side import server as server_mod
+
+        rendezvous = templates.Rendezvous(lambda: server_mod.prestart_template("cpu"))
+        os.environ[templates.ENV_RENDEZVOUS] = rendezvous.directory  # the workers start after configure
+        config.stash[_RENDEZVOUS] = rendezvous
+
+
+def _xdist_workers(config: pytest.Config) -> int:
+    """How many pytest-xdist workers this run starts (0 without xdist)."""
+    if getattr(config.option, "dist", "no") == "no":
+        return 0
+    try:
+        return int(getattr(config.option, "numprocesses", 0) or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    rendezvous = config.stash.get(_RENDEZVOUS, None)
+    if rendezvous is not None:
+        from scripted_runtime.user_side import templates
+
+        os.environ.pop(templates.ENV_RENDEZVOUS, None)
+        rendezvous.close()
+        if rendezvous.template is not None:
+            templates.release(rendezvous.template)
 
 
 def marker_config(marker: Optional[pytest.Mark], *, device: str = "cpu", revert_fixes=(), patches=(),

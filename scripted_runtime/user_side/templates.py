@@ -17,7 +17,10 @@ environment, which its child processes inherit (an ``ab`` side, an
 ``explore -n`` worker, a ``scripted-runtime`` command run by a test). A
 child whose build and base environment match connects instead of importing
 torch and SGLang again (``SharedTemplate``); any other child, or one whose
-connection fails, starts its own.
+connection fails, starts its own. Under pytest-xdist the workers are
+siblings, not the controller's harness children: the pytest plugin has the
+controller offer its template through a ``Rendezvous`` directory, started
+when the first worker asks.
 
 CPU only (``enabled``): on a GPU, SGLang spawns its ranks because a forked
 child cannot use a CUDA context, and the template path is not proven safe
@@ -43,11 +46,15 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from scripted_runtime import protocol
+from scripted_runtime.hooks import sglang_compat
 from scripted_runtime.user_side import processes, template_process
 
 ENV_TEMPLATES = "SCRIPTED_RUNTIME_TEMPLATES"  # "off": spawn every server
 # the templates a child process may share: a JSON list of {socket, token, key, pid}
 ENV_SHARE = "SCRIPTED_RUNTIME_TEMPLATE_SHARE"
+# under pytest-xdist, the controller's rendezvous directory (``Rendezvous``), set in the workers'
+# environment by the pytest plugin; a worker takes it out of its own (``take_rendezvous``)
+ENV_RENDEZVOUS = "SCRIPTED_RUNTIME_TEMPLATE_RENDEZVOUS"
 CONNECT_TIMEOUT_S = 5.0
 READY_TIMEOUT_S = 180.0  # importing torch and SGLang on a loaded 2-core box
 ANSWER_TIMEOUT_S = 30.0
@@ -64,8 +71,13 @@ PER_SERVER_ENV = (
     # the terminal's size, which pytest sets during a run (so its children differ from the
     # template its first server started): read when something prints, not at import
     "COLUMNS", "LINES",
-    # the templates a harness shares with its children: no part of a template's environment
-    ENV_SHARE,
+    # the templates a harness shares with its children, and the xdist controller's rendezvous
+    # (gone from a worker's environment, in the controller's): no part of a template's environment
+    ENV_SHARE, ENV_RENDEZVOUS,
+    # set by importing SGLang in the harness's own process (a test reading SGLang's classes), so
+    # that process's later servers asked for another template than its first: read by nothing
+    # at import, and the forked server's processes get the harness's values with their environment
+    *sglang_compat.IMPORT_SET_ENV,
 )
 
 
@@ -357,6 +369,110 @@ def publish() -> None:
         os.environ.pop(ENV_SHARE, None)
 
 
+class Rendezvous:
+    """One template for every pytest-xdist worker, started by the controller
+    (the workers are its children, so it outlives every server they fork),
+    and only once a worker asks for it: a worker that needs a template
+    creates ``wanted`` in this private directory (mode 0700) and waits for
+    ``entry.json`` (the template's share entry: socket, secret, key, pid) or
+    ``failed`` (why there is none; the worker then starts its own). The
+    controller's thread polls for ``wanted`` and calls ``start`` (which
+    returns the template) once. A run whose workers never start a server
+    starts no template."""
+
+    POLL_S = 0.1
+
+    def __init__(self, start: Any) -> None:
+        self.directory = tempfile.mkdtemp(prefix="scripted-runtime-rendezvous-")
+        self.template: Optional[Template] = None
+        self._start = start
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="scripted-runtime-template-rendezvous",
+                                        daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        wanted = os.path.join(self.directory, "wanted")
+        while not os.path.exists(wanted):
+            if self._stop.wait(self.POLL_S):
+                return
+        try:
+            template = self._start()
+            entry = template.share_entry() if template is not None else None
+            if entry is None:
+                raise TemplateError("templates are off, or the template does not listen for other processes")
+        except Exception as exc:  # noqa: BLE001 - named to the workers, which start their own
+            _write_file(os.path.join(self.directory, "failed"), f"{type(exc).__name__}: {exc}"[:500])
+            return
+        self.template = template
+        _write_file(os.path.join(self.directory, "entry.json"), json.dumps(entry))
+
+    def close(self) -> None:
+        """Stop answering (a start under way finishes in its thread) and
+        remove the directory; the template itself closes with the process."""
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _write_file(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a reader sees all of it or no file)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+_rendezvous_dir: Optional[str] = None
+
+
+def take_rendezvous() -> Optional[str]:
+    """In a pytest-xdist worker: take the controller's rendezvous directory
+    out of the environment, so that this process's children (an ``ab``
+    side, a ``scripted-runtime`` command a test runs) do not ask for the
+    controller's template themselves: once this process uses it, they
+    inherit its share entry (``ENV_SHARE``) as from any parent harness."""
+    global _rendezvous_dir
+    value = os.environ.pop(ENV_RENDEZVOUS, None)
+    if value:
+        _rendezvous_dir = value
+    return _rendezvous_dir
+
+
+def _connect_rendezvous(key: str, python: str, timeout_s: float = READY_TIMEOUT_S) -> Optional[Template]:
+    """The controller's template (``Rendezvous``), asked for and waited for
+    (at most ``timeout_s``: its imports), if its key is ``key``; else None
+    (this process then starts its own)."""
+    directory = _rendezvous_dir
+    if not directory or not os.path.isdir(directory):
+        return None
+    entry_path, failed = os.path.join(directory, "entry.json"), os.path.join(directory, "failed")
+    if not os.path.exists(entry_path) and not os.path.exists(failed):
+        try:
+            open(os.path.join(directory, "wanted"), "a").close()
+        except OSError:
+            return None
+        deadline = time.monotonic() + timeout_s
+        while not os.path.exists(entry_path) and not os.path.exists(failed):
+            if time.monotonic() > deadline or not os.path.isdir(directory):
+                return None
+            time.sleep(Rendezvous.POLL_S)
+    try:
+        with open(entry_path) as f:
+            entry = json.load(f)
+    except (OSError, ValueError):
+        return None  # failed: the reason is in the file; this process starts its own
+    if not isinstance(entry, dict) or entry.get("key") != key:
+        return None
+    try:
+        template = SharedTemplate(entry, python)
+    except TemplateError:
+        return None
+    # this process's children share it as a parent harness's template
+    os.environ[ENV_SHARE] = json.dumps([entry] + [e for e in _shared_entries() if e["key"] != key])
+    return template
+
+
 def _connect_shared(key: str, python: str) -> Optional[Template]:
     for entry in _shared_entries():
         if entry["key"] != key or not os.path.exists(str(entry["socket"])):
@@ -384,7 +500,7 @@ def template_for(env: Mapping[str, str], python_path: str, cwd: str, python: str
         while len(_templates) >= MAX_TEMPLATES:
             _templates.pop(next(iter(_templates))).close()
         digest = key_digest(python, base)
-        template = _connect_shared(digest, python)
+        template = _connect_shared(digest, python) or _connect_rendezvous(digest, python)
         if template is None:
             template = Template(python, base, cwd, key=digest)
         _templates[key] = template

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from scripted_runtime.hooks import fix_toggles, mutants, patches
+from scripted_runtime.hooks import fix_toggles, mutants, patches, sglang_compat
 from scripted_runtime.hooks.patch_base import ALL_TOPOLOGIES, Patch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -322,16 +322,20 @@ from collections import deque
 from types import SimpleNamespace
 warnings.simplefilter("ignore")
 
+import os
+_ENV_BEFORE = dict(os.environ)
 from scripted_runtime.hooks import cpu_enablement
 cpu_enablement.install()
 import sglang.srt.managers.scheduler as sched
+IMPORT_ENV = sorted(k for k, v in os.environ.items() if _ENV_BEFORE.get(k) != v)
 from scripted_runtime.hooks import mutants
 from scripted_runtime.hooks.patch_base import PatchError
 for name in mutants.PATCHED_MODULES:
     importlib.import_module(name)
 
 MISSING = object()
-report = {"install": {}, "fake_module": {}, "fake_scheduler": {}, "behaviour": {}, "restored": True}
+report = {"install": {}, "fake_module": {}, "fake_scheduler": {}, "behaviour": {}, "restored": True,
+          "import_env": IMPORT_ENV}
 
 
 def _take():
@@ -1275,8 +1279,10 @@ def start_child_report(directory):
     script = directory / "install_each.py"
     script.write_text(textwrap.dedent(CHILD))
     out, err = open(directory / "stdout.txt", "w"), open(directory / "stderr.txt", "w")
+    # without what importing SGLang sets (this process may have imported it): the child reports it
+    env = {k: v for k, v in os.environ.items() if k not in sglang_compat.IMPORT_SET_ENV}
     proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=out, stderr=err, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                            env={**env, "PYTHONPATH": os.pathsep.join(
                                 p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)})
     out.close()
     err.close()
@@ -1367,6 +1373,19 @@ def test_install_changes_only_its_own_place(child_report):
                 continue
             assert place not in seen, f"{name} and {seen[place]} both patch {place}"
             seen[place] = name
+
+
+def test_what_importing_sglang_sets_in_the_environment_is_left_out_of_a_template_key(child_report):
+    """``sglang_compat.IMPORT_SET_ENV`` is what importing the installed SGLang
+    sets (this child's fresh interpreter, measured): a harness process that
+    imported SGLang itself must still find the process template its first
+    server started (user_side/templates.py leaves these out of its key)."""
+    from scripted_runtime.user_side import templates
+
+    added = child_report["import_env"]
+    assert added and set(added) <= set(sglang_compat.IMPORT_SET_ENV), added
+    assert templates.base_env({"HOME": "/h", **{k: "x" for k in added}}, "/site") == templates.base_env(
+        {"HOME": "/h"}, "/site")
 
 
 def test_restored_between_mutants(child_report):

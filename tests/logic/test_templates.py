@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -34,7 +35,9 @@ def test_a_template_environment_holds_nothing_of_one_server():
            templates.ENV_TEMPLATES: "on", "SGLANG_CPU_OMP_THREADS_BIND": "0|1",
            "PYTEST_CURRENT_TEST": "test_y (call)",  # changes with every test: one template for all
            "PYTEST_DEBUG_TEMPROOT": "/tmp/p", "PY_COLORS": "0",  # a pytester run's: pytest reads them
-           "COLUMNS": "80", "LINES": "24"}  # the terminal's, set by pytest mid-run
+           "COLUMNS": "80", "LINES": "24",  # the terminal's, set by pytest mid-run
+           # set by importing SGLang in this process (a test reading its classes), as in the template
+           "TRITON_CACHE_DIR": "/root/.cache/sglang/triton", "CUDA_CACHE_PATH": "/root/.cache/sglang/nv"}
     base = templates.base_env(env, "/site:/harness")
     assert base == {"HOME": "/root", protocol.ENV_HOOKS: "1", "PYTHONPATH": "/site:/harness"}
 
@@ -164,3 +167,69 @@ def test_a_template_is_shared_only_with_a_child_of_the_same_build_and_environmen
             {**env, templates.ENV_SHARE: "[]"}, "/site"), "the shared list is no part of a template's key"
     finally:
         served.close()
+
+
+def test_xdist_workers_share_the_controller_template_started_only_when_one_asks(tmp_path, monkeypatch):
+    """The pytest plugin's rendezvous: the controller starts its template
+    only once a worker asks, every worker with the same key connects to it,
+    and the worker's children inherit its share entry, not the rendezvous."""
+    served = _ListeningTemplate(tmp_path)
+    started = []
+
+    class _Owned:  # what the controller's prestart returns
+        def share_entry(self):
+            return served.entry(key=key)
+
+    def start():
+        started.append(1)
+        return _Owned()
+
+    env = {"HOME": "/root", protocol.ENV_HOOKS: "1"}
+    key = templates.key_digest(sys.executable, templates.base_env(env, "/site"))
+    rendezvous = templates.Rendezvous(start)
+    try:
+        time.sleep(3 * templates.Rendezvous.POLL_S)
+        assert started == [], "a template was started before any worker asked for one"
+        monkeypatch.setenv(templates.ENV_RENDEZVOUS, rendezvous.directory)
+        monkeypatch.setattr(templates, "_rendezvous_dir", None)
+        monkeypatch.setenv(templates.ENV_SHARE, "[]")
+        assert templates.take_rendezvous() == rendezvous.directory
+        assert templates.ENV_RENDEZVOUS not in os.environ  # this worker's children do not ask again
+        assert templates.ENV_RENDEZVOUS not in templates.base_env({templates.ENV_RENDEZVOUS: "x"}, "/site")
+        template = templates.template_for({**env, protocol.ENV_API_KEY: "per-server"}, "/site", str(tmp_path))
+        try:
+            assert template.shared and template.pid == os.getpid() and started == [1]
+            assert [e["key"] for e in json.loads(os.environ[templates.ENV_SHARE])] == [key]  # for its children
+            # another build or environment: not this template (that worker starts its own)
+            assert templates._connect_rendezvous("another-key", sys.executable, timeout_s=1) is None
+        finally:
+            templates.release(template)
+    finally:
+        rendezvous.close()
+        served.close()
+    assert not os.path.exists(rendezvous.directory)
+    assert started == [1]
+
+
+def test_a_worker_whose_controller_could_not_start_a_template_is_told_at_once(tmp_path, monkeypatch):
+    def start():
+        raise templates.TemplateError("imports failed")
+
+    rendezvous = templates.Rendezvous(start)
+    try:
+        monkeypatch.setattr(templates, "_rendezvous_dir", rendezvous.directory)
+        t0 = time.monotonic()
+        assert templates._connect_rendezvous("k", sys.executable, timeout_s=30) is None
+        assert time.monotonic() - t0 < 5  # the failure, not the deadline
+        with open(os.path.join(rendezvous.directory, "failed")) as f:
+            assert "imports failed" in f.read()
+    finally:
+        rendezvous.close()
+    # and with no answer at all, the wait has a deadline
+    silent = tmp_path / "silent"
+    silent.mkdir()
+    monkeypatch.setattr(templates, "_rendezvous_dir", str(silent))
+    t0 = time.monotonic()
+    assert templates._connect_rendezvous("k", sys.executable, timeout_s=0.5) is None
+    assert time.monotonic() - t0 < 3
+
