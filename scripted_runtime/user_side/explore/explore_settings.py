@@ -67,7 +67,7 @@ class ExploreSettings:
     def search_time_s(self, profile: Any, topology: Optional[str]) -> float:
         """The search's time on ``topology``: ``max_time_s`` where the run
         gives it, else ``profile``'s (a ``search.Profile``, scaled per topology)."""
-        return profile.search_time_s(topology) if self.max_time_s is None else self.max_time_s
+        return profile.search_time_s(topology, given=self.max_time_s)
 
     def __post_init__(self) -> None:
         if self.known_bugs is not None:

@@ -82,7 +82,7 @@ def _budget_s(args: argparse.Namespace) -> float:
     prof = PROFILES[args.profile]
     topology = getattr(args, "topology", None) or engine_config.topology_for(getattr(args, "pp", 1),
                                                                              getattr(args, "overlap", True))
-    search = args.max_time if args.max_time is not None else prof.search_time_s(topology)
+    search = prof.search_time_s(topology, given=args.max_time)
     shrink = args.shrink_time if args.shrink_time is not None else prof.shrink_time_s
     return args.start_timeout + search + shrink + GRACE_S
 

@@ -79,9 +79,12 @@ class Profile:
     # time would search it far less deeply gets ``max_time_s`` times the factor (``search_time_s``)
     time_scale: Tuple[Tuple[str, float], ...] = ()
 
-    def search_time_s(self, topology: Optional[str] = None) -> float:
-        """The search time on ``topology``: ``max_time_s``, scaled where
-        ``time_scale`` names the topology."""
+    def search_time_s(self, topology: Optional[str] = None, given: Optional[float] = None) -> float:
+        """The search time on ``topology``: ``given`` (a run's ``--max-time``)
+        where it is not None, taken as it is; else ``max_time_s``, scaled
+        where ``time_scale`` names the topology."""
+        if given is not None:
+            return given
         return self.max_time_s * dict(self.time_scale).get(topology or "", 1.0)
 
 
